@@ -1,0 +1,63 @@
+"""The one exception tree specd raises; every message is meant for the user.
+
+    SpecdError                 exit 1 unless a subclass says otherwise
+    ├── BadInput               exit 2: nothing was changed
+    │   ├── ConfigError        specd.toml is wrong (file, line, key)
+    │   ├── ProfileError       a profile file is wrong (file, line, key)
+    │   ├── PreflightError     the profile is valid but cannot run on this box
+    │   └── UsageError         a command was called with arguments that do not fit
+    ├── LockBusy               another specd operation holds the lock (exit 75)
+    ├── SystemdError           the service manager refused or is unreachable
+    ├── HealthError            the endpoint did not turn healthy
+    └── SwitchFailed           a switch or rollback failed; says what state the box is in
+"""
+
+from __future__ import annotations
+
+
+class SpecdError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if self.hint is None else f"{self.message}\n  hint: {self.hint}"
+
+
+class BadInput(SpecdError):
+    exit_code = 2
+
+
+class ConfigError(BadInput):
+    pass
+
+
+class ProfileError(BadInput):
+    pass
+
+
+class PreflightError(BadInput):
+    pass
+
+
+class UsageError(BadInput):
+    pass
+
+
+class LockBusy(SpecdError):
+    exit_code = 75
+
+
+class SystemdError(SpecdError):
+    pass
+
+
+class HealthError(SpecdError):
+    pass
+
+
+class SwitchFailed(SpecdError):
+    pass
