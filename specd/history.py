@@ -1,0 +1,135 @@
+"""SQLite history of generations: every unit specd (or a human) installed, and how it went."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from specd.store import connect, ensure_schema
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    unit TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    profile TEXT,
+    unit_sha256 TEXT,
+    backup_path TEXT,
+    previous_id INTEGER,
+    restores_id INTEGER,
+    trigger TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '',
+    preflight_s REAL,
+    restart_s REAL,
+    health_s REAL,
+    total_s REAL
+);
+CREATE INDEX IF NOT EXISTS generations_unit ON generations(unit, id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    unit TEXT NOT NULL,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+"""
+
+OK_OUTCOMES = ("ok",)
+
+
+@dataclass(frozen=True)
+class Generation:
+    id: int
+    unit: str
+    created_at: str
+    kind: str
+    profile: str | None
+    unit_sha256: str | None
+    backup_path: str | None
+    previous_id: int | None
+    restores_id: int | None
+    trigger: str
+    outcome: str
+    detail: str
+    preflight_s: float | None
+    restart_s: float | None
+    health_s: float | None
+    total_s: float | None
+
+    @property
+    def content_id(self) -> int:
+        """The generation whose unit text this one installed (itself, or what a rollback restored)."""
+        return self.restores_id if self.restores_id is not None else self.id
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class History:
+    def __init__(self, db_path: Path | None = None) -> None:
+        self.conn = connect(db_path)
+        ensure_schema(self.conn, SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def add(self, unit: str, *, kind: str, profile: str | None, unit_sha256: str | None, backup_path: Path | None,
+            previous_id: int | None, trigger: str, outcome: str = "pending", restores_id: int | None = None,
+            detail: str = "") -> int:
+        cursor = self.conn.execute(
+            "INSERT INTO generations (unit, created_at, kind, profile, unit_sha256, backup_path, previous_id,"
+            " restores_id, trigger, outcome, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (unit, now_iso(), kind, profile, unit_sha256, str(backup_path) if backup_path else None, previous_id,
+             restores_id, trigger, outcome, detail),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def finish(self, generation_id: int, *, outcome: str, detail: str = "", preflight_s: float | None = None,
+               restart_s: float | None = None, health_s: float | None = None, total_s: float | None = None) -> None:
+        self.conn.execute(
+            "UPDATE generations SET outcome=?, detail=?, preflight_s=COALESCE(?, preflight_s),"
+            " restart_s=COALESCE(?, restart_s), health_s=COALESCE(?, health_s), total_s=COALESCE(?, total_s)"
+            " WHERE id=?",
+            (outcome, detail, preflight_s, restart_s, health_s, total_s, generation_id),
+        )
+
+    def get(self, generation_id: int) -> Generation | None:
+        row = self.conn.execute("SELECT * FROM generations WHERE id=?", (generation_id,)).fetchone()
+        return Generation(**dict(row)) if row else None
+
+    def list(self, unit: str, limit: int = 50) -> list[Generation]:
+        rows = self.conn.execute(
+            "SELECT * FROM generations WHERE unit=? ORDER BY id DESC LIMIT ?", (unit, limit)
+        ).fetchall()
+        return [Generation(**dict(row)) for row in rows]
+
+    def active(self, unit: str) -> Generation | None:
+        """The generation now installed: the newest one that succeeded."""
+        row = self.conn.execute(
+            "SELECT * FROM generations WHERE unit=? AND outcome='ok' ORDER BY id DESC LIMIT 1", (unit,)
+        ).fetchone()
+        return Generation(**dict(row)) if row else None
+
+    def event(self, unit: str, kind: str, detail: str) -> None:
+        self.conn.execute("INSERT INTO events (unit, at, kind, detail) VALUES (?,?,?,?)", (unit, now_iso(), kind, detail))
+
+    def events(self, unit: str, limit: int = 50) -> list[sqlite3.Row]:
+        return list(self.conn.execute(
+            "SELECT * FROM events WHERE unit=? ORDER BY id DESC LIMIT ?", (unit, limit)
+        ).fetchall())
+
+    def prune(self, unit: str, keep: int) -> int:
+        cursor = self.conn.execute(
+            "DELETE FROM generations WHERE unit=? AND id NOT IN"
+            " (SELECT id FROM generations WHERE unit=? ORDER BY id DESC LIMIT ?)", (unit, unit, keep)
+        )
+        return cursor.rowcount

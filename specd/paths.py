@@ -1,0 +1,48 @@
+"""Where specd keeps its files, following the XDG base-directory spec.
+
+Resolved at call time (never cached) so tests and the daemon can point HOME/XDG_* elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / fallback
+
+
+def config_home() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config")
+
+
+def state_dir() -> Path:
+    """SQLite history, intent records, locks, captured bodies."""
+    return _xdg("XDG_STATE_HOME", ".local/state") / "specd"
+
+
+def cache_dir() -> Path:
+    """Builds, the test model, parsed --help of each binary. SPECD_CACHE overrides."""
+    override = os.environ.get("SPECD_CACHE")
+    if override:
+        return Path(override)
+    return _xdg("XDG_CACHE_HOME", ".cache") / "specd"
+
+
+def db_path() -> Path:
+    return state_dir() / "specd.db"
+
+
+def default_config_path() -> Path:
+    return config_home() / "specd" / "specd.toml"
+
+
+def user_unit_dir() -> Path:
+    return config_home() / "systemd" / "user"
+
+
+SYSTEM_UNIT_DIR = Path("/etc/systemd/system")

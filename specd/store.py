@@ -1,0 +1,44 @@
+"""The state database: one SQLite file shared by history, traffic, bench and tuner.
+
+Each module owns its own tables and creates them with `ensure_schema`; this module only knows
+how to open the file safely from several processes (CLI, daemon) at once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from specd import paths
+from specd.errors import SpecdError
+
+
+class StateDbError(SpecdError):
+    """The state DB is locked for too long or is not a database."""
+
+
+def connect(db_path: Path | None = None, *, timeout_s: float = 10.0) -> sqlite3.Connection:
+    path = db_path or paths.db_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except sqlite3.DatabaseError as exc:
+        raise StateDbError(
+            f"state database {path} cannot be used: {exc}",
+            hint="move it aside; the unit can still be rolled back from its .pre-* backups",
+        ) from exc
+    return conn
+
+
+def ensure_schema(conn: sqlite3.Connection, ddl: str) -> None:
+    try:
+        conn.executescript(ddl)
+    except sqlite3.DatabaseError as exc:
+        raise StateDbError(
+            f"state database cannot be used: {exc}",
+            hint="move it aside; the unit can still be rolled back from its .pre-* backups",
+        ) from exc

@@ -1,0 +1,173 @@
+"""The only module that talks to systemd (over D-Bus, with pydbus).
+
+pydbus has had no release since 2016, so it stays behind the small `SystemdClient` protocol:
+another D-Bus library could replace it in this one file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specd.errors import SystemdError
+
+_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class UnitState:
+    name: str
+    load_state: str
+    active_state: str
+    sub_state: str
+    result: str
+    main_pid: int
+    n_restarts: int
+    exec_main_status: int
+    fragment_path: str
+
+    @property
+    def running(self) -> bool:
+        return self.active_state == "active" and self.main_pid > 0
+
+    def describe(self) -> str:
+        text = f"{self.active_state} ({self.sub_state})"
+        if self.result not in ("", "success"):
+            text += f", result {self.result}"
+        if self.exec_main_status:
+            text += f", exit status {self.exec_main_status}"
+        return text
+
+
+class SystemdClient(Protocol):
+    scope: str
+
+    def reload(self) -> None: ...
+    def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState: ...
+    def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState: ...
+    def reset_failed(self, unit: str) -> None: ...
+    def unit_state(self, unit: str) -> UnitState: ...
+    def exec_start_argv(self, unit: str) -> list[list[str]]: ...
+
+
+def _bus_error_text(exc: Exception) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return message.split(": ", 1)[-1] if message.startswith("GDBus.Error") else message
+
+
+class PydbusSystemd:
+    """systemd's manager on the user or system bus."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        try:
+            import pydbus
+            from gi.repository import GLib
+        except ImportError as exc:
+            raise SystemdError(
+                f"cannot import the D-Bus bindings ({exc})",
+                hint="install PyGObject (apt-get install libgirepository1.0-dev libcairo2-dev pkg-config; "
+                "pip install 'PyGObject<3.51') — install.sh does this",
+            ) from exc
+        self._glib_error: type[Exception] = GLib.Error
+        try:
+            if scope == "system":
+                self._bus = pydbus.SystemBus()
+            else:
+                address = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
+                runtime = os.environ.get("XDG_RUNTIME_DIR")
+                if not address and runtime:
+                    address = f"unix:path={runtime}/bus"
+                if not address:
+                    raise SystemdError(
+                        "no user bus: neither DBUS_SESSION_BUS_ADDRESS nor XDG_RUNTIME_DIR is set",
+                        hint="run specd inside a login session, or use `loginctl enable-linger $USER`",
+                    )
+                self._bus = pydbus.connect(address)
+            self._manager: Any = self._bus.get(".systemd1")
+        except self._glib_error as exc:
+            raise SystemdError(f"cannot reach systemd's {scope} manager over D-Bus: {_bus_error_text(exc)}") from exc
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except self._glib_error as exc:
+            raise SystemdError(f"systemd refused to {what}: {_bus_error_text(exc)}") from exc
+
+    def reload(self) -> None:
+        self._call("reload its units", self._manager.Reload)
+
+    def reset_failed(self, unit: str) -> None:
+        try:
+            self._manager.ResetFailedUnit(unit)
+        except self._glib_error:
+            return  # not failed or not loaded: nothing to reset
+
+    def _wait_job(self, job_path: str, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            jobs = self._call("list jobs", self._manager.ListJobs)
+            if not any(job[4] == job_path for job in jobs):
+                return
+            time.sleep(_POLL_S)
+        raise SystemdError(f"systemd job {job_path} did not finish in time")
+
+    def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
+        job = self._call(f"restart {unit}", self._manager.RestartUnit, unit, "replace")
+        self._wait_job(job, time.monotonic() + timeout_s)
+        return self.unit_state(unit)
+
+    def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
+        state = self.unit_state(unit)
+        if state.load_state == "not-found" and state.active_state == "inactive":
+            return state
+        job = self._call(f"stop {unit}", self._manager.StopUnit, unit, "replace")
+        self._wait_job(job, time.monotonic() + timeout_s)
+        return self.unit_state(unit)
+
+    def _unit(self, unit: str) -> Any:
+        path = self._call(f"load {unit}", self._manager.LoadUnit, unit)
+        return self._call(f"read {unit}", self._bus.get, ".systemd1", path)
+
+    def unit_state(self, unit: str) -> UnitState:
+        obj = self._unit(unit)
+        try:
+            service = obj["org.freedesktop.systemd1.Service"]
+            return UnitState(
+                name=unit,
+                load_state=str(obj.LoadState),
+                active_state=str(obj.ActiveState),
+                sub_state=str(obj.SubState),
+                result=str(service.Result),
+                main_pid=int(service.MainPID),
+                n_restarts=int(service.NRestarts),
+                exec_main_status=int(service.ExecMainStatus),
+                fragment_path=str(obj.FragmentPath),
+            )
+        except (KeyError, self._glib_error) as exc:
+            raise SystemdError(f"cannot read the state of {unit}: {exc}") from exc
+
+    def exec_start_argv(self, unit: str) -> list[list[str]]:
+        service = self._unit(unit)["org.freedesktop.systemd1.Service"]
+        return [list(entry[1]) for entry in service.ExecStart]
+
+
+def connect_systemd(scope: str) -> SystemdClient:
+    return PydbusSystemd(scope)
+
+
+def journal_tail(unit: str, scope: str, lines: int = 15) -> str:
+    """The unit's last log lines, or a note saying why there are none."""
+    command = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
+    if scope == "user":
+        command.insert(1, "--user")
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(no journal: {exc})"
+    text = result.stdout.strip()
+    if not text or text.startswith("-- No entries --"):
+        return "(the journal has no lines for this unit)"
+    return text

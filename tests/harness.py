@@ -1,0 +1,90 @@
+"""A private `systemd --user` manager on its own D-Bus, for tests and `specd quickstart`.
+
+Recipe from shared/notes/systemd.md: /run/systemd/system must exist, XDG_RUNTIME_DIR is a
+private 0700 dir, HOME/XDG_CONFIG_HOME point at a temp dir so no real user's units are touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSTEMD = Path("/lib/systemd/systemd")
+
+
+@dataclass
+class PrivateSystemd:
+    root: Path
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+
+    @property
+    def unit_dir(self) -> Path:
+        return Path(self.env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+
+    def log(self) -> str:
+        try:
+            return (Path(self.env["XDG_RUNTIME_DIR"]) / "systemd.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0) -> PrivateSystemd:
+    if not SYSTEMD.exists():
+        raise RuntimeError(f"{SYSTEMD} is missing: install systemd")
+    Path("/run/systemd/system").mkdir(parents=True, exist_ok=True)
+    base = root or Path(tempfile.mkdtemp(prefix="specd-systemd-"))
+    runtime = base / "runtime"
+    home = base / "home"
+    runtime.mkdir(parents=True, exist_ok=True)
+    runtime.chmod(0o700)
+    home.mkdir(parents=True, exist_ok=True)
+    real_cache = os.environ.get("SPECD_CACHE") or str(Path.home() / ".cache" / "specd")
+    env = {
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(runtime),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "SPECD_CACHE": real_cache,
+        "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime}/bus",
+    }
+    log = open(runtime / "systemd.log", "wb")  # noqa: SIM115 (kept open for the manager's lifetime)
+    process = subprocess.Popen(
+        [str(SYSTEMD), "--user"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    manager = PrivateSystemd(base, process, env)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"systemd --user exited with {process.returncode}:\n{manager.log()}")
+        state = subprocess.run(["systemctl", "--user", "is-system-running"], env=env, capture_output=True, text=True,
+                               check=False)
+        if state.stdout.strip() in ("running", "degraded"):
+            return manager
+        time.sleep(0.2)
+    manager.stop()
+    raise RuntimeError(f"systemd --user did not come up in {timeout_s} s:\n{manager.log()}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
