@@ -29,7 +29,7 @@ log = logging.getLogger("specd")
 
 
 def _register_commands() -> None:
-    from specd.cli import core_cmds  # noqa: F401  (registers on import)
+    from specd.cli import core_cmds, setup_cmds  # noqa: F401  (registers on import)
 
     for optional in ("daemon_cmds", "tune_cmds"):
         try:

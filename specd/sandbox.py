@@ -1,5 +1,7 @@
 """A private `systemd --user` manager on its own D-Bus, for tests and `specd quickstart`.
 
+Used where no user manager is reachable (containers, CI, root without a login session).
+
 Recipe from shared/notes/systemd.md: /run/systemd/system must exist, XDG_RUNTIME_DIR is a
 private 0700 dir, HOME/XDG_CONFIG_HOME point at a temp dir so no real user's units are touched.
 """
@@ -14,6 +16,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from specd import paths
+from specd.errors import SystemdError
 
 SYSTEMD = Path("/lib/systemd/systemd")
 
@@ -44,44 +49,52 @@ class PrivateSystemd:
                 self.process.wait()
 
 
-def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0) -> PrivateSystemd:
+def _xdg(name: str, default: Path, keep: bool) -> str:
+    value = os.environ.get(name, "") if keep else ""
+    return value or str(default)
+
+
+def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
+                          home: Path | None = None) -> PrivateSystemd:
+    """Start a manager whose HOME/XDG_* live under `root` (or keep `home` as HOME, for quickstart)."""
     if not SYSTEMD.exists():
-        raise RuntimeError(f"{SYSTEMD} is missing: install systemd")
+        raise SystemdError(f"{SYSTEMD} is missing: install systemd")
     Path("/run/systemd/system").mkdir(parents=True, exist_ok=True)
     base = root or Path(tempfile.mkdtemp(prefix="specd-systemd-"))
     runtime = base / "runtime"
-    home = base / "home"
+    keep_xdg = home is not None
+    home = home or base / "home"
     runtime.mkdir(parents=True, exist_ok=True)
     runtime.chmod(0o700)
     home.mkdir(parents=True, exist_ok=True)
-    real_cache = os.environ.get("SPECD_CACHE") or str(Path.home() / ".cache" / "specd")
+    real_cache = str(paths.cache_dir())
     env = {
         **os.environ,
         "XDG_RUNTIME_DIR": str(runtime),
         "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_CONFIG_HOME": _xdg("XDG_CONFIG_HOME", home / ".config", keep_xdg),
+        "XDG_STATE_HOME": _xdg("XDG_STATE_HOME", home / ".local" / "state", keep_xdg),
+        "XDG_CACHE_HOME": _xdg("XDG_CACHE_HOME", home / ".cache", keep_xdg),
         "SPECD_CACHE": real_cache,
         "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime}/bus",
     }
-    log = open(runtime / "systemd.log", "wb")  # noqa: SIM115 (kept open for the manager's lifetime)
-    process = subprocess.Popen(
-        [str(SYSTEMD), "--user"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(runtime / "systemd.log", "wb") as log:
+        process = subprocess.Popen(
+            [str(SYSTEMD), "--user"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     manager = PrivateSystemd(base, process, env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"systemd --user exited with {process.returncode}:\n{manager.log()}")
+            raise SystemdError(f"systemd --user exited with {process.returncode}:\n{manager.log()}")
         state = subprocess.run(["systemctl", "--user", "is-system-running"], env=env, capture_output=True, text=True,
                                check=False)
         if state.stdout.strip() in ("running", "degraded"):
             return manager
         time.sleep(0.2)
     manager.stop()
-    raise RuntimeError(f"systemd --user did not come up in {timeout_s} s:\n{manager.log()}")
+    raise SystemdError(f"systemd --user did not come up in {timeout_s} s:\n{manager.log()}")
 
 
 def free_port() -> int:

@@ -1,0 +1,3 @@
+from specd.cli import main
+
+main()

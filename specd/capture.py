@@ -1,0 +1,65 @@
+"""Opt-in capture of chat-completion request bodies, for replaying real traffic in the tuner.
+
+Bodies hold what users typed, so: off unless `[proxy] capture_bodies = true`, files 0600 in a
+0700 directory, and bounded: two files (current and previous) of at most half the budget each.
+Each body is one JSON line written with a single `write` on an O_APPEND descriptor, so a crash
+leaves whole lines; headers (and so API keys) are never part of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CAPTURE_NAME = "chat-completions.jsonl"
+
+
+class BodyCapture:
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.path = directory / CAPTURE_NAME
+        self.previous = directory / f"{CAPTURE_NAME}.1"
+        self.skipped = 0
+        self._lock = threading.Lock()
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(directory, 0o700)
+
+    def write(self, body: dict[str, Any]) -> bool:
+        """Append one body; False (and counted) when it alone is over the per-file budget."""
+        line = (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        half = self.max_bytes // 2
+        if len(line) > half:
+            self.skipped += 1
+            return False
+        with self._lock:
+            try:
+                size = self.path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            if size + len(line) > half:
+                os.replace(self.path, self.previous)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        return True
+
+    def read_all(self) -> list[dict[str, Any]]:
+        """Captured bodies, oldest first."""
+        bodies: list[dict[str, Any]] = []
+        for path in (self.previous, self.path):
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    try:
+                        bodies.append(json.loads(line))
+                    except ValueError:
+                        log.warning("skipping a damaged line in %s", path)
+        return bodies

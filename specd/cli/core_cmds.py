@@ -1,0 +1,143 @@
+"""switch, rollback, status, profiles, show, diff, history: the core commands."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from specd.cli import app, console
+from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
+from specd.config import Deployment
+from specd.errors import SystemdError
+from specd.preflight import run_preflight
+from specd.profiles import list_profiles
+from specd.status import collect_status
+from specd.switch import Outcome, Switcher
+
+
+def _report(outcome: Outcome, what: str) -> None:
+    for note in outcome.notes:
+        console.print(f"[dim]note:[/] {note}", highlight=False)
+    if outcome.unchanged:
+        return
+    gen = outcome.generation
+    health = outcome.health
+    load = f", server load {health.load_s:.1f} s" if health else ""
+    console.print(
+        f"[green]{what}[/]: profile [bold]{gen.profile}[/] is healthy (generation {gen.id}; "
+        f"total {gen.total_s or 0:.1f} s{load})", highlight=False,
+    )
+
+
+@app.command()
+def switch(
+    profile: Annotated[str, typer.Argument(help="profile name (a file in profiles_dir, without .toml)")],
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+) -> None:
+    """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure."""
+    _, deployment = deployment_of(config, unit)
+    _report(Switcher(deployment).switch(profile), "switched")
+
+
+@app.command()
+def rollback(
+    to: Annotated[int | None, typer.Option("--to", help="jump to this generation (see `specd history`)")] = None,
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+) -> None:
+    """Go back to the unit as it was before the last change (repeat to walk further back)."""
+    _, deployment = deployment_of(config, unit)
+    _report(Switcher(deployment).rollback(to), "rolled back")
+
+
+@app.command()
+def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
+    """The active profile, the unit's state, the endpoint's health and the daemon."""
+    cfg, deployment = deployment_of(config, unit)
+    data = collect_status(cfg, deployment)
+    if json_out:
+        print_json(data)
+        return
+    table = Table(show_header=False, box=None)
+    for key in ("unit", "active_profile", "unit_state", "endpoint", "health", "generation", "daemon"):
+        table.add_row(key.replace("_", " "), str(data.get(key, "")))
+    console.print(table)
+
+
+@app.command()
+def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
+    """Every profile in profiles_dir, whether it validates, and which one is active."""
+    _, deployment = deployment_of(config, unit)
+    active = Switcher(deployment).active_profile()
+    listing = list_profiles(deployment.profiles_dir)
+    if json_out:
+        print_json([{"name": p.name, "path": str(p.path), "description": p.description, "abstract": p.abstract,
+                     "active": p.name == active, "error": p.error} for p in listing])
+        return
+    table = Table("", "profile", "description", "problem")
+    for item in listing:
+        mark = "*" if item.name == active else ""
+        kind = " (base)" if item.abstract else ""
+        table.add_row(mark, item.name + kind, item.description, item.error or "")
+    console.print(table)
+
+
+@app.command()
+def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
+    """The unit file PROFILE would install (after every preflight check)."""
+    _, deployment = deployment_of(config, unit)
+    pre = run_preflight(deployment, profile, current_main_pid=_main_pid(deployment))
+    if json_out:
+        print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
+        return
+    typer.echo(pre.unit_text, nl=False)
+    for note in pre.notes:
+        typer.echo(f"# note: {note}", err=True)
+
+
+@app.command()
+def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> None:
+    """Unified diff of the installed unit against what PROFILE would install."""
+    _, deployment = deployment_of(config, unit)
+    pre = run_preflight(deployment, profile, current_main_pid=_main_pid(deployment))
+    installed = Switcher(deployment).installed_text() or ""
+    lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
+                                 fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
+    typer.echo("".join(lines) or f"no difference: {deployment.unit} already holds {profile}", nl=False)
+
+
+@app.command()
+def history(
+    limit: Annotated[int, typer.Option("--limit", "-n")] = 20,
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Every generation of the unit: when, which profile, what triggered it, how it went."""
+    _, deployment = deployment_of(config, unit)
+    switcher = Switcher(deployment)
+    generations = switcher.history.list(deployment.unit, limit)
+    active = switcher.history.active(deployment.unit)
+    if json_out:
+        print_json([g.as_dict() | {"active": active is not None and g.id == active.id} for g in generations])
+        return
+    table = Table("gen", "time (UTC)", "kind", "profile", "trigger", "outcome", "total s", "detail")
+    for gen in generations:
+        mark = "*" if active is not None and gen.id == active.id else ""
+        total = f"{gen.total_s:.1f}" if gen.total_s is not None else ""
+        table.add_row(f"{gen.id}{mark}", gen.created_at[:19].replace("T", " "), gen.kind, gen.profile or "",
+                      gen.trigger, gen.outcome, total, (gen.detail or "")[:80])
+    console.print(table)
+
+
+def _main_pid(deployment: Deployment) -> int:
+    if not deployment.unit_path.exists():
+        return 0
+    try:
+        return Switcher(deployment).systemd.unit_state(deployment.unit).main_pid
+    except SystemdError:
+        return 0

@@ -1,0 +1,109 @@
+"""FAKE llama-server for failure cases a real server cannot produce on demand.
+
+Modes (`--fake-mode`): ok, exit-at-start, never-healthy, wrong-alias, die-after-healthy (after
+--fake-seconds), hang-completion. Accepts the llama-server flags specd renders and prints its
+--help in llama-server's layout so specd's flag check treats it like the real thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HELP = """----- common params -----
+
+-h,    --help, --usage                  print usage and exit
+--version                               show version and build info
+-t,    --threads N                      number of CPU threads
+-c,    --ctx-size N                     size of the prompt context
+-np,   --parallel N                     number of server slots
+-m,    --model FNAME                    model path to load
+--alias STRING                          model alias
+--host HOST                             ip address to listen
+--port PORT                             port to listen
+--metrics                               enable prometheus compatible metrics endpoint
+--jinja                                 use jinja template
+--spec-type none,draft-simple,draft-mtp,ngram-simple
+                                        speculative decoding types
+--spec-draft-n-max N                    number of tokens to draft
+--fake-mode MODE                        FAKE: which failure to produce
+--fake-seconds S                        FAKE: seconds before die-after-healthy dies
+"""
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    for flag in ("--threads", "-t", "--ctx-size", "-c", "--parallel", "-np", "--model", "-m", "--alias", "--host",
+                 "--spec-type", "--spec-draft-n-max", "--fake-mode"):
+        parser.add_argument(flag)
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--fake-seconds", type=float, default=3.0)
+    parser.add_argument("--metrics", action="store_true")
+    parser.add_argument("--jinja", action="store_true")
+    parser.add_argument("--help", "-h", action="store_true")
+    parser.add_argument("--version", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse(sys.argv[1:])
+    if args.help:
+        print(HELP)
+        return
+    if args.version:
+        print("version: 0 (FAKE llama-server for tests)")
+        return
+    mode = args.fake_mode or "ok"
+    if mode == "exit-at-start":
+        print("FAKE: exiting at start as asked", file=sys.stderr)
+        sys.exit(1)
+    alias = "not-" + (args.alias or "x") if mode == "wrong-alias" else args.alias
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            return
+
+        def _json(self, status: int, payload: object) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                if mode == "never-healthy":
+                    self._json(503, {"error": {"message": "Loading model", "code": 503}})
+                else:
+                    self._json(200, {"status": "ok"})
+            elif self.path == "/v1/models":
+                self._json(200, {"data": [{"id": alias, "aliases": [alias]}]})
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            self.rfile.read(length)
+            if mode == "hang-completion":
+                time.sleep(3600)
+            self._json(200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+
+    server = ThreadingHTTPServer((args.host or "127.0.0.1", args.port), Handler)
+    if mode == "die-after-healthy":
+        def die() -> None:
+            time.sleep(args.fake_seconds)
+            os._exit(3)
+
+        threading.Thread(target=die, daemon=True).start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
