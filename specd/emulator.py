@@ -45,9 +45,14 @@ from specd.emulator_model import (
 from specd.errors import SpecdError, UsageError
 from specd.taskclass import TaskClass, classify, last_user_text
 
-VERSION_TEXT = "version: 0 (emulator)\nbuilt as specd-emulator, a llama-server performance emulator (not a real server)"
+VERSION_TEXT = ("version: 0 (emulator)\n"
+                "built as specd-emulator, a llama-server performance emulator (not a real server)")
+
+
 @dataclass(frozen=True)
 class ServerOptions:
+    """What the command line asked for; flags with no modelled effect are accepted and dropped."""
+
     model_path: str = "emulated-model.gguf"
     aliases: tuple[str, ...] = ()
     host: str = "127.0.0.1"
@@ -91,7 +96,8 @@ def parse_args(argv: Sequence[str]) -> ServerOptions:
                 raise UsageError(f"expected value for argument: {token}")
             index += 1
             inline = args[index]
-        seen[option.canonical] = inline if option.hint else ("0" if name.startswith(("--no-", "-no")) else "1")
+        negated = name.startswith(("--no-", "-no"))
+        seen[option.canonical] = inline if option.hint else ("0" if negated else "1")
         index += 1
     spec_types = [t for t in seen.get("--spec-type", "none").split(",") if t]
     scale = seen.get("--emulator-time-scale", "1")
@@ -162,8 +168,9 @@ class Emulator:
         self.slots = [Slot(i) for i in range(options.parallel)]
         self.slot_free = asyncio.Condition()
         self.counters: dict[str, float] = dict.fromkeys(
-            ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
-             "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "spec_decode_num_draft_tokens_total",
+            ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total",
+             "tokens_predicted_total", "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max",
+             "spec_decode_num_draft_tokens_total",
              "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total"), 0.0)
         self.deferred = 0
 
@@ -192,14 +199,17 @@ class Emulator:
             slot.last_used = time.monotonic()
             self.slot_free.notify_all()
 
-    def plan(self, slot: Slot, messages: list[dict[str, Any]], prompt: str, max_tokens: int) -> Plan:
+    def plan(self, slot: Slot, messages: list[dict[str, Any]], prompt: str, max_tokens: int,
+             cache_prompt: bool = True) -> Plan:
         task_class = classify(messages)
         cpt = self.model.chars_per_token
         in_flight = sum(s.busy for s in self.slots)
         timing = plan_request(
             self.mode, prompt_tokens=max(1, math.ceil(len(prompt) / cpt)),
-            cache_n=int(len(os.path.commonprefix([slot.text, prompt])) / cpt), output_tokens=max_tokens,
-            task_class=task_class, in_flight=in_flight, repeats_input=asks_to_repeat(last_user_text(messages)),
+            cache_n=int(len(os.path.commonprefix([slot.text, prompt])) / cpt) if cache_prompt else 0,
+            output_tokens=max_tokens,
+            task_class=task_class, in_flight=in_flight,
+            repeats_input=asks_to_repeat(last_user_text(messages)),
             draft_n_max=self.options.draft_n_max, prefill_noise=self.noise(), decode_noise=self.noise(),
         )
         return Plan(task_class, timing, slot, in_flight)
@@ -230,7 +240,8 @@ class Emulator:
         c = self.counters
         gauges = {
             "prompt_tokens_seconds": c["prompt_tokens_total"] / (c["prompt_seconds_total"] or math.inf),
-            "predicted_tokens_seconds": c["tokens_predicted_total"] / (c["tokens_predicted_seconds_total"] or math.inf),
+            "predicted_tokens_seconds":
+                c["tokens_predicted_total"] / (c["tokens_predicted_seconds_total"] or math.inf),
             "requests_processing": float(sum(s.busy for s in self.slots)),
             "requests_deferred": float(self.deferred),
         }
@@ -276,7 +287,8 @@ def build_app(emulator: Emulator) -> Starlette:
         if not options.metrics:
             return _error(501, "This server does not support metrics endpoint. Start it with `--metrics`",
                           "not_supported_error")
-        return guard(request) or PlainTextResponse(emulator.metrics_text(), media_type="text/plain; version=0.0.4")
+        text = emulator.metrics_text()
+        return guard(request) or PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def slots(request: Request) -> Response:
         return guard(request) or JSONResponse(
@@ -292,7 +304,8 @@ def build_app(emulator: Emulator) -> Starlette:
             return _error(400, f"invalid JSON body: {exc}", "invalid_request_error")
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            return _error(400, "'messages' must be a non-empty list of message objects", "invalid_request_error")
+            return _error(400, "'messages' must be a non-empty list of message objects",
+                          "invalid_request_error")
         prompt = prompt_text(messages)
         prompt_tokens = math.ceil(len(prompt) / emulator.model.chars_per_token)
         if prompt_tokens > options.ctx_size:
@@ -301,7 +314,7 @@ def build_app(emulator: Emulator) -> Starlette:
         max_tokens = requested_tokens(body, emulator.model.default_max_tokens)
         finish = "length" if requested_tokens(body, -1) >= 0 else "stop"
         slot = await emulator.acquire(prompt)
-        plan = emulator.plan(slot, messages, prompt, max_tokens)
+        plan = emulator.plan(slot, messages, prompt, max_tokens, body.get("cache_prompt") is not False)
         pieces = output_pieces(max_tokens, plan.task_class)
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
                 "model": options.aliases[0], "system_fingerprint": "b0-emulator"}
@@ -317,7 +330,8 @@ def build_app(emulator: Emulator) -> Starlette:
                                  "timings": timings_json(plan.timing), "choices": [
                                      {"index": 0, "finish_reason": finish,
                                       "message": {"role": "assistant", "content": "".join(pieces)}}]})
-        return StreamingResponse(stream(plan, pieces, base, usage, finish, prompt), media_type="text/event-stream")
+        return StreamingResponse(stream(plan, pieces, base, usage, finish, prompt),
+                                 media_type="text/event-stream")
 
     async def stream(plan: Plan, pieces: list[str], base: dict[str, Any], usage: dict[str, int], finish: str,
                      prompt: str) -> AsyncIterator[str]:
@@ -336,15 +350,18 @@ def build_app(emulator: Emulator) -> Starlette:
                     await asyncio.sleep(delay)
                 yield event({"finish_reason": None, "delta": {"content": piece}})
             emulator.record(plan, prompt, "".join(pieces))
-            yield event({"finish_reason": finish, "delta": {}}, usage=usage, timings=timings_json(plan.timing))
+            final = {"finish_reason": finish, "delta": {}}
+            yield event(final, usage=usage, timings=timings_json(plan.timing))
             yield "data: [DONE]\n\n"
         finally:
             await emulator.release(plan.slot)
 
     routes = [
-        Route("/health", health), Route("/v1/health", health), Route("/v1/models", models), Route("/models", models),
+        Route("/health", health), Route("/v1/health", health),
+        Route("/v1/models", models), Route("/models", models),
         Route("/props", props), Route("/metrics", metrics), Route("/slots", slots),
-        Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/chat/completions", chat, methods=["POST"]),
     ]
     return Starlette(routes=routes)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from specd import intent as intents
 from specd import paths
 from specd.config import Deployment
-from specd.errors import HealthError, SpecdError, SwitchFailed, SystemdError, UsageError
+from specd.errors import HealthError, LockBusy, SpecdError, SwitchFailed, SystemdError, UsageError
 from specd.health import HealthResult, wait_healthy
 from specd.history import Generation, History
 from specd.lock import deployment_lock
@@ -137,9 +137,17 @@ class Switcher:
             return self._install(target, kind="rollback", restores_id=target_gen.content_id if target_gen else None,
                                  preflight_s=0.0, started=started, notes=())
 
-    def recover(self) -> str | None:
-        with self.lock("recover"):
-            return self._recover_locked()
+    def recover(self, *, wait: bool = True) -> str | None:
+        """Undo an interrupted operation, if any. With wait=False, skip when the lock is busy."""
+        if not wait and intents.load(self.unit) is None:
+            return None
+        try:
+            with self.lock("recover", None if wait else 0.0):
+                return self._recover_locked()
+        except LockBusy:
+            if wait:
+                raise
+            return None
 
     # -- the transaction ---------------------------------------------------------------------
 

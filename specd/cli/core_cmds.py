@@ -58,12 +58,15 @@ def rollback(
 def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """The active profile, the unit's state, the endpoint's health and the daemon."""
     cfg, deployment = deployment_of(config, unit)
+    recovered = Switcher(deployment).recover(wait=False)
     data = collect_status(cfg, deployment)
+    if recovered:
+        data["recovered"] = recovered
     if json_out:
         print_json(data)
         return
     table = Table(show_header=False, box=None)
-    for key in ("unit", "active_profile", "unit_state", "endpoint", "health", "generation", "daemon"):
+    for key in ("unit", "active_profile", "unit_state", "endpoint", "health", "generation", "daemon", "recovered"):
         table.add_row(key.replace("_", " "), str(data.get(key, "")))
     console.print(table)
 

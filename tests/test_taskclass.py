@@ -1,0 +1,116 @@
+"""The task-class heuristic: clear examples of each class, message shapes, determinism."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specd.taskclass import TASK_CLASSES, classify, last_user_text, scores
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Write a Python function that merges two sorted lists.",
+        "Why does this crash?\n```python\ndef f(x):\n    return x[0]\n```",
+        "Refactor this class to use dataclasses:\nclass Point:\n    def __init__(self, x, y):\n        self.x = x",
+        "Here is my traceback, please debug it: KeyError: 'id'",
+        "implement a linked list in Rust with push and pop",
+        "Write a SQL query that returns the ten largest orders per customer.",
+    ],
+)
+def test_code(text: str) -> None:
+    assert classify(user(text)) == "code"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is the capital of Australia?",
+        "Who was the first person to walk on the moon?",
+        "When did the Berlin Wall fall?",
+        "How many bones are in the human body?",
+        "Define entropy.",
+        "Translate 'good morning' into German.",
+    ],
+)
+def test_factual(text: str) -> None:
+    assert classify(user(text)) == "factual"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Explain why interest rates rise when inflation is high.",
+        "Compare PostgreSQL and MySQL for a write-heavy workload and weigh the trade-offs.",
+        "Analyse the pros and cons of remote work for a small startup.",
+        "What is the difference between TCP and UDP, and which should a game use? Evaluate both.",
+    ],
+)
+def test_analysis(text: str) -> None:
+    assert classify(user(text)) == "analysis"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+        "Compose a poem about autumn rain.",
+        "Imagine you are a dragon guarding the last library on Earth. Describe your day.",
+        "Brainstorm ten names for a bakery that sells only sourdough.",
+        "Write a haiku about the sea.",
+    ],
+)
+def test_creative(text: str) -> None:
+    assert classify(user(text)) == "creative"
+
+
+def test_only_the_last_user_message_counts() -> None:
+    messages = [
+        {"role": "user", "content": "Write a Python function that parses dates."},
+        {"role": "assistant", "content": "def parse(s): ..."},
+        {"role": "user", "content": "Now write a poem about that function's loneliness."},
+    ]
+    assert classify(messages) == "creative"
+
+
+def test_content_parts_are_read() -> None:
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Write a haiku about frost."},
+                                             {"type": "image_url", "image_url": {"url": "x"}}]}]
+    assert last_user_text(messages) == "Write a haiku about frost."
+    assert classify(messages) == "creative"
+
+
+def test_no_evidence_falls_back_on_length() -> None:
+    assert classify(user("hello there")) == "factual"
+    assert classify(user(" ".join(["tell me about it"] * 20))) == "analysis"
+
+
+def test_empty_and_odd_inputs() -> None:
+    assert classify([]) == "factual"
+    assert classify([{"role": "user", "content": None}]) == "factual"
+    assert classify([{"role": "assistant", "content": "Compose a sonnet"}]) == "creative"
+
+
+def test_scores_show_the_evidence() -> None:
+    evidence = scores("```python\nimport os\n```")
+    assert evidence["code"] > 0
+    assert evidence["creative"] == 0
+
+
+def test_task_classes_tuple() -> None:
+    assert TASK_CLASSES == ("code", "factual", "analysis", "creative")
+
+
+@given(st.text(max_size=300))
+def test_total_and_deterministic(text: str) -> None:
+    first = classify(user(text))
+    assert first in TASK_CLASSES
+    assert classify(user(text)) == first
