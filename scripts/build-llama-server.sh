@@ -5,6 +5,7 @@
 #
 # The build lives in a cache outside the repo, keyed by the sdist version and the build options:
 #   ${SPECD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specd}/llama-server/<version>-<backend>/
+# (<backend> is cpu, or cuda-sm<arch> with arch from CUDA_ARCHITECTURES or the GPU's compute capability).
 # A second run with the same key only checks the binary and prints its path (seconds).
 # The last line printed is the absolute path of the llama-server binary.
 set -euo pipefail
@@ -16,21 +17,57 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cuda) backend=cuda ;;
     --jobs) jobs="$2"; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "build-llama-server.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
+log() { echo "build-llama-server: $*" >&2; }
+
+cuda_arch=""
+cuda_hints=()
+if [ "$backend" = cuda ]; then
+  command -v nvcc >/dev/null || { log "--cuda needs nvcc on the PATH (CUDA toolkit)"; exit 1; }
+  # CMake's 'native' needs a GPU visible at configure time; ask the driver for the compute capability
+  # instead, and fall back to sm_90 (H100/H200) on a build box without one.
+  cuda_arch="${CUDA_ARCHITECTURES:-}"
+  if [ -z "$cuda_arch" ]; then
+    cuda_arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
+      | tr -d ' .' | grep -E '^[0-9]+$' | sort -u | paste -sd ';' -)" || cuda_arch=""
+  fi
+  if [ -z "$cuda_arch" ]; then
+    cuda_arch=90
+    log "no GPU visible: building for sm_90; set CUDA_ARCHITECTURES (86 = RTX 30xx, 89 = RTX 40xx, 120 = RTX 50xx)"
+  fi
+  # CUDA installed from pip wheels (nvidia-cublas, ...) keeps cuBLAS in site-packages and has no
+  # libcuda stub, where CMake's FindCUDAToolkit does not look: point it at them.
+  toolkit="$(nvcc --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ _HERE_=//p' | head -1)/.."
+  if ! ls "$toolkit"/lib64/libcublas.so "$toolkit"/targets/*/lib/libcublas.so >/dev/null 2>&1; then
+    sites="$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null || true)"
+    pip_cuda() { for dir in $sites; do find "$dir/nvidia" -name "$1" 2>/dev/null; done | sort | head -1; }
+    cublas="$(pip_cuda 'libcublas.so*')" cublaslt="$(pip_cuda 'libcublasLt.so*')"
+    header="$(pip_cuda cublas_v2.h)"
+    if [ -n "$cublas" ] && [ -n "$cublaslt" ] && [ -n "$header" ]; then
+      log "cuBLAS is not in $toolkit: using pip's $(dirname "$cublas")"
+      cuda_hints+=("-DCUDA_cublas_LIBRARY=$cublas" "-DCUDA_cublasLt_LIBRARY=$cublaslt"
+                   "-DCMAKE_CUDA_FLAGS=-I$(dirname "$header")" "-DCMAKE_CXX_FLAGS=-I$(dirname "$header")")
+    fi
+  fi
+  if ! ls "$toolkit"/lib64/stubs/libcuda.so "$toolkit"/targets/*/lib/stubs/libcuda.so >/dev/null 2>&1; then
+    driver="$(ldconfig -p 2>/dev/null | sed -n 's/^[[:space:]]*libcuda\.so\.1 (libc6,x86-64) => //p' | head -1)"
+    if [ -n "$driver" ]; then cuda_hints+=("-DCUDA_cuda_driver_LIBRARY=$driver"); fi
+  fi
+fi
+
 cache="${SPECD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specd}"
 key="${LLAMA_CPP_PYTHON_VERSION}-${backend}"
+if [ "$backend" = cuda ]; then key="${key}-sm${cuda_arch//;/-}"; fi
 root="$cache/llama-server/$key"
 src="$root/src"
 build="$root/build"
 binary="$build/bin/llama-server"
 stamp="$root/.built"
-
-log() { echo "build-llama-server: $*" >&2; }
 
 if [ -x "$binary" ] && [ -f "$stamp" ] && "$binary" --version >/dev/null 2>&1; then
   log "cached build $key is up to date"
@@ -43,8 +80,7 @@ cmake_flags=(
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF
 )
 if [ "$backend" = cuda ]; then
-  command -v nvcc >/dev/null || { log "--cuda needs nvcc on the PATH (CUDA toolkit)"; exit 1; }
-  cmake_flags+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-native}")
+  cmake_flags+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${cuda_arch}" "${cuda_hints[@]}")
 fi
 if command -v ccache >/dev/null; then
   cmake_flags+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

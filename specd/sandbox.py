@@ -28,6 +28,7 @@ class PrivateSystemd:
     root: Path
     process: subprocess.Popen[bytes]
     env: dict[str, str]
+    cgroups: list[Path]
 
     @property
     def unit_dir(self) -> Path:
@@ -47,6 +48,43 @@ class PrivateSystemd:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        for cgroup in self.cgroups:
+            for directory in sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                _rmdir_quietly(directory)
+            _rmdir_quietly(cgroup)
+
+
+def _rmdir_quietly(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        return
+
+
+def _own_cgroups(name: str) -> list[Path]:
+    """A cgroup subtree of its own for the manager, where the container lets us make one.
+
+    On cgroup-v1 containers a user manager started from init.scope takes "/" as its root, so two
+    private managers would share /app.slice/<unit> cgroups — and stopping a unit in one (say the
+    D-Bus daemon) would kill the other's processes. Each manager gets /specd-<name> instead.
+    """
+    created: list[Path] = []
+    for hierarchy in (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified")):
+        target = hierarchy / f"specd-{name}"
+        try:
+            target.mkdir(exist_ok=True)
+        except OSError:
+            continue
+        created.append(target)
+    return created
+
+
+def _enter_cgroups(cgroups: list[Path]) -> None:
+    for cgroup in cgroups:
+        try:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            continue
 
 
 def _xdg(name: str, default: Path, keep: bool) -> str:
@@ -78,12 +116,13 @@ def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
         "SPECD_CACHE": real_cache,
         "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime}/bus",
     }
+    cgroups = _own_cgroups(base.name)
     with open(runtime / "systemd.log", "wb") as log:
         process = subprocess.Popen(
             [str(SYSTEMD), "--user"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=lambda: _enter_cgroups(cgroups),
         )
-    manager = PrivateSystemd(base, process, env)
+    manager = PrivateSystemd(base, process, env, cgroups)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -1,0 +1,67 @@
+"""specd.toml: search order, the one-deployment shorthand, several deployments, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specd.config import load_config, resolve_config_path
+from specd.errors import ConfigError
+
+
+def test_shorthand_keys_work_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "specd.toml"
+    path.write_text('unit = "llama-server.service"   # the unit specd owns\nscope = "user"\nprofiles_dir = "p"\n')
+    deployment = load_config(path).deployment()
+    assert deployment.unit == "llama-server.service" and deployment.scope == "user"
+    assert deployment.profiles_dir == tmp_path / "p"
+
+
+def test_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("SPECD_CONFIG", raising=False)
+    assert resolve_config_path() == tmp_path / "xdg" / "specd" / "specd.toml"
+    monkeypatch.setenv("SPECD_CONFIG", str(tmp_path / "env.toml"))
+    assert resolve_config_path() == tmp_path / "env.toml"
+    assert resolve_config_path(tmp_path / "flag.toml") == tmp_path / "flag.toml"
+
+
+def test_several_deployments_and_unit_selection(tmp_path: Path) -> None:
+    path = tmp_path / "specd.toml"
+    path.write_text(
+        '[[deployment]]\nunit = "big.service"\nprofiles_dir = "/p/big"\n[deployment.proxy]\nlisten = "127.0.0.1:8080"\n'
+        '[[deployment]]\nunit = "small.service"\nprofiles_dir = "/p/small"\nscope = "system"\n'
+    )
+    config = load_config(path)
+    assert config.deployment("small").scope == "system"
+    assert config.deployment("big.service").proxy is not None
+    with pytest.raises(ConfigError, match="pick one with --unit"):
+        config.deployment()
+    with pytest.raises(ConfigError, match="no deployment for unit 'other.service'"):
+        config.deployment("other")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('unit = "llama-server"\nprofiles_dir = "p"\n', "ending in .service"),
+        ('unit = "a.service"\nscope = "users"\nprofiles_dir = "p"\n', "did you mean 'user'"),
+        ('unit = "a.service"\nprofile_dir = "p"\n', "did you mean 'profiles_dir'"),
+        ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nmargin = "5%"\n', "'tuner.margin' must be a number"),
+        ('unit = "a.service"\n', "'profiles_dir' is required"),
+        ('unit = "a.service\nprofiles_dir = "p"\n', "TOML syntax error"),
+    ],
+)
+def test_config_errors_name_the_problem(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "specd.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert expected in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_config_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "none.toml")
+    assert "specd quickstart" in str(info.value)
