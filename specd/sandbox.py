@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
         "SPECD_CACHE": real_cache,
         "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime}/bus",
     }
-    cgroups = _own_cgroups(base.name)
+    cgroups = _own_cgroups(f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
     with open(runtime / "systemd.log", "wb") as log:
         process = subprocess.Popen(
             [str(SYSTEMD), "--user"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

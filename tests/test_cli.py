@@ -1,0 +1,81 @@
+"""The CLI as a user meets it: exit codes, clear errors, nothing changed on bad input, locking."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
+
+
+def snapshot(box) -> dict[str, str]:
+    return {p.name: p.read_text() for p in box.unit_path.parent.glob(f"{box.unit}*")}
+
+
+@pytest.mark.parametrize(
+    ("profile_text", "expected"),
+    [
+        ('inherits = "base"\nctx_sise = 1\n', "did you mean 'ctx_size'"),
+        ('inherits = "base"\nport = "x"\n', "'port' must be an integer"),
+        ('inherits = "base"\nargs = [\n', "TOML syntax error"),
+        ('inherits = "base"\nmodel = "/missing.gguf"\n', "/missing.gguf: no such model file"),
+        ('inherits = "base"\nalias = "x\\" --api-key steal"\n', "'alias' must be letters"),
+        ('inherits = "base"\nargs = ["--x", "$(reboot)"]\n', "does not accept --x"),
+    ],
+)
+def test_bad_profiles_exit_2_and_change_nothing(box, profile_text: str, expected: str) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    before = snapshot(box)
+    box.write_profile("bad", profile_text)
+    result = box.specd("switch", "bad")
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert snapshot(box) == before
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    assert len(history) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["switch"], ["switch", "no-such-profile"], ["rollback", "--to", "abc"], ["rollback", "--to", "999"],
+     ["nonsense"], ["show", "../../etc/passwd"], ["status", "--unit", "other"]],
+)
+def test_wrong_arguments_exit_2_without_traceback(box, args: list[str]) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    before = snapshot(box)
+    result = box.specd(*args)
+    assert result.returncode == 2, (args, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert snapshot(box) == before
+
+
+def test_missing_config_is_a_clear_error(box, tmp_path) -> None:
+    result = box.specd("status", env={"SPECD_CONFIG": str(tmp_path / "nope.toml")})
+    assert result.returncode == 2 and "no config at" in result.stderr and "quickstart" in result.stderr
+
+
+def test_rollback_with_nothing_before_is_refused(box) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    result = box.specd("rollback")
+    assert result.returncode == 2 and "nothing to roll back to" in result.stderr
+
+
+def test_two_concurrent_switches_serialise(box) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    box.edit_profile("base", stability_s=4)
+    command = [sys.executable, "-m", "specd", "switch", "ngram-simple"]
+    first = subprocess.Popen(command, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    second = box.specd("switch", "ngram-mod")
+    first_out, first_err = first.communicate(timeout=120)
+    assert first.returncode == 0, first_err
+    assert second.returncode == 75, second.stderr
+    assert "busy" in second.stderr and f"pid {first.pid}" in second.stderr and "switch ngram-simple" in second.stderr
+    waited = box.specd("switch", "ngram-mod", env={})
+    assert waited.returncode == 0
+    profiles = [g["profile"] for g in json.loads(box.specd("history", "--json", check=True).stdout)]
+    assert profiles == ["ngram-mod", "ngram-simple", "autoregressive"]

@@ -1,0 +1,194 @@
+"""The tuner: the pure decision, the seeds' decisions on the emulator, pins, dry runs and the nightly job."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from specd import traffic
+from specd.bench import ModelTarget, Settings
+from specd.config import load_config
+from specd.history import History
+from specd.stats import summarize
+from specd.tuner import decide, nightly, tune
+from specd.workloads import save_workload
+from tests.conftest import Box
+from tests.test_bench import CODE_ASK, CREATIVE_ASK, SEEDS, emulated_profiles, shaped
+
+MODES = {"plain": "none", "mtp": "mtp", "dflash": "dflash"}
+
+
+# --- decide: pure ------------------------------------------------------------------------------------
+
+
+def test_switches_when_faster_past_the_margin_with_separated_cis() -> None:
+    decision = decide({"plain": summarize([100, 101, 99, 100, 102]), "mtp": summarize([80, 81, 79, 80, 82])},
+                      "plain")
+    assert decision.best == "mtp" and decision.switch
+    assert decision.reason.startswith("switched to mtp: 20% faster than plain")
+
+
+def test_keeps_below_the_margin() -> None:
+    decision = decide({"mtp": summarize([100, 100, 100, 100]), "plain": summarize([97, 97, 97, 97])}, "mtp")
+    assert decision.best == "plain" and not decision.switch
+    assert decision.reason == "kept mtp: plain 3% faster, below the 5% margin"
+
+
+def test_keeps_when_cis_overlap_even_past_the_margin() -> None:
+    decision = decide({"a": summarize([100, 60, 140, 100, 100]), "b": summarize([90, 50, 130, 90, 90])}, "a")
+    assert decision.best == "b" and not decision.switch
+    assert "CIs overlap" in decision.reason
+
+
+def test_pinned_and_dry_run_never_switch() -> None:
+    cells = {"plain": summarize([100.0] * 5), "mtp": summarize([50.0] * 5)}
+    assert not decide(cells, "plain", pinned="plain").switch
+    assert "pinned" in decide(cells, "plain", pinned="plain").reason
+    dry = decide(cells, "plain", dry_run=True)
+    assert dry.best == "mtp" and not dry.switch and dry.reason.startswith("would switch to mtp")
+
+
+def test_keeps_the_active_profile_when_it_is_fastest() -> None:
+    decision = decide({"plain": summarize([50.0] * 5), "mtp": summarize([100.0] * 5)}, "plain")
+    assert decision.best == "plain" and not decision.switch
+    assert decision.reason.startswith("kept plain: fastest; mtp is 100% slower")
+
+
+def test_switches_to_the_best_when_nothing_was_active() -> None:
+    decision = decide({"plain": summarize([50.0] * 5), "mtp": summarize([100.0] * 5)}, None)
+    assert decision.best == "plain" and decision.switch
+
+
+def test_nothing_benched_keeps() -> None:
+    decision = decide({}, "plain")
+    assert decision.best is None and not decision.switch
+
+
+# --- tune over the seeds' performance model, in-process (no server) ---------------------------------
+
+
+@pytest.mark.parametrize(("ask", "prompt", "output", "candidates", "winner"), [
+    (CODE_ASK, 43000, 200, MODES, "plain"),       # 002: plain wins below ~950 output tokens at 43K context
+    (CODE_ASK, 43000, 2000, MODES, "mtp"),        # ... MTP above, DFlash loses
+    (CODE_ASK, 500, 256, ("plain", "mtp"), "mtp"),          # 004: MTP on for code
+    (CREATIVE_ASK, 500, 256, ("plain", "mtp"), "plain"),    # ... off for creative at Q4_K_M
+])
+def test_tune_reproduces_the_seeds_decisions_on_the_model(ask: str, prompt: int, output: int,
+                                                          candidates: tuple[str, ...], winner: str) -> None:
+    target = ModelTarget(SEEDS, MODES, seed=1, active="plain")
+    result = tune(target, list(candidates), shaped(ask, prompt, output), Settings(n=10))
+    assert result.decision.best == winner
+    assert result.final_profile == winner
+    assert result.decision.switch == (winner != "plain")
+    if output == 2000:  # 002: DFlash collapses at long outputs and loses to both
+        medians = {e.profile: e.median_ms for e in result.decision.estimates}
+        assert medians["dflash"] > medians["mtp"]
+
+
+def test_identical_profiles_never_switch_on_noise() -> None:
+    for seed in range(20):
+        target = ModelTarget(SEEDS, {"a": "none", "b": "none"}, seed=seed, active="a")
+        result = tune(target, ["a", "b"], shaped(CODE_ASK, 500, 256), Settings(n=10))
+        assert not result.decision.switch, result.decision.reason
+        assert target.active() == "a"
+
+
+def test_mixed_lengths_give_a_crossover_sentence() -> None:
+    target = ModelTarget(SEEDS, MODES, seed=2, active="plain")
+    mixed = shaped(CODE_ASK, 43000, 200, count=3)
+    mixed = type(mixed)("mixed", mixed.requests + shaped(CODE_ASK, 43000, 2000, count=3).requests)
+    result = tune(target, ["plain", "mtp"], mixed, Settings(n=12))
+    assert any("wins below" in s and "output tokens" in s for s in result.decision.crossovers)
+    assert all(e.model_wall_ms is not None for e in result.decision.estimates)
+
+
+# --- end to end: specd tune on specd-emulator units ------------------------------------------------
+
+
+def _tune(box: Box, workload: Path, *extra: str) -> dict[str, object]:
+    result = box.specd("tune", "--workload", str(workload), "--n", "6", "--json", *extra, check=True)
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _active(box: Box) -> str:
+    return str(json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"])
+
+
+def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box, tmp_path: Path) -> None:
+    emulated_profiles(box, ("plain", "mtp"))
+    box.specd("switch", "plain", check=True)
+    code = tmp_path / "code.jsonl"
+    creative = tmp_path / "creative.jsonl"
+    save_workload(shaped(CODE_ASK, 500, 256), code)
+    save_workload(shaped(CREATIVE_ASK, 500, 256), creative)
+
+    dry = _tune(box, code, "--dry-run")
+    assert dry["best"] == "mtp" and dry["switch"] is False and dry["final_profile"] == "plain"
+    assert _active(box) == "plain"
+
+    box.specd("pin", "plain", check=True)
+    pinned = _tune(box, code)
+    assert pinned["best"] == "mtp" and pinned["switch"] is False and "pinned" in str(pinned["reason"])
+    assert _active(box) == "plain"
+    box.specd("unpin", check=True)
+
+    on_code = _tune(box, code)
+    assert on_code["best"] == "mtp" and on_code["switch"] is True and _active(box) == "mtp"
+    estimates = on_code["estimates"]
+    assert isinstance(estimates, dict) and set(estimates) == {"plain", "mtp"}
+    on_creative = _tune(box, creative)
+    assert on_creative["best"] == "plain" and on_creative["switch"] is True and _active(box) == "plain"
+    events = History().events(box.unit)
+    assert [e["kind"] for e in events[:4]] == ["tune", "tune", "tune", "tune-dry-run"]
+    assert events[0]["detail"].startswith("switched to plain")
+
+
+def test_tune_cli_output_length_crossover(box: Box, tmp_path: Path) -> None:
+    emulated_profiles(box, ("plain", "mtp", "dflash"), time_scale=0.005)
+    box.specd("switch", "plain", check=True)
+    short, long = tmp_path / "short.jsonl", tmp_path / "long.jsonl"
+    save_workload(shaped(CODE_ASK, 43000, 200, count=3), short)
+    save_workload(shaped(CODE_ASK, 43000, 2000, count=3), long)
+    kept = _tune(box, short)
+    assert kept["best"] == "plain" and kept["switch"] is False
+    switched = _tune(box, long)
+    assert switched["best"] == "mtp" and switched["switch"] is True and _active(box) == "mtp", switched
+    medians = {k: v["median_ms"] for k, v in switched["estimates"].items()}  # type: ignore[attr-defined]
+    assert medians["dflash"] > medians["mtp"]
+
+
+def test_tune_cli_identical_profiles_do_not_switch(box: Box, tmp_path: Path) -> None:
+    emulated_profiles(box, ("plain",), twins=("plain-twin",))
+    box.edit_profile("plain-twin", args=["--emulator-time-scale", "0.002", "--seed", "7"])
+    box.specd("switch", "plain", check=True)
+    code = tmp_path / "code.jsonl"
+    save_workload(shaped(CODE_ASK, 500, 256), code)
+    result = _tune(box, code)
+    assert result["switch"] is False and _active(box) == "plain"
+
+
+def test_nightly_waits_for_idle_traffic_then_tunes_and_records(box: Box, tmp_path: Path) -> None:
+    emulated_profiles(box, ("plain", "mtp"))
+    box.specd("switch", "plain", check=True)
+    code = tmp_path / "code.jsonl"
+    save_workload(shaped(CODE_ASK, 500, 256), code)
+    with box.config_path.open("a") as config:
+        config.write(f'\n[tuner]\nworkload = "{code}"\nn = 6\nidle_minutes = 30\nbudget_minutes = 5\n')
+    config = load_config(box.config_path)
+    conn = traffic.open_db()
+    traffic.insert_records(conn, [traffic.TrafficRecord(ts=time.time() - 60, endpoint="/v1/chat/completions",
+                                                        stream=False, status=200, total_ms=5.0, unit=box.unit)])
+    assert nightly(config, box.deployment) is None
+    assert History().events(box.unit)[0]["detail"].startswith("traffic 1 min ago")
+    conn.execute("DELETE FROM traffic")
+    conn.close()
+    decision = nightly(config, box.deployment)
+    assert decision is not None and decision.best == "mtp" and decision.switch
+    assert _active(box) == "mtp"
+    event = History().events(box.unit)[0]
+    assert event["kind"] == "tune" and event["detail"].startswith("switched to mtp")
+    numbers = json.loads(event["detail"].split(" | ", 1)[1])
+    assert set(numbers["estimates"]) == {"plain", "mtp"} and numbers["trigger"] == "tuner"
