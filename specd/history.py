@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specd.store import connect, ensure_schema
+from specd.store import StateDbError, connect, ensure_schema
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -76,8 +76,24 @@ def now_iso() -> str:
 
 class History:
     def __init__(self, db_path: Path | None = None) -> None:
+        self.path = db_path
         self.conn = connect(db_path)
         ensure_schema(self.conn, SCHEMA)
+
+    @classmethod
+    def in_memory(cls) -> "History":
+        """A throwaway history, for rolling back from the .pre-* files when the state DB is unusable."""
+        return cls(Path(":memory:"))
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.DatabaseError as exc:
+            raise StateDbError(
+                f"state database {self.path or 'specd.db'}: {exc}",
+                hint="another process may hold it locked, or it is corrupt; the unit can still be rolled back "
+                "from its .pre-* backups (`specd rollback`)",
+            ) from exc
 
     def close(self) -> None:
         self.conn.close()
@@ -85,7 +101,7 @@ class History:
     def add(self, unit: str, *, kind: str, profile: str | None, unit_sha256: str | None, backup_path: Path | None,
             previous_id: int | None, trigger: str, outcome: str = "pending", restores_id: int | None = None,
             detail: str = "") -> int:
-        cursor = self.conn.execute(
+        cursor = self._execute(
             "INSERT INTO generations (unit, created_at, kind, profile, unit_sha256, backup_path, previous_id,"
             " restores_id, trigger, outcome, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (unit, now_iso(), kind, profile, unit_sha256, str(backup_path) if backup_path else None, previous_id,
@@ -95,7 +111,7 @@ class History:
 
     def finish(self, generation_id: int, *, outcome: str, detail: str = "", preflight_s: float | None = None,
                restart_s: float | None = None, health_s: float | None = None, total_s: float | None = None) -> None:
-        self.conn.execute(
+        self._execute(
             "UPDATE generations SET outcome=?, detail=?, preflight_s=COALESCE(?, preflight_s),"
             " restart_s=COALESCE(?, restart_s), health_s=COALESCE(?, health_s), total_s=COALESCE(?, total_s)"
             " WHERE id=?",
@@ -103,32 +119,32 @@ class History:
         )
 
     def get(self, generation_id: int) -> Generation | None:
-        row = self.conn.execute("SELECT * FROM generations WHERE id=?", (generation_id,)).fetchone()
+        row = self._execute("SELECT * FROM generations WHERE id=?", (generation_id,)).fetchone()
         return Generation(**dict(row)) if row else None
 
     def list(self, unit: str, limit: int = 50) -> list[Generation]:
-        rows = self.conn.execute(
+        rows = self._execute(
             "SELECT * FROM generations WHERE unit=? ORDER BY id DESC LIMIT ?", (unit, limit)
         ).fetchall()
         return [Generation(**dict(row)) for row in rows]
 
     def active(self, unit: str) -> Generation | None:
         """The generation now installed: the newest one that succeeded."""
-        row = self.conn.execute(
+        row = self._execute(
             "SELECT * FROM generations WHERE unit=? AND outcome='ok' ORDER BY id DESC LIMIT 1", (unit,)
         ).fetchone()
         return Generation(**dict(row)) if row else None
 
     def event(self, unit: str, kind: str, detail: str) -> None:
-        self.conn.execute("INSERT INTO events (unit, at, kind, detail) VALUES (?,?,?,?)", (unit, now_iso(), kind, detail))
+        self._execute("INSERT INTO events (unit, at, kind, detail) VALUES (?,?,?,?)", (unit, now_iso(), kind, detail))
 
     def events(self, unit: str, limit: int = 50) -> list[sqlite3.Row]:
-        return list(self.conn.execute(
+        return list(self._execute(
             "SELECT * FROM events WHERE unit=? ORDER BY id DESC LIMIT ?", (unit, limit)
         ).fetchall())
 
     def prune(self, unit: str, keep: int) -> int:
-        cursor = self.conn.execute(
+        cursor = self._execute(
             "DELETE FROM generations WHERE unit=? AND id NOT IN"
             " (SELECT id FROM generations WHERE unit=? ORDER BY id DESC LIMIT ?)", (unit, unit, keep)
         )

@@ -6,6 +6,7 @@ how to open the file safely from several processes (CLI, daemon) at once.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -17,8 +18,10 @@ class StateDbError(SpecdError):
     """The state DB is locked for too long or is not a database."""
 
 
-def connect(db_path: Path | None = None, *, timeout_s: float = 10.0) -> sqlite3.Connection:
+def connect(db_path: Path | None = None, *, timeout_s: float | None = None) -> sqlite3.Connection:
     path = db_path or paths.db_path()
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("SPECD_DB_TIMEOUT_S", "10"))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)

@@ -9,8 +9,6 @@ A crash anywhere is undone by the next specd command that takes the lock (`recov
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from specd import intent as intents
 from specd import paths
 from specd.config import Deployment
 from specd.errors import HealthError, LockBusy, SpecdError, SwitchFailed, SystemdError, UsageError
+from specd.faults import checkpoint
 from specd.health import HealthResult, wait_healthy
 from specd.history import Generation, History
 from specd.lock import deployment_lock
@@ -34,6 +33,7 @@ from specd.unitfiles import (
     list_backups,
     prune_backups,
     read_text,
+    remove_stale_temp_files,
     sha256_text,
 )
 from specd.unitparse import parse_unit
@@ -41,14 +41,9 @@ from specd.unitparse import parse_unit
 log = logging.getLogger("specd.switch")
 STEPS = ("preflight", "intent", "backup", "write", "reload", "restart", "gate", "commit")
 REVERT_STEPS = ("revert-write", "revert-reload", "revert-restart", "revert-gate")
+WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
+                    for moment in ("before-fsync", "before-rename", "before-dirsync"))
 DEFAULT_GATE_TIMEOUT_S = 600.0
-
-
-def checkpoint(step: str) -> None:
-    """Fault injection for crash-consistency tests: SPECD_FAULT=step1,step2 kills us at those steps."""
-    faults = os.environ.get("SPECD_FAULT", "")
-    if faults and step in faults.split(","):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -162,7 +157,7 @@ class Switcher:
         previous = self.history.active(self.unit)
         old_profile = profile_of_unit(current) if current else None
         backup = backup_name(unit_path, old_profile) if current is not None else None
-        if current is not None and disk_free(unit_path.parent) < 4 * len(current.encode()) + (1 << 16):
+        if current is not None and disk_free(unit_path.parent) < 2 * len(current.encode()) + 8192:
             raise SwitchFailed(f"{unit_path.parent}: not enough free disk space for a backup; nothing was changed")
         new_sha = self.store.put(target.text)
         generation_id = self.history.add(
@@ -178,12 +173,17 @@ class Switcher:
         intents.save(intent)
         checkpoint("intent")
         restart_s = health_s = 0.0
-        try:
-            if current is not None and backup is not None:
+        if current is not None and backup is not None:
+            try:
                 self.store.put(current)
-                atomic_write(backup, current.encode("utf-8"))
-            checkpoint("backup")
-            atomic_write(unit_path, target.text.encode("utf-8"))
+                atomic_write(backup, current.encode("utf-8"), fault_name="backup")
+            except SpecdError as exc:
+                self.history.finish(generation_id, outcome="failed", detail=f"backup not written: {exc.message}")
+                intents.clear(self.unit)
+                raise SwitchFailed(f"cannot back up {unit_path.name}: {exc.message}; nothing was changed") from exc
+        checkpoint("backup")
+        try:
+            atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
             checkpoint("write")
             t_restart = time.monotonic()
             self.systemd.reset_failed(self.unit)
@@ -225,7 +225,7 @@ class Switcher:
                 raise SwitchFailed(f"cannot revert {self.unit}: the previous unit text is lost "
                                    f"(no backup at {intent.backup_path}); the unit now holds the new profile")
             if self.installed_text() != old_text:
-                atomic_write(unit_path, old_text.encode("utf-8"))
+                atomic_write(unit_path, old_text.encode("utf-8"), fault_name="revert-unit")
         else:
             unit_path.unlink(missing_ok=True)
         checkpoint("revert-write")
@@ -266,6 +266,7 @@ class Switcher:
         raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}")
 
     def _recover_locked(self) -> str | None:
+        remove_stale_temp_files(self.deployment.unit_path)
         pending = intents.load(self.unit)
         if pending is None:
             return None
@@ -305,9 +306,11 @@ class Switcher:
         return content, text
 
     def _newest_backup_text(self) -> str:
-        backups = list_backups(self.deployment.unit_path)
-        if not backups:
-            raise UsageError(f"nothing to roll back to: no history and no {self.unit}.pre-* backups")
-        text = read_text(backups[0].path)
-        assert text is not None
-        return text
+        """The newest .pre-* backup that differs from the installed unit: rollback without history."""
+        installed = self.installed_text()
+        for backup in list_backups(self.deployment.unit_path):
+            text = read_text(backup.path)
+            if text is not None and text != installed:
+                return text
+        raise UsageError(f"nothing to roll back to: no history and no {self.unit}.pre-* backup that differs "
+                         "from the installed unit")

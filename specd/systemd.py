@@ -73,9 +73,13 @@ class PydbusSystemd:
                 "pip install 'PyGObject<3.51') — install.sh does this",
             ) from exc
         self._glib_error: type[Exception] = GLib.Error
+        self._pydbus = pydbus
+        self._connect()
+
+    def _connect(self) -> None:
         try:
-            if scope == "system":
-                self._bus = pydbus.SystemBus()
+            if self.scope == "system":
+                self._bus = self._pydbus.SystemBus()
             else:
                 address = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
                 runtime = os.environ.get("XDG_RUNTIME_DIR")
@@ -86,36 +90,45 @@ class PydbusSystemd:
                         "no user bus: neither DBUS_SESSION_BUS_ADDRESS nor XDG_RUNTIME_DIR is set",
                         hint="run specd inside a login session, or use `loginctl enable-linger $USER`",
                     )
-                self._bus = pydbus.connect(address)
+                self._bus = self._pydbus.connect(address)
             self._manager: Any = self._bus.get(".systemd1")
         except self._glib_error as exc:
-            raise SystemdError(f"cannot reach systemd's {scope} manager over D-Bus: {_bus_error_text(exc)}") from exc
+            raise SystemdError(
+                f"cannot reach systemd's {self.scope} manager over D-Bus: {_bus_error_text(exc)}"
+            ) from exc
 
-    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _call(self, what: str, method: str, *args: Any) -> Any:
+        """Call a manager method; when the bus connection was lost (bus daemon restarted), reconnect once."""
         try:
-            return fn(*args)
+            return getattr(self._manager, method)(*args)
+        except self._glib_error as exc:
+            if "connection is closed" not in str(exc).lower():
+                raise SystemdError(f"systemd refused to {what}: {_bus_error_text(exc)}") from exc
+        self._connect()
+        try:
+            return getattr(self._manager, method)(*args)
         except self._glib_error as exc:
             raise SystemdError(f"systemd refused to {what}: {_bus_error_text(exc)}") from exc
 
     def reload(self) -> None:
-        self._call("reload its units", self._manager.Reload)
+        self._call("reload its units", "Reload")
 
     def reset_failed(self, unit: str) -> None:
         try:
-            self._manager.ResetFailedUnit(unit)
-        except self._glib_error:
+            self._call(f"reset {unit}", "ResetFailedUnit", unit)
+        except SystemdError:
             return  # not failed or not loaded: nothing to reset
 
     def _wait_job(self, job_path: str, deadline: float) -> None:
         while time.monotonic() < deadline:
-            jobs = self._call("list jobs", self._manager.ListJobs)
+            jobs = self._call("list jobs", "ListJobs")
             if not any(job[4] == job_path for job in jobs):
                 return
             time.sleep(_POLL_S)
         raise SystemdError(f"systemd job {job_path} did not finish in time")
 
     def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
-        job = self._call(f"restart {unit}", self._manager.RestartUnit, unit, "replace")
+        job = self._call(f"restart {unit}", "RestartUnit", unit, "replace")
         self._wait_job(job, time.monotonic() + timeout_s)
         return self.unit_state(unit)
 
@@ -123,13 +136,16 @@ class PydbusSystemd:
         state = self.unit_state(unit)
         if state.load_state == "not-found" and state.active_state == "inactive":
             return state
-        job = self._call(f"stop {unit}", self._manager.StopUnit, unit, "replace")
+        job = self._call(f"stop {unit}", "StopUnit", unit, "replace")
         self._wait_job(job, time.monotonic() + timeout_s)
         return self.unit_state(unit)
 
     def _unit(self, unit: str) -> Any:
-        path = self._call(f"load {unit}", self._manager.LoadUnit, unit)
-        return self._call(f"read {unit}", self._bus.get, ".systemd1", path)
+        path = self._call(f"load {unit}", "LoadUnit", unit)
+        try:
+            return self._bus.get(".systemd1", path)
+        except self._glib_error as exc:
+            raise SystemdError(f"cannot read {unit}: {_bus_error_text(exc)}") from exc
 
     def unit_state(self, unit: str) -> UnitState:
         obj = self._unit(unit)

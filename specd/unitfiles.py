@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specd.errors import PreflightError, SpecdError
+from specd.faults import checkpoint
 
 BACKUP_INFIX = ".pre-"
+TMP_INFIX = ".specd-tmp-"
 _BACKUP_RE = re.compile(r"\.pre-(\d{8}T\d{6}(?:\.\d+)?Z)-(.+)$")
 
 
@@ -33,10 +35,10 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, fault_name: str = "file") -> None:
     """Replace `path` with `data` atomically and durably; the old file stays whole on any error."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.specd-tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}{TMP_INFIX}{os.getpid()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
@@ -44,16 +46,27 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
+            checkpoint(f"{fault_name}-before-fsync")
             os.fsync(fd)
         finally:
             os.close(fd)
+        checkpoint(f"{fault_name}-before-rename")
         os.replace(tmp, path)
+        checkpoint(f"{fault_name}-before-dirsync")
         fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.errno == errno.ENOSPC:
             raise PreflightError(f"{path.parent}: no space left on the device; nothing was changed") from exc
         raise SpecdError(f"cannot write {path}: {exc.strerror}; the previous file is unchanged") from exc
+
+
+def remove_stale_temp_files(path: Path) -> list[Path]:
+    """Temp files a crash left beside `path` (never the target itself, which is always whole)."""
+    stale = list(path.parent.glob(f".{path.name}{TMP_INFIX}*"))
+    for leftover in stale:
+        leftover.unlink(missing_ok=True)
+    return stale
 
 
 def read_text(path: Path) -> str | None:

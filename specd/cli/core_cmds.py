@@ -8,13 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from specd.cli import app, console
+from specd.cli import app, console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.config import Deployment
 from specd.errors import SystemdError
+from specd.history import History
 from specd.preflight import run_preflight
 from specd.profiles import list_profiles
 from specd.status import collect_status
+from specd.store import StateDbError
 from specd.switch import Outcome, Switcher
 
 
@@ -51,7 +53,15 @@ def rollback(
 ) -> None:
     """Go back to the unit as it was before the last change (repeat to walk further back)."""
     _, deployment = deployment_of(config, unit)
-    _report(Switcher(deployment).rollback(to), "rolled back")
+    try:
+        switcher = Switcher(deployment)
+    except StateDbError as exc:
+        if to is not None:
+            raise
+        err_console.print(f"[yellow]warning:[/] {exc.message}\nrolling back from the .pre-* backups alone; "
+                          "this rollback is not recorded in history", highlight=False)
+        switcher = Switcher(deployment, history=History.in_memory())
+    _report(switcher.rollback(to), "rolled back")
 
 
 @app.command()
