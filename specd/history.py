@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,7 +82,7 @@ class History:
         ensure_schema(self.conn, SCHEMA)
 
     @classmethod
-    def in_memory(cls) -> "History":
+    def in_memory(cls) -> History:
         """A throwaway history, for rolling back from the .pre-* files when the state DB is unusable."""
         return cls(Path(":memory:"))
 
@@ -138,7 +139,7 @@ class History:
     def event(self, unit: str, kind: str, detail: str) -> None:
         self._execute("INSERT INTO events (unit, at, kind, detail) VALUES (?,?,?,?)", (unit, now_iso(), kind, detail))
 
-    def events(self, unit: str, limit: int = 50) -> list[sqlite3.Row]:
+    def events(self, unit: str, limit: int = 50) -> builtins.list[sqlite3.Row]:
         return list(self._execute(
             "SELECT * FROM events WHERE unit=? ORDER BY id DESC LIMIT ?", (unit, limit)
         ).fetchall())

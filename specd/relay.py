@@ -47,6 +47,7 @@ class Exchange:
         self.attempts = 0
         self.error: str | None = None
         self.failed_status: int | None = None  # set when a started stream ends in error
+        self.recorded = True  # goes into the traffic table (proxied POSTs; metrics count everything)
         self.done = False
 
     def absorb(self, document: Any) -> None:

@@ -9,6 +9,7 @@ private 0700 dir, HOME/XDG_CONFIG_HOME point at a temp dir so no real user's uni
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -80,14 +81,6 @@ def _own_cgroups(name: str) -> list[Path]:
     return created
 
 
-def _enter_cgroups(cgroups: list[Path]) -> None:
-    for cgroup in cgroups:
-        try:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-        except OSError:
-            continue
-
-
 def _xdg(name: str, default: Path, keep: bool) -> str:
     value = os.environ.get(name, "") if keep else ""
     return value or str(default)
@@ -119,9 +112,11 @@ def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
     }
     cgroups = _own_cgroups(f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
     with open(runtime / "systemd.log", "wb") as log:
+        targets = " ".join(shlex.quote(str(cgroup / "cgroup.procs")) for cgroup in cgroups)
+        enter_then_exec = f'for f in {targets}; do echo $$ > "$f" 2>/dev/null; done; exec {SYSTEMD} --user'
         process = subprocess.Popen(
-            [str(SYSTEMD), "--user"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=lambda: _enter_cgroups(cgroups),
+            ["/bin/sh", "-c", enter_then_exec], env=env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )
     manager = PrivateSystemd(base, process, env, cgroups)
     deadline = time.monotonic() + timeout_s

@@ -17,12 +17,21 @@ from pathlib import Path
 from specd import intent as intents
 from specd import paths
 from specd.config import Deployment
-from specd.errors import HealthError, LockBusy, SpecdError, SwitchFailed, SystemdError, UsageError
+from specd.errors import (
+    HealthError,
+    LockBusy,
+    ProfileError,
+    SpecdError,
+    SwitchFailed,
+    SystemdError,
+    UsageError,
+)
 from specd.faults import checkpoint
 from specd.health import HealthResult, wait_healthy
 from specd.history import Generation, History
 from specd.lock import deployment_lock
 from specd.preflight import Preflight, run_preflight
+from specd.profiles import load_profile
 from specd.render import profile_of_unit
 from specd.systemd import SystemdClient, UnitState, connect_systemd, journal_tail
 from specd.unitfiles import (
@@ -129,6 +138,13 @@ class Switcher:
             profile = target_gen.profile if target_gen else profile_of_unit(text)
             where = f"generation {target_gen.id}" if target_gen else "newest .pre-* backup"
             target = target_from_text(text, profile, where=where)
+            if profile is not None:
+                try:
+                    known = load_profile(self.deployment.profiles_dir, profile)
+                    target = Target(text, profile, target.alias, target.base_url, known.health_timeout_s,
+                                    known.stability_s)
+                except ProfileError:
+                    pass  # the profile file changed or is gone: gate with the defaults
             return self._install(target, kind="rollback", restores_id=target_gen.content_id if target_gen else None,
                                  preflight_s=0.0, started=started, notes=())
 

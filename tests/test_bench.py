@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from specd.bench import ModelTarget, Report, Result, Settings, measure, request_body, run_bench
+from specd.bench import ModelTarget, Result, Settings, measure, request_body, run_bench
 from specd.bench import Reply as BenchReply
 from specd.emulator_model import load_model
 from specd.errors import UsageError
-from specd.workloads import Workload, WorkloadRequest, filler_text, load_workload
+from specd.workloads import Workload, WorkloadRequest, filler_text
 from tests.conftest import TINY_MODEL, Box
 
 EMULATOR = Path(sys.executable).parent / "specd-emulator"
@@ -49,6 +49,75 @@ def shaped(ask: str, prompt_tokens: int, output_tokens: int, count: int = 4, nam
             task_class="code" if ask == CODE_ASK else "creative")
         for seed in range(count))
     return Workload(name=name, requests=requests)
+
+
+# --- pure pieces and the sampling loop, on the model target (no server) ----------------------------
+
+
+def test_request_body_is_deterministic_and_capped() -> None:
+    request = shaped(CODE_ASK, 50, 500).requests[0]
+    body = request_body(request, Settings(max_tokens=64))
+    assert body["max_tokens"] == 64 and body["temperature"] == 0 and body["seed"] == 42
+    assert body["cache_prompt"] is False and body["stream"] is False and "specd" not in body
+
+
+def test_measure_reads_timings_and_tolerates_missing_fields() -> None:
+    request = shaped(CODE_ASK, 50, 32).requests[0]
+    full = measure("mtp", 0, request, BenchReply({"timings": {"prompt_n": 60, "prompt_ms": 100.0, "predicted_n": 32,
+                                                              "predicted_ms": 400.0, "draft_n": 20,
+                                                              "draft_n_accepted": 15}}, 520.0), None)
+    assert (full.prompt_tokens, full.output_tokens, full.wall_ms) == (60, 32, 520.0)
+    assert full.decode_tok_s == 80.0 and full.acceptance == 0.75
+    bare = measure("plain", 0, request, BenchReply({"usage": {"completion_tokens": 10}}, 300.0), None)
+    assert bare.output_tokens == 10 and bare.decode_ms == 300.0 and bare.draft_n is None and bare.acceptance is None
+
+
+def test_later_profiles_stop_early_once_separated_and_the_original_is_restored() -> None:
+    target = ModelTarget(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
+    report = run_bench(target, ["plain", "mtp"], shaped(CODE_ASK, 500, 256), Settings(n=10))
+    assert len(report.results["plain"]) == 10
+    assert len(report.results["mtp"]) == Settings(n=10).floor == 5 and report.stopped_early["mtp"]
+    assert target.active() == "plain"
+    assert report.summary("mtp").median < report.summary("plain", 5).median
+
+
+def test_ctrl_c_still_restores_the_original_profile() -> None:
+    class Interrupting(ModelTarget):
+        def complete(self, body: Mapping[str, object]) -> BenchReply:
+            if self.active() == "mtp":
+                raise KeyboardInterrupt
+            return super().complete(body)
+
+    target = Interrupting(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(target, ["mtp"], shaped(CODE_ASK, 100, 16), Settings(n=3))
+    assert target.active() == "plain"
+
+
+def test_bad_settings_and_profile_lists_are_refused() -> None:
+    with pytest.raises(UsageError):
+        Settings(n=0)
+    target = ModelTarget(SEEDS, {"plain": "none"}, active="plain")
+    with pytest.raises(UsageError, match="listed twice"):
+        run_bench(target, ["plain", "plain"], shaped(CODE_ASK, 100, 16), Settings(n=3))
+    report = run_bench(target, ["plain", "nope"], shaped(CODE_ASK, 100, 16), Settings(n=3))
+    assert report.benched() == ["plain"] and report.notes[0].startswith("nope: not benched")
+
+
+def test_the_time_budget_stops_sampling() -> None:
+    target = ModelTarget(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
+    report = run_bench(target, ["plain", "mtp"], shaped(CODE_ASK, 100, 16), Settings(n=5, deadline=0.0))
+    assert report.benched() == [] and len(report.notes) == 2
+
+
+def test_plot_draws_a_png(tmp_path: Path) -> None:
+    from specd.plot import plot_wall_vs_output
+
+    rows = [Result("plain", 0, "code", 10, out, 5.0, out * 30.0, out * 30.0 + 5.0) for out in (16, 64, 256)]
+    path = plot_wall_vs_output({"plain": rows, "mtp": []}, tmp_path / "c.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(UsageError):
+        plot_wall_vs_output({"plain": []}, tmp_path / "d.png")
 
 
 def save(workload: Workload, path: Path) -> Path:

@@ -192,3 +192,38 @@ def test_nightly_waits_for_idle_traffic_then_tunes_and_records(box: Box, tmp_pat
     assert event["kind"] == "tune" and event["detail"].startswith("switched to mtp")
     numbers = json.loads(event["detail"].split(" | ", 1)[1])
     assert set(numbers["estimates"]) == {"plain", "mtp"} and numbers["trigger"] == "tuner"
+
+
+# --- the 'recent' workload -------------------------------------------------------------------------
+
+
+def test_recent_workload_replays_captures_else_synthesizes_else_explains(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from specd.config import Deployment
+    from specd.errors import UsageError
+    from specd.tuner import recent_workload
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    deployment = Deployment(unit="llama.service", scope="user", profiles_dir=tmp_path)
+    with pytest.raises(UsageError, match="no recorded traffic"):
+        recent_workload(deployment, 10)
+
+    conn = traffic.open_db()
+    traffic.insert_records(conn, [
+        traffic.TrafficRecord(ts=time.time() - 100, endpoint="/v1/chat/completions", stream=False, status=200,
+                              total_ms=9.0, unit="llama.service", task_class="code", prompt_tokens=300,
+                              completion_tokens=120) for _ in range(5)])
+    conn.close()
+    synthetic = recent_workload(deployment, 10)
+    assert synthetic.name == "recent" and len(synthetic.requests) == 16
+    assert {r.task_class for r in synthetic.requests} == {"code"}
+    assert {r.max_tokens for r in synthetic.requests} == {120}
+
+    capture = tmp_path / "state" / "specd" / "capture" / "llama"
+    capture.mkdir(parents=True)
+    bodies = [{"messages": [{"role": "user", "content": f"Write a Python function number {i}."}], "stream": True}
+              for i in range(3)] + [{"not": "a chat body"}]
+    (capture / "chat-completions.jsonl").write_text("\n".join(json.dumps(b) for b in bodies) + "\n")
+    replayed = recent_workload(deployment, 10)
+    assert len(replayed.requests) == 3 and replayed.source is not None
+    assert replayed.requests[0].max_tokens == 256 and replayed.requests[0].task_class == "code"

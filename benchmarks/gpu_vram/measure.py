@@ -1,0 +1,291 @@
+"""Start llama-server per case, read its VRAM (specd.gpu and nvidia-smi), compare with specd.vram.
+
+    measure.py run --server BIN --models DIR --results FILE.jsonl [--deadline EPOCH] [--only a,b]
+    measure.py report FILE.jsonl --models DIR     # Markdown table, estimates recomputed now
+
+`run` skips cases already in the results file, so a second call continues a first one cut short.
+`report` recomputes the estimates with the current specd.vram, so a model header is all it needs
+(make_models.py --header-only writes one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from specd.errors import PreflightError
+from specd.gguf_info import read_gguf_info
+from specd.gpu import GIB, NoGpu, probe_gpus, process_vram
+from specd.vram import VramEstimate, estimate_vram
+
+MIB = 1024**2
+PORT = 18471
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str
+    ctx: int
+    ctk: str = "f16"
+    ctv: str = "f16"
+    ngl: int = 99
+    parallel: int | None = None
+    draft: str | None = None
+    prompt_tokens: int = 512
+    flash_attn: str = "auto"
+    ubatch: int = 512
+    group: str = "fit"
+
+
+# measured after the estimator was fitted on FIT_CASES, to check it on settings it had not seen
+CHECK_CASES: tuple[Case, ...] = (
+    Case("8b-q8 c16k fa-off", "llama-8b-q8_0", 16384, flash_attn="off", group="check"),
+    Case("1b-f16 c32k fa-off", "llama-1b-f16", 32768, flash_attn="off", group="check"),
+    Case("8b-q8 c16k ub1024", "llama-8b-q8_0", 16384, ubatch=1024, group="check"),
+    Case("1b-f16 c8k ub2048", "llama-1b-f16", 8192, ubatch=2048, group="check"),
+    Case("g3-4b c32k np2", "gemma3-4b-q8_0", 32768, parallel=2, group="check"),
+    Case("g3-4b c32k q4_0 ngl20", "gemma3-4b-q8_0", 32768, "q4_0", "q4_0", ngl=20, group="check"),
+    Case("g3-4b c16k q8_0 np1", "gemma3-4b-q8_0", 16384, "q8_0", "q8_0", parallel=1, group="check"),
+    Case("1b-f16 c64k q8_0", "llama-1b-f16", 65536, "q8_0", "q8_0", group="check"),
+    Case("8b-q8 c32k np8", "llama-8b-q8_0", 32768, parallel=8, group="check"),
+    Case("8b-q8+1b c64k q8_0", "llama-8b-q8_0", 65536, "q8_0", "q8_0", draft="llama-1b-f16", group="check"),
+    Case("8b-f16 c128k q4_0", "llama-8b-f16", 131072, "q4_0", "q4_0", group="check"),
+)
+FIT_CASES: tuple[Case, ...] = (
+    Case("1b-f16 c4k", "llama-1b-f16", 4096),
+    Case("1b-f16 c32k", "llama-1b-f16", 32768),
+    Case("1b-f16 c128k q4_0", "llama-1b-f16", 131072, "q4_0", "q4_0"),
+    Case("1b-f16 c16k np1", "llama-1b-f16", 16384, parallel=1),
+    Case("8b-q8 c4k", "llama-8b-q8_0", 4096),
+    Case("8b-q8 c32k", "llama-8b-q8_0", 32768),
+    Case("8b-q8 c32k q8_0", "llama-8b-q8_0", 32768, "q8_0", "q8_0"),
+    Case("8b-q8 c64k q4_0", "llama-8b-q8_0", 65536, "q4_0", "q4_0"),
+    Case("8b-q8 c32k np4", "llama-8b-q8_0", 32768, parallel=4),
+    Case("8b-q8 c8k ngl17", "llama-8b-q8_0", 8192, ngl=17),
+    Case("8b-q8 c32k long", "llama-8b-q8_0", 32768, prompt_tokens=24000),
+    Case("8b-q8 c32k q8_0 long", "llama-8b-q8_0", 32768, "q8_0", "q8_0", prompt_tokens=24000),
+    Case("g3-4b c8k", "gemma3-4b-q8_0", 8192),
+    Case("g3-4b c64k", "gemma3-4b-q8_0", 65536),
+    Case("g3-4b c128k q8_0", "gemma3-4b-q8_0", 131072, "q8_0", "q8_0"),
+    Case("8b-q8+1b c16k", "llama-8b-q8_0", 16384, draft="llama-1b-f16"),
+    Case("8b-f16 c8k", "llama-8b-f16", 8192),
+    Case("8b-f16 c64k q8_0", "llama-8b-f16", 65536, "q8_0", "q8_0"),
+)
+CASES = CHECK_CASES + FIT_CASES
+
+_BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
+_BREAKDOWN = re.compile(r"common_memory_breakdown_print|projected to use")
+
+
+def argv_for(case: Case, server: Path, models: Path) -> list[str]:
+    argv = [str(server), "-m", str(models / f"{case.model}.gguf"), "-c", str(case.ctx), "-ctk", case.ctk,
+            "-ctv", case.ctv, "-ngl", str(case.ngl), "--host", "127.0.0.1", "--port", str(PORT),
+            "-lv", "4", "--no-webui"]
+    if case.parallel is not None:
+        argv += ["-np", str(case.parallel)]
+    if case.flash_attn != "auto":
+        argv += ["-fa", case.flash_attn]
+    if case.ubatch != 512:
+        argv += ["-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch))]
+    if case.draft is not None:
+        argv += ["-md", str(models / f"{case.draft}.gguf"), "-ngld", "99", "--spec-type", "draft-simple"]
+    return argv
+
+
+def parse_buffers(log: str) -> dict[str, float]:
+    """MiB per category summed over CUDA devices, from llama.cpp's '<buf> X buffer size = N MiB' lines."""
+    totals: dict[str, float] = {}
+    for buffer, kind, mib in _BUFFER.findall(log):
+        if buffer.startswith("CUDA") and not buffer.startswith("CUDA_Host"):
+            totals[kind] = totals.get(kind, 0.0) + float(mib)
+    return totals
+
+
+def parse_smi(csv: str, pids: set[int]) -> int | None:
+    """Bytes nvidia-smi's `--query-compute-apps=pid,used_memory --format=csv,noheader,nounits` gives pids."""
+    total, found = 0, False
+    for line in csv.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != 2 or not fields[0].isdigit() or int(fields[0]) not in pids:
+            continue
+        if fields[1].isdigit():
+            total += int(fields[1]) * MIB
+            found = True
+    return total if found else None
+
+
+def _smi(pids: set[int]) -> int | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], check=False, capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_smi(out.stdout, pids)
+
+
+def _http(path: str, body: dict[str, Any] | None = None, timeout: float = 5.0) -> dict[str, Any] | None:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            result: dict[str, Any] = json.loads(response.read())
+            return result
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _read_vram(pid: int) -> tuple[int | None, int | None]:
+    reading = process_vram(pid)
+    nvml = None if isinstance(reading, NoGpu) else reading.used_bytes
+    tree = set(reading.pids) if not isinstance(reading, NoGpu) else {pid}
+    return nvml, _smi(tree)
+
+
+def measure(case: Case, server: Path, models: Path, logs: Path, limit_s: float = 240) -> dict[str, Any]:
+    log_path = logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", case.name) + ".log")
+    started = time.monotonic()
+    with log_path.open("w") as log:
+        process = subprocess.Popen(argv_for(case, server, models), stdout=log, stderr=subprocess.STDOUT)
+    result: dict[str, Any] = {"case": asdict(case), "ok": False}
+    try:
+        while time.monotonic() - started < limit_s:
+            if process.poll() is not None:
+                result["error"] = f"exited with {process.returncode}"
+                break
+            health = _http("/health", timeout=2)
+            if health is not None and health.get("status") == "ok":
+                break
+            time.sleep(0.5)
+        else:
+            result["error"] = f"not healthy in {limit_s:.0f} s"
+        if "error" not in result:
+            result["load_s"] = round(time.monotonic() - started, 1)
+            time.sleep(1.0)
+            result["idle_nvml"], result["idle_smi"] = _read_vram(process.pid)
+            prompt = " ".join(["hello world"] * (case.prompt_tokens // 2))
+            reply = _http("/completion", {"prompt": prompt, "n_predict": 16, "cache_prompt": False}, timeout=180)
+            result["prompt_n"] = (reply or {}).get("timings", {}).get("prompt_n")
+            result["loaded_nvml"], result["loaded_smi"] = _read_vram(process.pid)
+            result["ok"] = result["idle_nvml"] is not None or result["idle_smi"] is not None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    text = log_path.read_text(errors="replace")
+    result["buffers_mib"] = parse_buffers(text)
+    result["breakdown"] = [line.split(" I ", 1)[-1] for line in text.splitlines() if _BREAKDOWN.search(line)][-8:]
+    if not result["ok"]:
+        result["log_tail"] = text.splitlines()[-15:]
+    return result
+
+
+def estimate_for(case: Case, models: Path) -> VramEstimate | None:
+    try:
+        model = read_gguf_info(models / f"{case.model}.gguf")
+        draft = read_gguf_info(models / f"{case.draft}.gguf") if case.draft else None
+    except PreflightError as exc:
+        print(f"{case.name}: no estimate: {exc}", flush=True)
+        return None
+    return estimate_vram(model, draft, case.ctx, case.ngl, case.ctk, case.ctv, case.parallel,
+                         n_ubatch=case.ubatch, flash_attn=case.flash_attn != "off")
+
+
+def run(args: argparse.Namespace) -> int:
+    results: Path = args.results
+    done = set()
+    if results.exists():
+        done = {json.loads(line)["case"]["name"] for line in results.read_text().splitlines() if line.strip()}
+    logs = results.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    state = probe_gpus()
+    print(state.describe(), flush=True)
+    for case in CASES:
+        if case.name in done or (args.only and case.name not in args.only.split(",")):
+            continue
+        if args.deadline and time.time() > args.deadline:
+            print(f"deadline reached before {case.name}", flush=True)
+            break
+        if not (args.models / f"{case.model}.gguf").exists() or (
+                case.draft and not (args.models / f"{case.draft}.gguf").exists()):
+            print(f"{case.name}: model not there yet", flush=True)
+            continue
+        limit = min(240.0, args.deadline + 60 - time.time()) if args.deadline else 240.0
+        result = measure(case, args.server, args.models, logs, limit)
+        estimate = estimate_for(case, args.models)
+        result["estimate"] = estimate.total_bytes if estimate else None
+        result["gpu"] = state.describe()
+        with results.open("a") as handle:
+            handle.write(json.dumps(result) + "\n")
+        print(_row(result), flush=True)
+    return 0
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value / GIB:.2f}"
+
+
+def _row(result: dict[str, Any], estimate: VramEstimate | None = None) -> str:
+    """One table row; with `estimate`, also each component against llama.cpp's own buffer sizes."""
+    case = result["case"]
+    measured = max(v for v in (result.get("loaded_nvml"), result.get("idle_nvml"), 0) if v is not None)
+    total = estimate.total_bytes if estimate else result.get("estimate")
+    error = (total - measured) / measured * 100 if measured and total else None
+    error_text = "-" if error is None else f"{error:+.1f}%"
+    row = (f"| {case['name']} | {_gib(total)} | {_gib(result.get('idle_nvml'))} | "
+           f"{_gib(result.get('loaded_nvml'))} | {_gib(result.get('loaded_smi'))} | {error_text} |")
+    if estimate is None:
+        return row
+    logged = result.get("buffers_mib", {})
+    runtime = measured / MIB - sum(logged.values()) if measured else None
+    pairs = ((estimate.weights_bytes + estimate.draft_weights_bytes, logged.get("model")),
+             (estimate.kv_bytes + estimate.draft_kv_bytes + estimate.recurrent_bytes, logged.get("KV")),
+             (estimate.compute_bytes, logged.get("compute")), (estimate.runtime_bytes, runtime))
+    return row + "".join(f" {est / MIB:.0f} / {'-' if got is None else f'{got:.0f}'} |" for est, got in pairs)
+
+
+def report(args: argparse.Namespace) -> int:
+    lines = [line for line in args.results.read_text().splitlines() if line.strip()]
+    print("| case | estimate GiB | pynvml idle | pynvml after request | nvidia-smi after request | error | "
+          "weights MiB est / llama.cpp | KV | compute | CUDA runtime (rest of the process) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for line in lines:
+        result = json.loads(line)
+        print(_row(result, estimate_for(Case(**result["case"]), args.models)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_parser = sub.add_parser("run")
+    run_parser.add_argument("--server", type=Path, required=True)
+    run_parser.add_argument("--models", type=Path, required=True)
+    run_parser.add_argument("--results", type=Path, required=True)
+    run_parser.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", "0")))
+    run_parser.add_argument("--only", default="")
+    report_parser = sub.add_parser("report")
+    report_parser.add_argument("results", type=Path)
+    report_parser.add_argument("--models", type=Path, required=True)
+    args = parser.parse_args(argv)
+    return run(args) if args.command == "run" else report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

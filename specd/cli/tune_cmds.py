@@ -1,0 +1,176 @@
+"""bench, tune, pin, unpin: measuring profiles and choosing one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from specd.bench import DeploymentTarget, Report, Settings, run_bench, save_report
+from specd.bench import Progress as ProgressFn
+from specd.cli import app as cli_app
+from specd.cli import console, err_console
+from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
+from specd.errors import UsageError
+from specd.pins import clear_pin, set_pin
+from specd.profiles import load_profile
+from specd.switch import Switcher
+from specd.tuner import Decision, candidate_profiles, resolve_workload, tune_deployment
+
+WorkloadOption = Annotated[str | None, typer.Option(
+    "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
+NOption = Annotated[int | None, typer.Option("--n", help="requests per profile (default [tuner] n, 10)")]
+MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", help="cap every request's max_tokens")]
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[ProgressFn | None]:
+    if not enabled:
+        yield None
+        return
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err_console, transient=True)
+    tasks: dict[str, TaskID] = {}
+
+    def update(profile: str, done: int, planned: int) -> None:
+        if profile not in tasks:
+            tasks[profile] = bar.add_task(profile, total=planned)
+        bar.update(tasks[profile], completed=done)
+
+    with bar:
+        yield update
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1000.0:.2f} s"
+
+
+def _bench_table(report: Report) -> Table:
+    data = report.as_json()["cells"]
+    table = Table("profile", "n", "wall median [95% CI]", "prefill", "decode tok/s", "accept", "VRAM peak", "")
+    for name, cell in data.items():
+        wall = cell["wall_ms"]
+        lo, hi = wall["ci95"]
+        vram = cell["vram_peak_bytes"]
+        flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
+                                                                     else [])
+        table.add_row(name, str(cell["n"]), f"{_fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
+                      _fmt_ms(cell["prefill_ms_median"]),
+                      "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
+                      "n/a" if cell["acceptance_median"] is None else f"{cell['acceptance_median']:.0%}",
+                      vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
+    return table
+
+
+@cli_app.command()
+def bench(
+    profiles: Annotated[list[str] | None, typer.Argument(help="profiles to bench (default: the candidates)")] = None,
+    workload: WorkloadOption = None,
+    n: NOption = None,
+    max_tokens: MaxTokensOption = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="write the wall-clock vs output-length chart (PNG)")]
+    = None,
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end."""
+    cfg, deployment = deployment_of(config, unit)
+    settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens)
+    chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n)
+    names = candidate_profiles(cfg, deployment, profiles or ())
+    for name in names:
+        load_profile(deployment.profiles_dir, name)
+    target = DeploymentTarget(deployment, trigger="bench")
+    try:
+        with _progress(not json_out) as progress:
+            report = run_bench(target, names, chosen, settings, progress)
+    finally:
+        target.close()
+    save_report(report, deployment.unit, settings)
+    if plot is not None:
+        from specd.plot import plot_wall_vs_output
+
+        plot_wall_vs_output(report.results, plot, title=f"{deployment.name}: workload {chosen.name}")
+    if json_out:
+        print_json(report.as_json())
+        return
+    console.print(_bench_table(report))
+    for note in report.notes:
+        console.print(f"[dim]note:[/] {note}", highlight=False)
+    console.print(f"bench run {report.run_id}: workload {chosen.name}, {report.elapsed_s:.0f} s; "
+                  f"back on {target.active() or 'nothing'}", highlight=False)
+
+
+def _decision_table(decision: Decision) -> Table:
+    table = Table("profile", "n", "wall median", "95% CI", "model (mix)", "")
+    for est in decision.estimates:
+        mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
+        table.add_row(est.profile, str(est.n), _fmt_ms(est.median_ms),
+                      f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s", _fmt_ms(est.model_wall_ms),
+                      mark + (" (noisy)" if est.high_variance else ""))
+    return table
+
+
+@cli_app.command()
+def tune(
+    workload: WorkloadOption = None,
+    n: NOption = None,
+    max_tokens: MaxTokensOption = None,
+    margin: Annotated[float | None, typer.Option("--margin", help="required gain, 0.05 = 5% (default [tuner])")]
+    = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
+    candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Bench the candidates on the workload and switch to the best wall clock if it wins clearly."""
+    cfg, deployment = deployment_of(config, unit)
+    if margin is not None and not 0.0 <= margin < 1.0:
+        raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
+    with _progress(not json_out) as progress:
+        result = tune_deployment(cfg, deployment, workload=workload, n=n, margin=margin, dry_run=dry_run,
+                                 candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
+                                 progress=progress)
+    decision = result.decision
+    if json_out:
+        print_json({**decision.as_json(), "final_profile": result.final_profile, "bench_run": result.report.run_id})
+        return
+    console.print(_decision_table(decision))
+    for sentence in (*decision.crossovers, *decision.notes):
+        console.print(f"[dim]note:[/] {sentence}", highlight=False)
+    console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
+                  f"{result.final_profile or 'nothing'})", highlight=False)
+
+
+@cli_app.command()
+def pin(
+    profile: Annotated[str, typer.Argument(help="the profile the tuner must keep")],
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+) -> None:
+    """Keep the tuner (and its nightly run) from switching this deployment away from PROFILE."""
+    _, deployment = deployment_of(config, unit)
+    load_profile(deployment.profiles_dir, profile)
+    set_pin(deployment.unit, profile)
+    console.print(f"pinned {deployment.unit} to [bold]{profile}[/]; the tuner will not switch it", highlight=False)
+    active = Switcher(deployment).active_profile()
+    if active != profile:
+        console.print(f"[dim]note:[/] the active profile is {active or 'none'}; run `specd switch {profile}`",
+                      highlight=False)
+
+
+@cli_app.command()
+def unpin(config: ConfigOption = None, unit: UnitOption = None) -> None:
+    """Let the tuner switch this deployment again."""
+    _, deployment = deployment_of(config, unit)
+    old = clear_pin(deployment.unit)
+    console.print(f"unpinned {deployment.unit} (was {old.profile})" if old else f"{deployment.unit} was not pinned",
+                  highlight=False)
+

@@ -1,0 +1,102 @@
+"""Running as a service: HTTP servers that leave signals to the daemon, sockets, sd_notify.
+
+uvicorn installs its own SIGTERM handler and re-raises the signal after shutdown; the daemon runs
+several servers and stops them in a chosen order, so `QuietServer` leaves signals alone.
+`notify` is sd_notify(3) without libsystemd: `Type=notify` readiness and `WatchdogSec=` pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from specd.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the daemon owns SIGTERM and stops servers in order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path | None = None,
+                grace_s: float = 30.0) -> QuietServer:
+    """An HTTP server on loopback (or a unix socket); warns when told to listen further out."""
+    if uds is None and host is not None and not is_loopback(host):
+        log.warning("specd proxy listens on %s:%d, reachable from other machines; clients' API keys pass "
+                    "through it in clear text", host, port)
+    config = uvicorn.Config(
+        app, host=host or "127.0.0.1", port=port, uds=str(uds) if uds else None, log_config=None,
+        access_log=False, lifespan="on", timeout_graceful_shutdown=int(grace_s) + 1, server_header=False,
+        timeout_keep_alive=30,
+    )
+    return QuietServer(config)
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """Bind the proxy's socket here, so a taken port is a clear error and not uvicorn's sys.exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it sees it; without
+    # it Nagle meets delayed ACKs and every proxied response stalls 40 ms.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"[proxy] listen {host}:{port}: {exc.strerror}",
+                          hint="another program (or another specd daemon) uses that port") from exc
+    return sock
+
+
+def notify(message: str) -> bool:
+    """sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET; False when not under systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+        try:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        except OSError as exc:
+            log.warning("cannot notify systemd at %s: %s", address, exc)
+            return False
+    return True
+
+
+def watchdog_interval_s() -> float | None:
+    usec, pid = os.environ.get("WATCHDOG_USEC"), os.environ.get("WATCHDOG_PID")
+    if not usec or not usec.isdigit() or (pid and pid.isdigit() and int(pid) != os.getpid()):
+        return None
+    return int(usec) / 1e6
+
+
+async def keep_pinging(interval_s: float) -> None:
+    while True:
+        notify("WATCHDOG=1")
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,183 @@
+"""Test helpers for the proxy: a fake llama-server and servers run in threads on loopback.
+
+`FakeBackendForProxyTests` is not llama-server and not the emulator: it answers just enough of
+the OpenAI/llama-server surface (health, models, chat completions with `timings`, /metrics) to
+check what the proxy forwards, and can be stopped and started on the same port like a unit
+being restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from specd.service import QuietServer, make_server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    """One uvicorn server on 127.0.0.1:port in its own thread and event loop."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.app, self.port = app, port
+        self.server: QuietServer | None = None
+        self.thread: threading.Thread | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> ServerThread:
+        self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=5)
+        ready = threading.Event()
+
+        def run() -> None:
+            self.loop = asyncio.new_event_loop()
+            ready.set()
+            assert self.server is not None
+            self.loop.run_until_complete(self.server.serve())
+            self.loop.close()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run fn in the server's loop (coroutine functions are awaited) and return its result."""
+        assert self.loop is not None
+
+        async def invoke() -> Any:
+            result = fn()
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(invoke(), self.loop).result(30)
+
+    def stop(self) -> None:
+        if self.server is not None and self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(15)
+            self.server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class FakeBackendForProxyTests:
+    def __init__(self, *, tokens: int = 8, token_delay_s: float = 0.0, alias: str = "fake") -> None:
+        self.tokens, self.token_delay_s, self.alias = tokens, token_delay_s, alias
+        self.loading = False
+        self.drop_stream_after: int | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.closed_early = 0
+        self.app = Starlette(routes=[
+            Route("/health", self.health),
+            Route("/v1/models", self.models),
+            Route("/metrics", self.metrics),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+        ])
+
+    async def health(self, request: Request) -> Response:
+        if self.loading:
+            return self._loading()
+        return JSONResponse({"status": "ok"})
+
+    def _loading(self) -> Response:
+        return JSONResponse({"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}, 503)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.alias, "aliases": [self.alias]}]})
+
+    async def metrics(self, request: Request) -> Response:
+        done = sum(1 for r in self.requests if r["body"] is not None)
+        return PlainTextResponse(
+            "# TYPE llamacpp:prompt_tokens_total counter\n"
+            f"llamacpp:prompt_tokens_total {10 * done}\n"
+            f"llamacpp:tokens_predicted_total {self.tokens * done}\n"
+            f"llamacpp:spec_decode_num_draft_tokens_total {4 * done}\n"
+            f"llamacpp:spec_decode_num_accepted_tokens_total {3 * done}\n"
+        )
+
+    def _timings(self) -> dict[str, Any]:
+        return {"prompt_n": 10, "prompt_ms": 5.0, "predicted_n": self.tokens, "predicted_ms": 20.0 * self.tokens,
+                "draft_n": 4, "draft_n_accepted": 3}
+
+    async def chat(self, request: Request) -> Response:
+        if self.loading:
+            return self._loading()
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        self.requests.append({"headers": dict(request.headers), "body": body})
+        if not isinstance(body, dict):
+            return JSONResponse({"error": {"message": "bad json", "type": "invalid_request_error"}}, 400)
+        usage = {"prompt_tokens": 10, "completion_tokens": self.tokens, "total_tokens": 10 + self.tokens}
+        if not body.get("stream"):
+            await asyncio.sleep(self.token_delay_s * self.tokens)
+            return JSONResponse({
+                "object": "chat.completion", "model": self.alias, "usage": usage, "timings": self._timings(),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * self.tokens},
+                             "finish_reason": "stop"}],
+            })
+        return StreamingResponse(self._events(usage), media_type="text/event-stream")
+
+    async def _events(self, usage: dict[str, Any]) -> AsyncIterator[bytes]:
+        def event(document: dict[str, Any]) -> bytes:
+            return b"data: " + json.dumps(document).encode() + b"\n\n"
+
+        try:
+            yield event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
+            for index in range(self.tokens):
+                if self.drop_stream_after is not None and index == self.drop_stream_after:
+                    raise ConnectionResetError("fake backend drops the stream")
+                await asyncio.sleep(self.token_delay_s)
+                yield event({"choices": [{"index": 0, "delta": {"content": f"t{index}"}}]})
+            yield event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage,
+                         "timings": self._timings()})
+            yield b"data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            self.closed_early += 1
+            raise
+
+
+def chat_body(text: str = "Write a python function that adds two numbers", *, stream: bool = False,
+              **extra: Any) -> dict[str, Any]:
+    return {"model": "fake", "messages": [{"role": "user", "content": text}], "stream": stream, **extra}
+
+
+def read_stream(client: Any, url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> list[str]:
+    """The `data:` payloads of a streamed response, in order; raises if the body is not complete."""
+    payloads: list[str] = []
+    with client.stream("POST", url, json=body, headers=headers or {}) as response:
+        response.raise_for_status()
+        buffer = ""
+        for text in response.iter_text():
+            buffer += text
+        for event in buffer.split("\n\n"):
+            if event.startswith("data: "):
+                payloads.append(event[6:])
+        if not buffer.endswith("\n\n"):
+            raise AssertionError(f"stream ended mid-event: {buffer[-80:]!r}")
+    return payloads

@@ -1,0 +1,328 @@
+"""The daemon for real: a Type=notify user unit on the private systemd, the real llama-server and
+tiny model behind it, clients talking HTTP to its proxy, switches made with the real CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+import pytest
+
+from specd.daemon import daemon_status
+from specd.history import Generation, History
+from specd.monitor import decide
+from specd.render import profile_of_unit
+from specd.sandbox import free_port
+from specd.service import notify
+from tests.conftest import REPO, Box
+from tests.proxy_fakes import read_stream
+
+_numbers = itertools.count(1)
+
+
+def real_stack(test: Callable[..., None]) -> Callable[..., None]:
+    """Needs the private systemd manager and the real llama-server with the tiny model."""
+    marked: Callable[..., None] = pytest.mark.systemd(pytest.mark.llama(pytest.mark.usefixtures("real_server")(test)))
+    return marked
+
+
+@dataclass
+class RunningDaemon:
+    box: Box
+    unit: str
+    unit_path: Path
+    log_path: Path
+    proxy_port: int
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.box.env["XDG_STATE_HOME"]) / "specd"
+
+    def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["systemctl", "--user", *args], env=self.box.env, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:] if self.log_path.exists() else "(no log)"
+
+    def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.state_dir / "daemon.json").read_text())
+        return data
+
+    def wait_for(self, what: str, condition: Callable[[], object], timeout_s: float = 90) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}\n--- daemon log ---\n{self.log()}")
+
+    def main_pid(self, unit: str) -> int:
+        out = self.systemctl("show", "-p", "MainPID", "--value", unit).stdout.strip()
+        return int(out or 0)
+
+
+def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
+    box.config_path.write_text(
+        f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
+        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n\n'
+        f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n\n"
+        "[tuner]\nenabled = false\n"
+    )
+
+
+@pytest.fixture
+def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
+    started: list[RunningDaemon] = []
+
+    def start(*, grace_s: float = 0.0) -> RunningDaemon:
+        proxy_port = free_port()
+        write_config(box, proxy_port, grace_s=grace_s)
+        name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
+        log_path = box.root / "daemon.log"
+        environment = " ".join(
+            f'"{key}={box.env[key]}"' for key in ("HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
+                                                  "XDG_CACHE_HOME", "SPECD_CACHE", "SPECD_CONFIG",
+                                                  "DBUS_SESSION_BUS_ADDRESS") if key in box.env
+        )
+        unit_path = box.manager.unit_dir / name
+        unit_path.write_text(
+            "[Service]\nType=notify\nNotifyAccess=main\nWatchdogSec=20\nTimeoutStopSec=40\n"
+            f"ExecStart={sys.executable} -m specd daemon\nWorkingDirectory={REPO}\n"
+            f'Environment={environment} "PYTHONPATH={REPO}" PYTHONUNBUFFERED=1\n'
+            f"StandardOutput=append:{log_path}\nStandardError=append:{log_path}\n"
+        )
+        daemon = RunningDaemon(box, name, unit_path, log_path, proxy_port)
+        daemon.systemctl("daemon-reload")
+        result = daemon.systemctl("start", name)  # Type=notify: returns once the daemon sent READY=1
+        assert result.returncode == 0, f"{result.stderr}\n--- daemon log ---\n{daemon.log()}"
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.systemctl("stop", daemon.unit)
+        daemon.unit_path.unlink(missing_ok=True)
+        daemon.systemctl("daemon-reload")
+
+
+def chat(stream: bool, tokens: int = 12) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": "Write a python function that adds numbers."}],
+            "max_tokens": tokens, "temperature": 0, "stream": stream}
+
+
+class Load:
+    """Clients firing requests through the proxy without pause, streaming and not."""
+
+    def __init__(self, url: str, clients: int = 3) -> None:
+        self.url = url
+        self.sent = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(i % 2 == 0,)) for i in range(clients)]
+
+    def _run(self, stream: bool) -> None:
+        with httpx.Client(timeout=180) as client:
+            while not self._stop.is_set():
+                try:
+                    if stream:
+                        payloads = read_stream(client, f"{self.url}/v1/chat/completions", chat(True))
+                        ok = payloads[-1] == "[DONE]"
+                        detail = payloads[-1][:200]
+                    else:
+                        response = client.post(f"{self.url}/v1/chat/completions", json=chat(False))
+                        ok = response.status_code == 200 and bool(response.json().get("choices"))
+                        detail = f"{response.status_code} {response.text[:200]}"
+                except (httpx.HTTPError, AssertionError, ValueError) as exc:
+                    ok, detail = False, f"{type(exc).__name__}: {exc}"
+                with self._lock:
+                    self.sent += 1
+                    if not ok:
+                        self.failures.append(f"stream={stream}: {detail}")
+
+    def __enter__(self) -> Self:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(240)
+
+
+def traffic_requests(box: Box) -> int:
+    result = box.specd("traffic", "--since", "1h", "--json", check=True)
+    count: int = json.loads(result.stdout)["requests"]
+    return count
+
+
+@real_stack
+def test_switching_twice_and_rolling_back_under_load_fails_no_request(box: Box, start_daemon: Any) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    daemon = start_daemon()
+    with Load(daemon.proxy_url) as load:
+        daemon.wait_for("some traffic", lambda: load.sent >= 3)
+        for step in (("switch", "ngram-simple"), ("switch", "ngram-mod"), ("rollback",)):
+            box.specd(*step, check=True)
+            before = load.sent
+            daemon.wait_for(f"requests after {step}", lambda before=before: load.sent >= before + 2)
+    assert load.failures == [], f"{len(load.failures)} of {load.sent} failed:\n" + "\n".join(load.failures[:10])
+    assert profile_of_unit(box.unit_path.read_text()) == "ngram-simple"
+    # every request the clients sent is in the traffic table (the writer batches, so allow it a moment)
+    daemon.wait_for("traffic rows", lambda: traffic_requests(box) == load.sent, timeout_s=20)
+    summary = json.loads(box.specd("traffic", "--since", "1h", "--json", check=True).stdout)
+    assert summary["failed"] == 0 and summary["class_mix"] == {"code": load.sent}
+    assert set(summary["acceptance"]) >= {"autoregressive", "ngram-simple"}
+
+
+@real_stack
+def test_a_server_killed_from_outside_is_restarted(box: Box, start_daemon: Any) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    daemon = start_daemon(grace_s=0)
+    old_pid = daemon.main_pid(box.unit)
+    os.kill(old_pid, signal.SIGTERM)  # llama-server exits 0: systemd's Restart=on-failure leaves it dead
+    daemon.wait_for("the unit to run again", lambda: daemon.main_pid(box.unit) not in (0, old_pid))
+    events = daemon.wait_for("a restart event", lambda: [e for e in History().events(box.unit)
+                                                         if e["kind"] == "daemon-restart"])
+    assert "healthy" in events[0]["detail"]
+    response = httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=chat(False), timeout=60)
+    assert response.status_code == 200
+
+
+@real_stack
+def test_a_failure_right_after_a_switch_rolls_back(box: Box, start_daemon: Any) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    box.specd("switch", "ngram-simple", check=True)
+    daemon = start_daemon(grace_s=600)
+    os.kill(daemon.main_pid(box.unit), signal.SIGTERM)
+    daemon.wait_for("a rollback", lambda: profile_of_unit(box.unit_path.read_text()) == "autoregressive")
+    newest = History().list(box.unit, limit=1)[0]
+    daemon.wait_for("the rollback to finish", lambda: History().list(box.unit, limit=1)[0].outcome == "ok")
+    assert (newest.kind, newest.trigger, newest.profile) == ("rollback", "daemon", "autoregressive")
+
+
+@real_stack
+def test_a_hand_edit_of_the_unit_becomes_a_generation(box: Box, start_daemon: Any) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    daemon = start_daemon()
+    installed = box.unit_path.read_text()
+    box.unit_path.write_text(installed.replace("[Service]", "[Service]\n# tuned by hand\nNice=1", 1))
+    generation = daemon.wait_for("an external-edit generation", lambda: next(
+        (g for g in History().list(box.unit) if g.kind == "external-edit"), None))
+    assert generation.trigger == "daemon" and generation.outcome == "ok"
+    assert list(box.unit_path.parent.glob(f"{box.unit}.pre-*"))  # the text before the edit is backed up
+    rolled = box.specd("rollback")
+    assert rolled.returncode == 0, rolled.stderr
+    assert box.unit_path.read_text() == installed
+
+
+@real_stack
+def test_an_invalid_profile_edit_is_reported_and_not_applied(box: Box, start_daemon: Any) -> None:
+    box.specd("switch", "ngram-simple", check=True)
+    daemon = start_daemon()
+    pid, installed = daemon.main_pid(box.unit), box.unit_path.read_text()
+    path = box.profiles_dir / "ngram-simple.toml"
+    path.write_text(path.read_text().replace("draft_n_max = 16", 'draft_n_max = "many"'))
+    errors = daemon.wait_for("the error in the status", lambda: daemon.status()["units"][box.unit]["profile_errors"])
+    assert "ngram-simple" in errors and "draft_n_max" in errors["ngram-simple"]
+    assert any(e["kind"] == "profile-invalid" for e in History().events(box.unit))
+    time.sleep(3)  # a few health rounds: nothing restarts, nothing is rewritten
+    assert daemon.main_pid(box.unit) == pid and box.unit_path.read_text() == installed
+    assert "draft_n_max" in daemon.log()  # reported in the journal too
+
+
+@real_stack
+def test_sigterm_ends_cleanly_and_reports_metrics(box: Box, start_daemon: Any) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    daemon = start_daemon()
+    assert httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=chat(False), timeout=60).status_code == 200
+    transport = httpx.HTTPTransport(uds=str(daemon.state_dir / "daemon.sock"))
+    with httpx.Client(transport=transport) as control:
+        metrics = control.get("http://specd/metrics").text
+    assert 'specd_proxy_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in metrics
+    assert f'specd_backend_healthy{{unit="{box.unit}"}} 1.0' in metrics
+    got: list[list[str]] = []
+
+    def read_long_stream() -> None:
+        with httpx.Client(timeout=120) as client:
+            got.append(read_stream(client, f"{daemon.proxy_url}/v1/chat/completions", chat(True, 400)))
+
+    reader = threading.Thread(target=read_long_stream)
+    reader.start()
+    time.sleep(1.0)
+    stopped = daemon.systemctl("stop", daemon.unit)
+    reader.join(60)
+    assert stopped.returncode == 0
+    result = daemon.systemctl("show", "-p", "Result", "-p", "ExecMainCode", "-p", "ExecMainStatus", daemon.unit)
+    assert "Result=success" in result.stdout, f"{result.stdout}\n--- daemon log ---\n{daemon.log()}"
+    [payloads] = got  # read_stream raises on a half-written event
+    assert payloads[-1] == "[DONE]" or "shutting down" in payloads[-1]
+    assert daemon.status()["running"] is False
+
+
+# ---- pieces that need no systemd ------------------------------------------------------------------
+
+
+def generation(created: datetime, *, trigger: str = "cli", previous: int | None = 1) -> Generation:
+    return Generation(id=2, unit="u.service", created_at=created.isoformat(), kind="switch", profile="mtp",
+                      unit_sha256="x", backup_path=None, previous_id=previous, restores_id=None, trigger=trigger,
+                      outcome="ok", detail="", preflight_s=None, restart_s=None, health_s=None, total_s=None)
+
+
+def test_monitor_policy_waits_restarts_or_rolls_back() -> None:
+    now = datetime.now(UTC)
+    fresh, old = generation(now - timedelta(seconds=30)), generation(now - timedelta(hours=2))
+    assert decide(0, 3, fresh, 600, now) == "none"
+    assert decide(2, 3, fresh, 600, now) == "wait"
+    assert decide(3, 3, fresh, 600, now) == "rollback"  # failing right after a switch: the switch did it
+    assert decide(3, 3, old, 600, now) == "restart"
+    assert decide(3, 3, None, 600, now) == "restart"
+    assert decide(3, 3, generation(now, previous=None), 600, now) == "restart"  # nothing to roll back to
+    assert decide(3, 3, generation(now, trigger="daemon"), 600, now) == "restart"  # never walk back twice
+
+
+def test_sd_notify_sends_datagrams_to_the_notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    address = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(address)
+        monkeypatch.setenv("NOTIFY_SOCKET", address)
+        assert notify("READY=1\nSTATUS=guarding") is True
+        assert listener.recv(4096) == b"READY=1\nSTATUS=guarding"
+    monkeypatch.delenv("NOTIFY_SOCKET")
+    assert notify("READY=1") is False
+
+
+def test_daemon_status_tells_a_live_daemon_from_a_dead_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert daemon_status()["running"] is False  # never ran
+    path = tmp_path / "specd" / "daemon.json"
+    path.parent.mkdir(parents=True)
+    health = {"healthy": True, "detail": "healthy"}
+    record = {"running": True, "pid": os.getpid(), "heartbeat_at": time.time(), "next_tuning": "2026-01-01T03:30",
+              "units": {"u.service": {"health": health}}}
+    path.write_text(json.dumps(record))
+    status = daemon_status()
+    assert status["running"] is True and status["last_health"] == health
+    assert status["next_tuning"] == "2026-01-01T03:30"
+    path.write_text(json.dumps({**record, "heartbeat_at": time.time() - 600}))  # killed -9: no heartbeat
+    assert daemon_status()["running"] is False

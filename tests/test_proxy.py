@@ -1,0 +1,306 @@
+"""The proxy over real HTTP on loopback, against a fake backend that can be stopped and started."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specd.capture import BodyCapture
+from specd.metrics import SpecdMetrics
+from specd.proxy import Backend, Proxy, ProxySettings
+from specd.traffic import Recorder, fetch_records, open_db
+from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
+
+
+@dataclass
+class Rig:
+    fake: FakeBackendForProxyTests
+    backend: ServerThread
+    proxy: Proxy
+    front: ServerThread
+    recorder: Recorder
+    db: Path
+    metrics: SpecdMetrics
+
+    @property
+    def url(self) -> str:
+        return self.front.url
+
+    def records(self) -> list[object]:
+        self.recorder.flush()
+        conn = open_db(self.db)
+        try:
+            return list(fetch_records(conn, 0))
+        finally:
+            conn.close()
+
+
+def make_rig(tmp_path: Path, *, hold_timeout_s: float = 20.0, capture: BodyCapture | None = None,
+             max_body_bytes: int = 1 << 20, **fake_options: float) -> Rig:
+    fake = FakeBackendForProxyTests(**fake_options)  # type: ignore[arg-type]
+    backend = ServerThread(fake.app, free_port()).start()
+    db = tmp_path / "state.db"
+    recorder = Recorder(db)
+    metrics = SpecdMetrics()
+    proxy = Proxy(
+        ProxySettings(hold_timeout_s=hold_timeout_s, max_body_bytes=max_body_bytes, health_poll_s=0.05, unit="t"),
+        lambda: Backend(backend.url, "plain"), recorder=recorder, metrics=metrics, capture=capture,
+    )
+    front = ServerThread(proxy.app, free_port()).start()
+    return Rig(fake, backend, proxy, front, recorder, db, metrics)
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    made = make_rig(tmp_path)
+    yield made
+    made.front.stop()
+    made.backend.stop()
+    made.recorder.close()
+
+
+def test_non_streaming_request_passes_through_with_auth_and_is_recorded(rig: Rig) -> None:
+    with httpx.Client(timeout=10) as client:
+        response = client.post(f"{rig.url}/v1/chat/completions", json=chat_body(),
+                               headers={"Authorization": "Bearer sk-secret"})
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "x" * 8
+    assert rig.fake.requests[-1]["headers"]["authorization"] == "Bearer sk-secret"
+    [record] = rig.records()
+    assert (record.endpoint, record.stream, record.status) == ("/v1/chat/completions", False, 200)  # type: ignore[attr-defined]
+    assert record.task_class == "code" and record.profile == "plain"  # type: ignore[attr-defined]
+    assert (record.prompt_tokens, record.completion_tokens) == (10, 8)  # type: ignore[attr-defined]
+    assert (record.draft_n, record.draft_n_accepted, record.predicted_n) == (4, 3, 8)  # type: ignore[attr-defined]
+    conn = open_db(rig.db)
+    dumped = json.dumps([dict(row) for row in conn.execute("SELECT * FROM traffic")])
+    conn.close()
+    assert "sk-secret" not in dumped and "Write a python" not in dumped
+
+
+def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
+    with httpx.Client(timeout=10) as client:
+        payloads = read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))
+    contents = [json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[:-1]]
+    assert contents == [None] + [f"t{i}" for i in range(8)] + [None]
+    assert payloads[-1] == "[DONE]"
+    [record] = rig.records()
+    assert record.stream and record.status == 200  # type: ignore[attr-defined]
+    assert record.completion_tokens == 8 and record.ttft_ms is not None  # type: ignore[attr-defined]
+    assert record.draft_n_accepted == 3  # type: ignore[attr-defined]
+
+
+def test_requests_sent_while_the_backend_restarts_are_held_not_failed(rig: Rig) -> None:
+    rig.backend.stop()
+    results: list[object] = []
+
+    def fire(stream: bool) -> None:
+        with httpx.Client(timeout=30) as client:
+            try:
+                if stream:
+                    results.append(read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))[-1])
+                else:
+                    results.append(client.post(f"{rig.url}/v1/chat/completions", json=chat_body()).status_code)
+            except httpx.HTTPError as exc:
+                results.append(exc)
+
+    threads = [threading.Thread(target=fire, args=(i % 2 == 0,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    rig.fake.loading = True  # back on its port but still "Loading model", like llama-server
+    rig.backend.start()
+    time.sleep(0.3)
+    rig.fake.loading = False
+    for thread in threads:
+        thread.join(30)
+    assert sorted(map(str, results)) == sorted(["200"] * 3 + ["[DONE]"] * 3)
+    assert all(r.held_ms > 0 and r.status == 200 for r in rig.records())  # type: ignore[attr-defined]
+
+
+def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, hold_timeout_s=0.5)
+    try:
+        rig.backend.stop()
+        with httpx.Client(timeout=10) as client:
+            response = client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
+        assert response.status_code == 503
+        assert response.json()["error"]["type"] == "unavailable_error"
+        assert rig.records()[0].status == 503  # type: ignore[attr-defined]
+    finally:
+        rig.front.stop()
+        rig.recorder.close()
+
+
+def test_bad_bodies_do_not_wedge_the_proxy(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, max_body_bytes=1000)
+    try:
+        with httpx.Client(timeout=10) as client:
+            malformed = client.post(f"{rig.url}/v1/chat/completions", content=b"{not json",
+                                    headers={"content-type": "application/json"})
+            huge = client.post(f"{rig.url}/v1/chat/completions", content=b"x" * 5000)
+            fine = client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
+        assert malformed.status_code == 400  # the backend's own answer, passed through
+        assert huge.status_code == 413
+        assert fine.status_code == 200
+        assert rig.proxy.in_flight == 0
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
+def test_a_client_that_hangs_up_mid_stream_frees_the_backend(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, tokens=200, token_delay_s=0.02)
+    try:
+        with httpx.Client(timeout=10) as client, \
+                client.stream("POST", f"{rig.url}/v1/chat/completions", json=chat_body(stream=True)) as response:
+            for _ in response.iter_raw():
+                break
+        deadline = time.monotonic() + 10
+        while (rig.proxy.in_flight or not rig.fake.closed_early) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rig.proxy.in_flight == 0 and rig.proxy.active == 0
+        assert rig.fake.closed_early == 1
+        assert rig.records()[0].status == 499  # type: ignore[attr-defined]
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
+def test_a_stream_the_backend_drops_is_ended_cleanly_and_not_resent(rig: Rig) -> None:
+    rig.fake.drop_stream_after = 3
+    with httpx.Client(timeout=10) as client:
+        payloads = read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))
+    assert json.loads(payloads[-1])["error"]["message"] == "the backend dropped the stream"
+    assert len(rig.fake.requests) == 1
+    assert rig.records()[0].status == 502  # type: ignore[attr-defined]
+
+
+def test_shutdown_cuts_a_long_stream_on_an_event_boundary(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, tokens=500, token_delay_s=0.01)
+    try:
+        got: list[list[str]] = []
+
+        def consume() -> None:
+            with httpx.Client(timeout=30) as client:
+                got.append(read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True)))
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        time.sleep(0.3)
+        rig.front.call(lambda: rig.proxy.shutdown(0.2))
+        reader.join(20)
+        [payloads] = got  # read_stream raises on a half-written event
+        assert json.loads(payloads[-1])["error"]["message"] == "specd proxy is shutting down"
+        assert 1 < len(payloads) < 500
+        assert rig.records()[0].status == 503  # type: ignore[attr-defined]
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
+def test_drain_waits_for_streams_and_holds_new_requests_until_resume(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, tokens=30, token_delay_s=0.02)
+    try:
+        done: list[str] = []
+
+        def stream_one() -> None:
+            with httpx.Client(timeout=30) as client:
+                done.append(read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))[-1])
+
+        first = threading.Thread(target=stream_one)
+        first.start()
+        time.sleep(0.2)
+        rig.front.call(lambda: rig.proxy.pause(30))
+        assert rig.front.call(lambda: rig.proxy.wait_idle(20)) is True
+        # drained: the in-flight stream was relayed to its end before wait_idle returned
+        assert [(r.stream, r.status) for r in rig.records()] == [(True, 200)]  # type: ignore[attr-defined]
+        first.join(10)
+        assert done == ["[DONE]"]
+        second = threading.Thread(target=stream_one)
+        second.start()
+        time.sleep(0.3)
+        assert len(rig.fake.requests) == 1  # held at the gate while paused
+        rig.front.call(rig.proxy.resume)
+        second.join(20)
+        assert done == ["[DONE]", "[DONE]"]
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
+def test_captured_bodies_are_private_and_bounded(tmp_path: Path) -> None:
+    capture = BodyCapture(tmp_path / "capture", max_bytes=2000)
+    rig = make_rig(tmp_path, capture=capture)
+    try:
+        with httpx.Client(timeout=10) as client:
+            for index in range(30):
+                client.post(f"{rig.url}/v1/chat/completions", json=chat_body(f"question {index}"),
+                            headers={"Authorization": "Bearer sk-secret"})
+        files = sorted((tmp_path / "capture").iterdir())
+        assert files and sum(f.stat().st_size for f in files) <= 2000
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+        assert stat.S_IMODE(os.stat(tmp_path / "capture").st_mode) == 0o700
+        bodies = capture.read_all()
+        assert bodies[-1]["messages"][0]["content"] == "question 29"
+        assert not any("sk-secret" in f.read_text() for f in files)
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
+def test_metrics_count_every_request_and_traffic_only_completions(rig: Rig) -> None:
+    with httpx.Client(timeout=10) as client:
+        for _ in range(3):
+            client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
+        assert client.get(f"{rig.url}/v1/models").json()["data"][0]["id"] == "fake"
+    text = rig.metrics.render().decode()
+    assert 'specd_proxy_requests_total{endpoint="/v1/chat/completions",status="200"} 3.0' in text
+    assert 'specd_proxy_requests_total{endpoint="/v1/models",status="200"} 1.0' in text
+    assert len(rig.records()) == 3
+
+
+def test_llama_server_timings_from_the_emulator_reach_the_traffic_table(tmp_path: Path) -> None:
+    port = free_port()
+    emulator = subprocess.Popen(
+        [sys.executable, "-m", "specd.emulator", "--port", str(port), "--alias", "emu", "--spec-type", "draft-mtp",
+         "--emulator-time-scale", "0.02", "--metrics"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    recorder = Recorder(tmp_path / "state.db")
+    proxy = Proxy(ProxySettings(health_poll_s=0.05), lambda: Backend(f"http://127.0.0.1:{port}", "mtp"),
+                  recorder=recorder)
+    front = ServerThread(proxy.app, free_port()).start()
+    try:
+        body = chat_body("Write a python function that parses a CSV file", max_tokens=64, model="emu")
+        with httpx.Client(timeout=60) as client:  # the emulator is still starting: the proxy holds
+            assert client.post(f"{front.url}/v1/chat/completions", json=body).status_code == 200
+            assert read_stream(client, f"{front.url}/v1/chat/completions", {**body, "stream": True})[-1] == "[DONE]"
+        recorder.flush()
+        conn = open_db(tmp_path / "state.db")
+        records = fetch_records(conn, 0)
+        conn.close()
+        assert [(r.stream, r.status, r.task_class) for r in records] == [(False, 200, "code"), (True, 200, "code")]
+        for r in records:
+            assert r.completion_tokens and r.predicted_n and r.predicted_ms
+            assert r.draft_n is not None and r.draft_n_accepted is not None and r.draft_n_accepted <= r.draft_n
+    finally:
+        front.stop()
+        recorder.close()
+        emulator.terminate()
+        emulator.wait(10)

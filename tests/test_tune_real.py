@@ -1,0 +1,57 @@
+"""The tuner on the real tiny llama-server: n-gram speculation pays off only when the answer repeats the input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specd.history import History
+from tests.conftest import Box
+
+FUNCTIONS = [
+    "def add(a, b):\n    return a + b\n",
+    "def scale(values, factor):\n    return [v * factor for v in values]\n",
+    "def clamp(x, lo, hi):\n    return max(lo, min(hi, x))\n",
+    "def mean(values):\n    return sum(values) / len(values)\n",
+    "def first_word(text):\n    return text.split()[0] if text else ''\n",
+    "def is_even(n):\n    return n % 2 == 0\n",
+]
+
+
+def repeat_workload(path: Path) -> Path:
+    """Editing traffic: 'return this code unchanged' asks, whose answers repeat the prompt."""
+    lines = []
+    for shift in range(4):
+        code = "\n".join(FUNCTIONS[shift:] + FUNCTIONS[:shift])
+        ask = f"Repeat the following Python code exactly, with no other text:\n```python\n{code}```"
+        lines.append(json.dumps({"messages": [{"role": "user", "content": ask}], "max_tokens": 128,
+                                 "specd": {"task_class": "code"}}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _tune(box: Box, workload: str, n: int, max_tokens: int) -> dict[str, object]:
+    result = box.specd("tune", "--workload", workload, "--n", str(n), "--max-tokens", str(max_tokens), "--json",
+                       "--profile", "autoregressive", "--profile", "ngram-simple", timeout=600, check=True)
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_ngram_wins_on_rewriting_and_not_on_prose(box: Box, real_server: None, tmp_path: Path) -> None:
+    box.specd("switch", "autoregressive", check=True)
+
+    prose = _tune(box, "prose", 4, 48)
+    assert prose["switch"] is False, prose["reason"]
+    assert prose["final_profile"] == "autoregressive"
+
+    rewrite = _tune(box, str(repeat_workload(tmp_path / "rewrite.jsonl")), 6, 128)
+    assert rewrite["best"] == "ngram-simple", rewrite["reason"]
+    estimates = rewrite["estimates"]
+    assert isinstance(estimates, dict)
+    assert estimates["ngram-simple"]["median_ms"] < 0.95 * estimates["autoregressive"]["median_ms"]
+    # On a quiet box the CIs separate and it switches; on a loaded one it keeps, saying why (no switch on noise).
+    assert rewrite["switch"] is True or "CIs overlap" in str(rewrite["reason"]), rewrite["reason"]
+    expected = "ngram-simple" if rewrite["switch"] else "autoregressive"
+    status = json.loads(box.specd("status", "--json", check=True).stdout)
+    assert rewrite["final_profile"] == status["active_profile"] == expected
+    kinds = [e["kind"] for e in History().events(box.unit)[:2]]
+    assert kinds == ["tune", "tune"]
