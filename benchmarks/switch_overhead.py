@@ -66,7 +66,7 @@ def main() -> None:
               f"{statistics.median(r[2] for r in rows):.2f} s, median specd overhead {statistics.median(own):.2f} s "
               f"(excluding the first switch, which creates the unit)")
         print(f"rollback: n={len(rollbacks)}, median {statistics.median(rollbacks):.2f} s "
-              f"(includes the default 5 s stability window)")
+              f"(includes the profile's stability window and the server load)")
     finally:
         manager.stop()
         shutil.rmtree(root, ignore_errors=True)
