@@ -45,6 +45,7 @@ CONFIG_SCHEMA = Table(
             "failures_before_restart": Key(int, in_range(1, 100)),
             "rollback_grace_s": Key(float, in_range(0, 86400)),
             "housekeeping_interval_s": Key(float, in_range(60, 86400 * 7)),
+            "metrics_listen": Key(str, _LISTEN),
         }),
         "tuner": Table(keys={
             "enabled": Key(bool),
@@ -76,6 +77,7 @@ class DaemonConfig:
     failures_before_restart: int = 3
     rollback_grace_s: float = 600.0
     housekeeping_interval_s: float = 3600.0
+    metrics_listen: str | None = None
 
 
 @dataclass(frozen=True)

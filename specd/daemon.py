@@ -300,7 +300,7 @@ class Daemon:
                                               metrics=self.metrics.render, metrics_content_type=CONTENT_TYPE),
                           uds=sock)
         os.chmod(sock, 0o600)
-        metrics_listen = getattr(self.config.daemon, "metrics_listen", None)  # "host:port", read-only routes
+        metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
         if isinstance(metrics_listen, str) and metrics_listen:
             host, _, port = metrics_listen.rpartition(":")
             await self._serve(control.control_app(drain_unit=self._drain, resume_unit=self._resume,

@@ -16,14 +16,10 @@ from specd.unitfiles import read_text
 from specd.unitparse import parse_unit
 
 
-def _daemon_status(config: Config, deployment: Deployment) -> Any:
-    import importlib.util
+def _daemon_status(deployment: Deployment) -> dict[str, Any]:
+    from specd.control import daemon_status
 
-    if importlib.util.find_spec("specd.daemon") is None:
-        return "not available"
-    from specd.daemon import daemon_status
-
-    return daemon_status()
+    return daemon_status(deployment.unit)
 
 
 def collect_status(config: Config, deployment: Deployment) -> dict[str, Any]:
@@ -62,5 +58,5 @@ def collect_status(config: Config, deployment: Deployment) -> dict[str, Any]:
         history.close()
     except SpecdError as exc:
         data["generation"] = f"unknown ({exc.message})"
-    data["daemon"] = _daemon_status(config, deployment)
+    data["daemon"] = _daemon_status(deployment)
     return data

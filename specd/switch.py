@@ -17,6 +17,7 @@ from pathlib import Path
 from specd import intent as intents
 from specd import paths
 from specd.config import Deployment
+from specd.control import DrainingSystemd
 from specd.errors import (
     HealthError,
     LockBusy,
@@ -92,7 +93,7 @@ class Switcher:
     @property
     def systemd(self) -> SystemdClient:
         if self._systemd is None:
-            self._systemd = connect_systemd(self.deployment.scope)
+            self._systemd = DrainingSystemd(connect_systemd(self.deployment.scope))
         return self._systemd
 
     @property

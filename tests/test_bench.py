@@ -25,7 +25,7 @@ CODE_ASK = "Write a Python function that parses these ledger entries into a list
 CREATIVE_ASK = "Write a short story about the night shift at this depot."
 
 
-def emulated_profiles(box: Box, names: tuple[str, ...] = ("plain", "mtp"), *, time_scale: float = 0.002,
+def emulated_profiles(box: Box, names: tuple[str, ...] = ("plain", "mtp"), *, time_scale: float = 0.005,
                       twins: tuple[str, ...] = ()) -> None:
     """Replace the box's tiny profiles with specd-emulator ones on the seeds' 3090 Ti tables."""
     for path in box.profiles_dir.glob("*.toml"):
