@@ -45,6 +45,7 @@ from specd.unitfiles import (
     read_text,
     remove_stale_temp_files,
     sha256_text,
+    write_backup,
 )
 from specd.unitparse import parse_unit
 
@@ -116,6 +117,7 @@ class Switcher:
     def switch(self, name: str) -> Outcome:
         with self.lock(f"switch {name}"):
             self._recover_locked()
+            self._record_edit_locked()
             started = time.monotonic()
             current = self.installed_text()
             main_pid = self._state_or_none().main_pid if current is not None else 0
@@ -134,6 +136,7 @@ class Switcher:
     def rollback(self, to: int | None = None) -> Outcome:
         with self.lock("rollback" if to is None else f"rollback --to {to}"):
             self._recover_locked()
+            self._record_edit_locked()
             started = time.monotonic()
             target_gen, text = self._rollback_target(to)
             profile = target_gen.profile if target_gen else profile_of_unit(text)
@@ -160,6 +163,29 @@ class Switcher:
             if wait:
                 raise
             return None
+
+    def record_external_edit(self) -> Generation | None:
+        """Record a hand edit of the unit as a generation (backing up what it replaced), so
+        rollback still works after it. None when the file is what specd last installed."""
+        with self.lock("record a hand edit of the unit", 0.0):
+            return self._record_edit_locked()
+
+    def _record_edit_locked(self) -> Generation | None:
+        text = self.installed_text()
+        active = self.history.active(self.unit)
+        expected = active.unit_sha256 if active else None
+        if text is None or sha256_text(text) == expected:
+            return None
+        replaced = self.store.get(expected) if expected else None
+        backup = None
+        if active is not None and replaced is not None:
+            backup = write_backup(self.deployment.unit_path, replaced, active.profile)
+        generation_id = self.history.add(
+            self.unit, kind="external-edit", profile=profile_of_unit(text), unit_sha256=self.store.put(text),
+            backup_path=backup, previous_id=active.id if active else None, trigger=self.trigger, outcome="ok",
+            detail="the unit file was edited outside specd",
+        )
+        return self.history.get(generation_id)
 
     # -- the transaction ---------------------------------------------------------------------
 

@@ -20,15 +20,12 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from specd import paths
 from specd.config import Deployment
 from specd.errors import LockBusy
 from specd.history import History
-from specd.lock import deployment_lock
 from specd.profiles import list_profiles
-from specd.render import profile_of_unit
 from specd.switch import Switcher
-from specd.unitfiles import ContentStore, read_text, sha256_text, write_backup
+from specd.unitfiles import read_text, sha256_text
 
 log = logging.getLogger(__name__)
 
@@ -47,34 +44,9 @@ def expected_unit_sha(history: History, unit: str) -> str | None:
 
 
 def record_external_edit(deployment: Deployment, history: History) -> int | None:
-    """Record a hand-edited unit as a generation; None when the file is what specd installed.
-
-    Prefers the core's `Switcher.record_external_edit()`; until that exists, does the same with
-    the core's pieces: store the text, back up the text it replaced, add an "ok" generation.
-    """
-    switcher = Switcher(deployment, trigger="daemon", history=history)
-    method = getattr(switcher, "record_external_edit", None)
-    if callable(method):
-        result = method()
-        generation_id = getattr(result, "id", result)
-        return generation_id if isinstance(generation_id, int) else None
-    with deployment_lock(deployment.unit, "daemon: record a hand edit of the unit", timeout_s=0):
-        text = read_text(deployment.unit_path)
-        if text is None or sha256_text(text) == expected_unit_sha(history, deployment.unit):
-            return None
-        store = ContentStore(paths.state_dir() / "units" / deployment.name)
-        digest = store.put(text)
-        previous = history.active(deployment.unit)
-        backup = None
-        old_sha = expected_unit_sha(history, deployment.unit)
-        old_text = store.get(old_sha) if old_sha else None
-        if previous is not None and old_text is not None:
-            backup = write_backup(deployment.unit_path, old_text, previous.profile)
-        return history.add(
-            deployment.unit, kind=EXTERNAL_EDIT, profile=profile_of_unit(text), unit_sha256=digest,
-            backup_path=backup, previous_id=previous.id if previous else None, trigger="daemon", outcome="ok",
-            detail="the unit file was edited outside specd",
-        )
+    """Record a hand-edited unit as a generation; None when the file is what specd installed."""
+    generation = Switcher(deployment, trigger="daemon", history=history).record_external_edit()
+    return generation.id if generation is not None else None
 
 
 class _Debounced(FileSystemEventHandler):

@@ -86,3 +86,28 @@ def test_draft_model_profile_serves(box) -> None:
     assert result.returncode == 0, result.stderr
     assert '"--spec-type" "draft-simple"' in box.unit_path.read_text()
     assert complete(box.port)["choices"]
+
+
+def test_hand_edit_becomes_a_generation_and_rollback_returns_to_it(box) -> None:
+    box.specd("switch", "autoregressive", check=True)
+    edited = box.unit_path.read_text().replace("RestartSec=3", "RestartSec=7")
+    box.unit_path.write_text(edited)
+    box.specd("switch", "ngram-simple", check=True)
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    assert [g["kind"] for g in reversed(history)] == ["switch", "external-edit", "switch"]
+    assert history[1]["detail"] == "the unit file was edited outside specd"
+    box.specd("rollback", check=True)
+    assert box.unit_path.read_text() == edited
+
+
+def test_first_switch_on_a_hand_written_unit_can_be_rolled_back(box) -> None:
+    from tests.test_import import HAND_WRITTEN
+
+    box.unit_path.parent.mkdir(parents=True, exist_ok=True)
+    hand = HAND_WRITTEN.replace("--port 8099", f"--port {box.port}").replace('"tiny,tiny-alt"', "tiny")
+    box.unit_path.write_text(hand)
+    box.specd("switch", "autoregressive", check=True)
+    rolled = box.specd("rollback")
+    assert rolled.returncode == 0, rolled.stderr
+    assert box.unit_path.read_text() == hand
+    assert complete(box.port)["choices"]

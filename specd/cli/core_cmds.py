@@ -126,6 +126,8 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> 
 @app.command()
 def history(
     limit: Annotated[int, typer.Option("--limit", "-n")] = 20,
+    events: Annotated[bool, typer.Option("--events", help="daemon and tuner actions instead of generations")]
+    = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
@@ -133,6 +135,16 @@ def history(
     """Every generation of the unit: when, which profile, what triggered it, how it went."""
     _, deployment = deployment_of(config, unit)
     switcher = Switcher(deployment)
+    if events:
+        rows = [dict(row) for row in switcher.history.events(deployment.unit, limit)]
+        if json_out:
+            print_json(rows)
+            return
+        table = Table("time (UTC)", "kind", "detail")
+        for row in rows:
+            table.add_row(str(row["at"])[:19].replace("T", " "), str(row["kind"]), str(row["detail"])[:160])
+        console.print(table)
+        return
     generations = switcher.history.list(deployment.unit, limit)
     active = switcher.history.active(deployment.unit)
     if json_out:
