@@ -25,14 +25,13 @@ from typing import Literal
 import httpx
 
 from specd.config import DaemonConfig, Deployment
-from specd.control import DrainingSystemd
 from specd.errors import HealthError, LockBusy, SpecdError, UsageError
 from specd.health import HealthResult, check_once, wait_healthy
 from specd.history import Generation, History
 from specd.lock import deployment_lock
 from specd.render import profile_of_unit
-from specd.switch import Switcher
-from specd.systemd import SystemdClient, connect_systemd
+from specd.switch import Switcher, systemd_for
+from specd.systemd import SystemdClient
 from specd.unitfiles import read_text
 from specd.unitparse import parse_unit
 
@@ -90,7 +89,7 @@ class HealthMonitor:
     @property
     def systemd(self) -> SystemdClient:
         if self._systemd is None:
-            self._systemd = DrainingSystemd(connect_systemd(self.deployment.scope))
+            self._systemd = systemd_for(self.deployment)
         return self._systemd
 
     @property

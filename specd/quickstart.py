@@ -21,7 +21,7 @@ import tomlkit
 from specd import paths
 from specd.config import Deployment, load_config
 from specd.errors import SpecdError
-from specd.sandbox import PrivateSystemd, free_port, start_private_systemd
+from specd.sandbox import PrivateSystemd, free_port, private_systemd_env
 from specd.switch import Switcher
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,15 +52,8 @@ def systemd_for_demo(say: Callable[[str], None]) -> Iterator[PrivateSystemd | No
         yield None
         return
     say("no systemd --user manager answers here: starting a private one for this demo")
-    manager = start_private_systemd(home=Path.home())
-    saved = dict(os.environ)
-    os.environ.update(manager.env)
-    try:
+    with private_systemd_env(home=Path.home()) as manager:
         yield manager
-    finally:
-        manager.stop()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def write_demo_config(port: int) -> Path:

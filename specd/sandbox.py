@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,3 +138,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def private_systemd_env(root: Path | None = None, *, home: Path | None = None) -> Iterator[PrivateSystemd]:
+    """Start a private manager and point this process's environment at it until the block ends."""
+    manager = start_private_systemd(root, home=home)
+    saved = dict(os.environ)
+    os.environ.update(manager.env)
+    try:
+        yield manager
+    finally:
+        manager.stop()
+        os.environ.clear()
+        os.environ.update(saved)

@@ -57,6 +57,11 @@ WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
 DEFAULT_GATE_TIMEOUT_S = 600.0
 
 
+def systemd_for(deployment: Deployment) -> SystemdClient:
+    """The systemd client for a deployment; restarts drain the daemon's proxy first."""
+    return DrainingSystemd(connect_systemd(deployment.scope))
+
+
 @dataclass(frozen=True)
 class Outcome:
     generation: Generation
@@ -94,7 +99,7 @@ class Switcher:
     @property
     def systemd(self) -> SystemdClient:
         if self._systemd is None:
-            self._systemd = DrainingSystemd(connect_systemd(self.deployment.scope))
+            self._systemd = systemd_for(self.deployment)
         return self._systemd
 
     @property

@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import tomlkit
 
 from specd.config import Deployment, load_config
-from specd.sandbox import PrivateSystemd, free_port, start_private_systemd
+from specd.sandbox import PrivateSystemd, free_port, private_systemd_env
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")
@@ -34,15 +35,8 @@ def require_real_server() -> None:
 @pytest.fixture(scope="session")
 def systemd_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateSystemd]:
     os.environ.setdefault("SPECD_CACHE", str(CACHE))
-    manager = start_private_systemd(tmp_path_factory.mktemp("systemd"))
-    saved = dict(os.environ)
-    os.environ.update(manager.env)
-    try:
+    with private_systemd_env(tmp_path_factory.mktemp("systemd")) as manager:
         yield manager
-    finally:
-        manager.stop()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @dataclass
@@ -119,6 +113,14 @@ def box(systemd_manager: PrivateSystemd, tmp_path: Path, monkeypatch: pytest.Mon
         yield result
     finally:
         result.cleanup()
+
+
+def alias_answers(port: int, alias: str = "tiny") -> bool:
+    """Does the endpoint on `port` list `alias` right now?"""
+    try:
+        return bool(httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]["id"] == alias)
+    except (httpx.HTTPError, ValueError, KeyError, IndexError):
+        return False
 
 
 @pytest.fixture

@@ -6,21 +6,14 @@ from __future__ import annotations
 import json
 import signal
 
-import httpx
 import pytest
 
 from specd.render import profile_of_unit
 from specd.switch import REVERT_STEPS, STEPS
+from tests.conftest import alias_answers
 from tests.test_switch_failures import add_fake_profile
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
-
-
-def healthy_alias(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]["id"] == "tiny"
-    except httpx.HTTPError:
-        return False
 
 
 def intent_files(box) -> list[str]:
@@ -47,7 +40,7 @@ def test_kill_during_switch_recovers(box, step: str) -> None:
         assert "recovered" in status
         history = json.loads(box.specd("history", "--json", check=True).stdout)
         assert history[0]["profile"] == "ngram-simple" and history[0]["outcome"] == "reverted"
-    assert status["healthy"] and healthy_alias(box.port)
+    assert status["healthy"] and alias_answers(box.port)
     again = box.specd("switch", "ngram-simple")
     assert again.returncode == 0, again.stderr
 
@@ -61,7 +54,7 @@ def test_kill_during_rollback_recovers(box, step: str) -> None:
     assert killed.returncode == -signal.SIGKILL
     box.specd("status", "--json", check=True)
     assert box.unit_path.read_text() == current
-    assert healthy_alias(box.port)
+    assert alias_answers(box.port)
     box.specd("rollback", check=True)
     assert profile_of_unit(box.unit_path.read_text()) == "autoregressive"
 
@@ -75,5 +68,5 @@ def test_kill_during_revert_recovers(box, step: str) -> None:
     assert killed.returncode == -signal.SIGKILL
     box.specd("status", "--json", check=True)
     assert box.unit_path.read_text() == old_text
-    assert healthy_alias(box.port)
+    assert alias_answers(box.port)
     assert intent_files(box) == []

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from specd.errors import PreflightError, SwitchFailed, SystemdError
@@ -21,15 +20,9 @@ from specd.sandbox import start_private_systemd
 from specd.switch import WRITE_STEPS, Switcher
 from specd.systemd import PydbusSystemd
 from specd.unitfiles import atomic_write
+from tests.conftest import alias_answers
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
-
-
-def alias_answers(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]["id"] == "tiny"
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.mark.parametrize("step", WRITE_STEPS)
@@ -131,7 +124,7 @@ def test_bus_daemon_killed_mid_switch_is_survived(box, systemd_manager) -> None:
                              env=systemd_manager.env, capture_output=True, text=True, check=True).stdout.strip()
     assert int(bus_pid) > 0
     subprocess.run(["kill", "-9", bus_pid], check=True)
-    out, err = switch.communicate(timeout=120)
+    _out, err = switch.communicate(timeout=120)
     assert switch.returncode == 0, err
     assert profile_of_unit(box.unit_path.read_text()) == "ngram-simple" and alias_answers(box.port)
 
