@@ -53,7 +53,7 @@ _STRING, _ARRAY = 8, 9
 _MAX_INLINE_ARRAY = 64
 
 
-class _HeaderReader:
+class HeaderReader:
     """A streaming GGUF header parser: long arrays (the tokenizer's) are skipped, not decoded."""
 
     def __init__(self, handle: BinaryIO) -> None:
@@ -96,7 +96,7 @@ class _SkippedArray:
     length: int
 
 
-def _tensor_nbytes(ggml_type: int, dims: list[int]) -> int:
+def tensor_nbytes(ggml_type: int, dims: list[int]) -> int:
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
@@ -114,7 +114,7 @@ def read_gguf_info(path: Path) -> GgufInfo:
         with path.open("rb") as handle:
             if handle.read(4) != GGUF_MAGIC:
                 raise PreflightError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
-            metadata, tensor_count, tensor_bytes = _read_header(_HeaderReader(handle))
+            metadata, tensor_count, tensor_bytes = _read_header(HeaderReader(handle))
     except OSError as exc:
         raise PreflightError(f"{path}: cannot read: {exc.strerror}") from exc
     except (ValueError, KeyError, struct.error) as exc:
@@ -149,7 +149,7 @@ def read_gguf_info(path: Path) -> GgufInfo:
     )
 
 
-def _read_header(reader: _HeaderReader) -> tuple[dict[str, Any], int, int]:
+def _read_header(reader: HeaderReader) -> tuple[dict[str, Any], int, int]:
     version = reader.read("<I")
     if version not in (2, 3):
         raise ValueError(f"unsupported GGUF version {version}")
@@ -166,5 +166,5 @@ def _read_header(reader: _HeaderReader) -> tuple[dict[str, Any], int, int]:
         dims = [reader.read("<Q") for _ in range(n_dims)]
         ggml_type = reader.read("<I")
         reader.read("<Q")
-        tensor_bytes += _tensor_nbytes(ggml_type, dims)
+        tensor_bytes += tensor_nbytes(ggml_type, dims)
     return metadata, tensor_count, tensor_bytes

@@ -124,6 +124,7 @@ def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current
     estimate = vram.estimate_vram(
         model, draft, profile.ctx_size or 0, profile.n_gpu_layers,
         profile.cache_type_k or "f16", profile.cache_type_v or "f16", profile.parallel,
+        n_ubatch=profile.ubatch_size or 512, flash_attn=profile.flash_attn != "off",
         draft_n_gpu_layers=profile.speculative.draft_ngl,
     )
     freed = 0

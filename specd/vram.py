@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from specd.errors import PreflightError
-from specd.gguf_info import GGUF_MAGIC, GgufInfo, _HeaderReader, _tensor_nbytes
+from specd.gguf_info import GGUF_MAGIC, GgufInfo, HeaderReader, tensor_nbytes
 from specd.gpu import GIB, GpuState, NoGpu
 
 MIB = 1024**2
@@ -130,7 +130,7 @@ def _cached_layout(path: Path, size: int, mtime_ns: int) -> WeightLayout:
         with path.open("rb") as handle:
             if handle.read(4) != GGUF_MAGIC:
                 raise PreflightError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
-            reader = _HeaderReader(handle)
+            reader = HeaderReader(handle)
             if reader.read("<I") not in (2, 3):
                 raise PreflightError(f"{path}: unsupported GGUF version")
             tensor_count, kv_count = reader.read("<Q"), reader.read("<Q")
@@ -141,7 +141,7 @@ def _cached_layout(path: Path, size: int, mtime_ns: int) -> WeightLayout:
                 name = reader.string()
                 dims = [reader.read("<Q") for _ in range(reader.read("<I"))]
                 ggml_type = reader.read("<I")
-                nbytes = _tensor_nbytes(ggml_type, dims)
+                nbytes = tensor_nbytes(ggml_type, dims)
                 reader.read("<Q")
                 block = _BLOCK.match(name)
                 floats = floats or (block is not None and len(dims) >= 2 and ggml_type in FLOAT_TYPES)
@@ -358,6 +358,7 @@ def estimate_vram(model: GgufInfo, draft: GgufInfo | None, ctx_size: int, n_gpu_
             return _approximate_layout(info)
 
     model_layout = layout_of(model, layout)
+    flash_attn = flash_attn or CACHE_TYPE_BLOCKS.get(cache_type_v, (1, 0))[0] > 1   # llama.cpp forces it
     ctx = _context(model, ctx_size, n_parallel, kv_unified, n_ubatch)
     first_gpu, output_on_gpu = _gpu_layers(model.block_count or 0, n_gpu_layers)
     weights = _weights(model_layout, first_gpu, output_on_gpu)

@@ -163,6 +163,8 @@ def test_no_flash_attention_pays_for_the_kq_scores_and_cublas(llama8b_q8: GgufIn
     estimate = estimate_vram(llama8b_q8, None, 16384, 99, flash_attn=False)
     assert mib(estimate.compute_bytes) == pytest.approx(1092, abs=3)
     assert estimate.runtime_bytes == CUDA_CONTEXT + CUBLAS
+    forced = estimate_vram(llama8b_q8, None, 16384, 99, "q8_0", "q8_0", flash_attn=False)
+    assert forced == estimate_vram(llama8b_q8, None, 16384, 99, "q8_0", "q8_0")   # quantized V forces FA
 
 
 def test_draft_model_adds_its_weights_kv_and_compute(llama8b_q8: GgufInfo, llama1b_f16: GgufInfo) -> None:

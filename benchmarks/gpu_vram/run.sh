@@ -30,7 +30,7 @@ python3 -c 'import gguf, psutil, pynvml, numpy; import specd.vram, specd.gpu' ||
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,compute_cap --format=csv,noheader)"
 
 # 2. the CUDA build, in its own session so that it survives this call's end
-cp -n "$carry/llama_cpp_python-0.3.36.tar.gz" "$work/cache/sdist/"
+[ -f "$work/cache/sdist/llama_cpp_python-0.3.36.tar.gz" ] || cp "$carry/llama_cpp_python-0.3.36.tar.gz" "$work/cache/sdist/"
 if [ ! -f "$work/build.rc" ] && ! { [ -f "$work/build.pid" ] && kill -0 "$(cat "$work/build.pid")" 2>/dev/null; }; then
   say "starting the CUDA build"
   setsid bash -c "'$repo/scripts/build-llama-server.sh' --cuda --jobs \$(nproc) > '$work/build.log' 2>&1; \
