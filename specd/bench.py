@@ -1,42 +1,42 @@
 """Benchmark profiles on a workload: switch (health-gated), warm up, replay, measure, restore.
 
-A bench drives a `Target`: the real one switches the deployment's unit with `Switcher` and posts
-to the active llama-server; `ModelTarget` answers from the emulator's performance model in-process
-(no server, no clock) for experiments and the accuracy benchmark. Every request is sent at
-temperature 0 with a fixed seed and `cache_prompt: false`, so each sample pays its own prefill.
+A bench drives a `Target` (specd.targets): the real one switches the deployment's unit and posts
+to the active llama-server; `ModelTarget` answers from the emulator's performance model in-process.
+Every request is sent at temperature 0 with a fixed seed; `cache_prompt` is off (each sample pays
+its own prefill) unless the bench measures prompt-cache reuse, where conversations run turn after
+turn as in production and each result carries `cache_n`.
 
-Sampling (seed 002: single runs misled by 1.5x-4x): profile after profile, request k replays
-workload request k mod len(workload), so profiles see the same requests in the same order. The
-first profile runs all `n`; each later one stops early, after at least `min_n`, once the median
-wall clock of its first k requests has a 95% CI separated from every earlier profile's first k.
+Sampling (seed 002: single runs misled by 1.5x-4x): profiles are interleaved round by round
+(A B | B A | A B, see specd.replay), so a machine-load drift between blocks cannot flip the pick;
+every profile replays the same requests in the same order at the same concurrency. After each
+round, a profile whose median wall clock (over the requests all profiles share) has a 95% CI
+separated from every rival's, with at least `min_n` requests, leaves the rotation.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
+import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
-
-from specd import gpu, store
-from specd.config import Deployment
-from specd.emulator_model import EmulatorModel, asks_to_repeat, plan_request
-from specd.errors import HealthError, SpecdError, UsageError
+from specd import store
+from specd.errors import SpecdError, UsageError
 from specd.perfmodel import Sample
-from specd.profiles import load_profile
-from specd.stats import Summary, should_stop_early, summarize
-from specd.switch import Switcher
-from specd.taskclass import TaskClass, classify, last_user_text
+from specd.replay import Done, plan_rounds, replay_round
+from specd.stats import Summary, cis_separated, summarize
+from specd.targets import DeploymentTarget, ModelTarget, Reply, Target
+from specd.taskclass import TaskClass
 from specd.workloads import Workload, WorkloadRequest
 
+__all__ = ["DeploymentTarget", "ModelTarget", "Reply", "Report", "Result", "Settings", "Target", "bench_profiles",
+           "measure", "request_body", "restoring", "run_bench", "save_report"]
+
 SEED = 42
-REQUEST_TIMEOUT_S = 600.0
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS bench_runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -63,6 +63,14 @@ CREATE TABLE IF NOT EXISTS bench_samples (
 );
 CREATE INDEX IF NOT EXISTS bench_samples_run ON bench_samples(run_id, profile);
 """
+# Columns added after the first release: added to older databases on first use.
+_ADDED_COLUMNS = (("concurrency", "INTEGER NOT NULL DEFAULT 1"), ("cache_n", "INTEGER NOT NULL DEFAULT 0"),
+                  ("reasoning_tokens", "INTEGER"))
+_SAMPLE_COLUMNS = ("run_id", "profile", "request_index", "task_class", "prompt_tokens", "output_tokens",
+                   "prefill_ms", "decode_ms", "wall_ms", "draft_n", "draft_accepted", "vram_bytes",
+                   *(name for name, _ in _ADDED_COLUMNS))
+CHARS_PER_TOKEN = 4
+WARMUP_NOTE = {"role": "system", "content": "Warm-up request; ignore."}
 
 
 @dataclass(frozen=True)
@@ -73,32 +81,48 @@ class Settings:
     max_tokens: int | None = None  # caps every request's max_tokens (short smoke benches)
     seed: int = SEED
     early_stop: bool = True
-    deadline: float | None = None  # time.monotonic() after which no new request starts
+    deadline: float | None = None  # time.monotonic() after which no new round starts
+    concurrency: int | None = None  # default: the workload's (1 unless it says otherwise)
+    per_round: int | None = None  # requests per profile per round; default: see round_size
+    cache_reuse: bool = False  # cache_prompt on, conversations turn after turn
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise UsageError(f"--n must be at least 1, not {self.n}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise UsageError(f"--concurrency must be at least 1, not {self.concurrency}")
+        if self.per_round is not None and self.per_round < 1:
+            raise UsageError(f"--per-round must be at least 1, not {self.per_round}")
 
     @property
     def floor(self) -> int:
         return min(self.n, self.min_n if self.min_n is not None else max(3, self.n // 2))
 
+    def round_size(self, concurrency: int) -> int:
+        """Few switches, yet at least two rounds when n allows; a concurrent round holds `concurrency` at least."""
+        if self.per_round is not None:
+            return self.per_round
+        return max(concurrency, 2, math.ceil(self.n / 4))
+
 
 @dataclass(frozen=True)
 class Result:
-    """One measured request. prefill_ms doubles as TTFT (non-streamed, no cache reuse)."""
+    """One measured request. prefill_ms doubles as TTFT (non-streamed)."""
 
     profile: str
     request_index: int
     task_class: TaskClass
-    prompt_tokens: int
-    output_tokens: int
+    prompt_tokens: int  # evaluated, i.e. not counting cache_n
+    output_tokens: int  # reasoning tokens included
     prefill_ms: float
     decode_ms: float
     wall_ms: float
     draft_n: int | None = None
     draft_accepted: int | None = None
     vram_bytes: int | None = None
+    concurrency: int = 1  # requests in flight when it started, itself included
+    cache_n: int = 0  # prompt tokens reused from the prompt cache
+    reasoning_tokens: int | None = None  # where the server reports reasoning apart from the answer
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -108,11 +132,22 @@ class Result:
     def acceptance(self) -> float | None:
         return self.draft_accepted / self.draft_n if self.draft_n and self.draft_accepted is not None else None
 
+    @property
+    def prefill_no_reuse_ms(self) -> float:
+        """Estimated prefill had nothing been reused: the measured per-token rate over the whole prompt."""
+        if self.cache_n == 0 or self.prompt_tokens == 0:
+            return self.prefill_ms
+        return self.prefill_ms * (self.prompt_tokens + self.cache_n) / self.prompt_tokens
+
     def as_sample(self) -> Sample:
         return Sample(profile=self.profile, task_class=self.task_class,
                       prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                       prefill_ms=self.prefill_ms, decode_ms=self.decode_ms, wall_ms=self.wall_ms,
-                      draft_n=self.draft_n, draft_accepted=self.draft_accepted)
+                      draft_n=self.draft_n, draft_accepted=self.draft_accepted, concurrency=self.concurrency)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return summarize(values).median if values else None
 
 
 @dataclass
@@ -124,6 +159,10 @@ class Report:
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     run_id: int | None = None
+    concurrency: int = 1
+    cache_reuse: bool = False
+    rounds: int = 0
+    switches: int = 0
 
     def walls(self, profile: str, k: int | None = None) -> list[float]:
         return [r.wall_ms for r in self.results.get(profile, [])[:k]]
@@ -147,138 +186,60 @@ class Report:
         for name in self.benched():
             own = self.summary(name)
             rows = self.results[name]
-            rates = [r.decode_tok_s for r in rows if r.decode_tok_s is not None]
-            accepts = [r.acceptance for r in rows if r.acceptance is not None]
+            reasoning = [float(r.reasoning_tokens) for r in rows if r.reasoning_tokens is not None]
             vram = [r.vram_bytes for r in rows if r.vram_bytes is not None]
             cells[name] = {
                 "n": own.n, "wall_ms": {"median": own.median, "ci95": [own.ci_lo, own.ci_hi]},
                 "high_variance": own.high_variance, "stopped_early": self.stopped_early.get(name, False),
-                "prefill_ms_median": summarize([r.prefill_ms for r in rows]).median,
-                "decode_tok_s_median": summarize(rates).median if rates else None,
-                "acceptance_median": summarize(accepts).median if accepts else None,
+                "prefill_ms_median": _median([r.prefill_ms for r in rows]),
+                "prefill_ms_no_reuse_median": _median([r.prefill_no_reuse_ms for r in rows]),
+                "cache_n_median": _median([float(r.cache_n) for r in rows]),
+                "decode_tok_s_median": _median([x for r in rows if (x := r.decode_tok_s) is not None]),
+                "acceptance_median": _median([x for r in rows if (x := r.acceptance) is not None]),
+                "reasoning_tokens_median": _median(reasoning),
+                "concurrency_median": _median([float(r.concurrency) for r in rows]),
                 "vram_peak_bytes": max(vram) if vram else "n/a",
                 "requests": [asdict(r) for r in rows],
             }
         return {"run_id": self.run_id, "workload": self.workload, "profiles": self.benched(),
-                "elapsed_s": self.elapsed_s, "notes": self.notes, "cells": cells}
-
-
-@dataclass(frozen=True)
-class Reply:
-    payload: Mapping[str, Any]
-    wall_ms: float
-
-
-class Target(Protocol):
-    """What a bench drives: one profile active at a time, and requests to it."""
-
-    def active(self) -> str | None: ...
-    def activate(self, profile: str) -> None: ...
-    def complete(self, body: Mapping[str, Any]) -> Reply: ...
-    def vram_bytes(self) -> int | None: ...
-
-
-class DeploymentTarget:
-    """The real thing: health-gated switches of the unit, HTTP to its llama-server.
-
-    Each activation uses a fresh Switcher (and D-Bus connection): a bench outlives connections.
-    """
-
-    def __init__(self, deployment: Deployment, *, trigger: str = "bench") -> None:
-        self.deployment = deployment
-        self.trigger = trigger
-        self.http = httpx.Client(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=5.0))
-        self._url = ""
-        self._alias = ""
-        self._main_pid = 0
-
-    def active(self) -> str | None:
-        return Switcher(self.deployment, trigger=self.trigger).active_profile()
-
-    def activate(self, profile: str) -> None:
-        switcher = Switcher(self.deployment, trigger=self.trigger)
-        switcher.switch(profile)
-        loaded = load_profile(self.deployment.profiles_dir, profile)
-        self._url, self._alias = loaded.base_url, loaded.alias
-        self._main_pid = switcher.systemd.unit_state(self.deployment.unit).main_pid
-
-    def complete(self, body: Mapping[str, Any]) -> Reply:
-        started = time.perf_counter()
-        try:
-            answer = self.http.post(f"{self._url}/v1/chat/completions", json={**body, "model": self._alias})
-        except httpx.HTTPError as exc:
-            raise HealthError(f"bench request to {self._url} failed: {type(exc).__name__}: {exc}") from exc
-        wall_ms = 1000.0 * (time.perf_counter() - started)
-        if answer.status_code != 200:
-            raise HealthError(f"bench request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
-        return Reply(answer.json(), wall_ms)
-
-    def vram_bytes(self) -> int | None:
-        used = gpu.process_vram(self._main_pid) if self._main_pid else None
-        return used.used_bytes if isinstance(used, gpu.ProcessVram) else None
-
-    def close(self) -> None:
-        self.http.close()
-
-
-class ModelTarget:
-    """The emulator's performance model in-process: modelled timings, no server, no waiting.
-
-    `modes` maps profile name to an emulator mode key (none, mtp, dflash, draft, ngram).
-    """
-
-    def __init__(self, model: EmulatorModel, modes: Mapping[str, str], *, seed: int = 0,
-                 active: str | None = None) -> None:
-        self.model, self.modes, self._active = model, dict(modes), active
-        self.rng = random.Random(seed)
-        self.switches = 0
-
-    def active(self) -> str | None:
-        return self._active
-
-    def activate(self, profile: str) -> None:
-        if profile not in self.modes:
-            raise UsageError(f"no emulated profile {profile!r}", hint=f"known: {', '.join(sorted(self.modes))}")
-        self.switches += self._active != profile
-        self._active = profile
-
-    def noise(self) -> float:
-        return math.exp(self.rng.gauss(0.0, self.model.noise_sigma)) if self.model.noise_sigma > 0 else 1.0
-
-    def complete(self, body: Mapping[str, Any]) -> Reply:
-        if self._active is None:
-            raise UsageError("no emulated profile is active")
-        messages = list(body["messages"])
-        prompt_chars = sum(len(str(m.get("content", ""))) for m in messages)
-        timing = plan_request(
-            self.model.mode(self.modes[self._active]),
-            prompt_tokens=max(1, int(prompt_chars / self.model.chars_per_token)), cache_n=0,
-            output_tokens=int(body["max_tokens"]), task_class=classify(messages),
-            repeats_input=asks_to_repeat(last_user_text(messages)),
-            prefill_noise=self.noise(), decode_noise=self.noise())
-        payload = {"usage": {"prompt_tokens": timing.prompt_n, "completion_tokens": timing.predicted_n},
-                   "timings": {"prompt_n": timing.prompt_n, "prompt_ms": timing.prompt_ms,
-                               "predicted_n": timing.predicted_n, "predicted_ms": timing.predicted_ms,
-                               "draft_n": timing.draft_n, "draft_n_accepted": timing.draft_n_accepted}}
-        return Reply(payload, timing.wall_ms)
-
-    def vram_bytes(self) -> int | None:
-        return None
+                "elapsed_s": self.elapsed_s, "concurrency": self.concurrency, "cache_reuse": self.cache_reuse,
+                "rounds": self.rounds, "switches": self.switches, "notes": self.notes, "cells": cells}
 
 
 def request_body(request: WorkloadRequest, settings: Settings) -> dict[str, Any]:
     body = dict(request.body)
     if settings.max_tokens is not None:
         body["max_tokens"] = min(int(body["max_tokens"]), settings.max_tokens)
-    body.update(temperature=0, seed=settings.seed, stream=False, cache_prompt=False)
+    body.update(temperature=0, seed=settings.seed, stream=False, cache_prompt=settings.cache_reuse)
     return body
 
 
-def measure(profile: str, index: int, request: WorkloadRequest, reply: Reply, vram: int | None) -> Result:
+def warmup_body(request: WorkloadRequest, settings: Settings) -> dict[str, Any]:
+    """A workload request, short, behind a different first message so it cannot prime the prompt cache."""
+    body = request_body(request, settings)
+    return {**body, "messages": [WARMUP_NOTE, *body["messages"]], "max_tokens": 16, "cache_prompt": False}
+
+
+def _reasoning_tokens(payload: Any) -> int | None:
+    usage = payload.get("usage") or {}
+    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+    if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+        return int(details["reasoning_tokens"])
+    choices = payload.get("choices")
+    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(
+        choices[0], dict) else None
+    thought = message.get("reasoning_content") if isinstance(message, dict) else None
+    return max(1, len(thought) // CHARS_PER_TOKEN) if isinstance(thought, str) and thought else None
+
+
+def measure(profile: str, index: int, request: WorkloadRequest, reply: Reply, vram: int | None,
+            in_flight: int = 1) -> Result:
     """Turn one answer into a Result; every llama-server field is treated as optional."""
     timings = reply.payload.get("timings") or {}
     usage = reply.payload.get("usage") or {}
-    prompt_n = int(timings.get("prompt_n") or usage.get("prompt_tokens") or request.prompt_tokens)
+    cache_n = int(timings.get("cache_n") or 0)
+    prompt_n = int(timings.get("prompt_n") or max(int(usage.get("prompt_tokens") or 0) - cache_n, 0)
+                   or request.prompt_tokens)
     output_n = int(timings.get("predicted_n") or usage.get("completion_tokens") or 0)
     prefill = float(timings.get("prompt_ms") or 0.0)
     decode = float(timings.get("predicted_ms") or max(reply.wall_ms - prefill, 0.0))
@@ -287,41 +248,91 @@ def measure(profile: str, index: int, request: WorkloadRequest, reply: Reply, vr
     return Result(profile=profile, request_index=index, task_class=request.task_class, prompt_tokens=prompt_n,
                   output_tokens=output_n, prefill_ms=prefill, decode_ms=decode, wall_ms=reply.wall_ms,
                   draft_n=int(draft_n) if draft_n is not None else None,
-                  draft_accepted=int(accepted) if accepted is not None else None, vram_bytes=vram)
+                  draft_accepted=int(accepted) if accepted is not None else None, vram_bytes=vram,
+                  concurrency=in_flight, cache_n=cache_n, reasoning_tokens=_reasoning_tokens(reply.payload))
 
 
 Progress = Callable[[str, int, int], None]  # profile, requests done, planned
 
 
-def _separated(report: Report, profile: str, floor: int) -> bool:
-    k = len(report.results[profile])
-    rivals = [p for p in report.benched() if p != profile and len(report.results[p]) >= k]
-    if k < floor or not rivals:
-        return False
-    cells = {p: report.summary(p, k) for p in (*rivals, profile)}
-    return should_stop_early(cells, floor, profile)
+def _leavers(report: Report, rotation: Sequence[str], floor: int) -> list[str]:
+    """Profiles in the rotation whose CI, over the requests shared with each rival, is apart from every rival's."""
+    leaving = []
+    for profile in rotation:
+        rivals = [p for p in report.benched() if p != profile]
+        if not rivals:
+            continue
+        apart = True
+        for rival in rivals:
+            k = min(len(report.results[profile]), len(report.results[rival]))
+            if k < floor or not cis_separated(report.summary(profile, k), report.summary(rival, k)):
+                apart = False
+                break
+        if apart:
+            leaving.append(profile)
+    return leaving
 
 
-def bench_profile(target: Target, profile: str, workload: Workload, settings: Settings, report: Report,
-                  progress: Progress | None = None) -> None:
-    """Switch to `profile`, warm up, replay up to n requests into report.results[profile]."""
-    target.activate(profile)
-    requests = workload.requests
-    for index in range(settings.warmup):
-        target.complete({**request_body(requests[index % len(requests)], settings), "max_tokens": 8})
-    rows = report.results.setdefault(profile, [])
-    for k in range(settings.n):
+def _results(profile: str, done: Sequence[Done], target: Target) -> list[Result]:
+    vram = target.vram_bytes()
+    return [measure(profile, d.item.index, d.item.request, d.reply, vram, d.in_flight) for d in done]
+
+
+def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
+                   progress: Progress | None = None) -> Report:
+    """Bench without restoring, profiles interleaved round by round; the caller decides where the box ends up."""
+    if not profiles:
+        raise UsageError("nothing to bench: no profiles given")
+    if len(set(profiles)) != len(profiles):
+        raise UsageError(f"a profile is listed twice: {', '.join(profiles)}")
+    started = time.monotonic()
+    concurrency = settings.concurrency or workload.concurrency
+    arrivals = settings.concurrency is None and workload.has_arrivals
+    report = Report(workload=workload.name, profiles=list(profiles), concurrency=concurrency,
+                    cache_reuse=settings.cache_reuse)
+    rounds = plan_rounds(workload, settings.n, settings.round_size(concurrency))
+    rotation = list(profiles)
+    current: str | None = None
+
+    def body_of(request: WorkloadRequest) -> dict[str, Any]:
+        return request_body(request, settings)
+
+    for number, items in enumerate(rounds):
+        if not rotation:
+            break
         if settings.deadline is not None and time.monotonic() > settings.deadline:
-            report.notes.append(f"{profile}: time budget spent after {k} of {settings.n} requests")
+            if number:
+                report.notes.append(f"time budget spent after {number} of {len(rounds)} rounds")
             break
-        request = requests[k % len(requests)]
-        reply = target.complete(request_body(request, settings))
-        rows.append(measure(profile, k % len(requests), request, reply, target.vram_bytes()))
-        if progress is not None:
-            progress(profile, k + 1, settings.n)
-        if settings.early_stop and k + 1 < settings.n and _separated(report, profile, settings.floor):
-            report.stopped_early[profile] = True
-            break
+        for profile in rotation if number % 2 == 0 else list(reversed(rotation)):
+            try:
+                if profile != current:
+                    current = None
+                    target.activate(profile)
+                    current = profile
+                    report.switches += 1
+                    for index in range(settings.warmup):
+                        target.complete(warmup_body(workload.requests[index % len(workload.requests)], settings))
+                done = replay_round(target, items, body_of, concurrency, arrivals=arrivals)
+            except SpecdError as exc:
+                report.results.pop(profile, None)
+                report.notes.append(f"{profile}: not benched: {str(exc).splitlines()[0]}")
+                rotation.remove(profile)
+                continue
+            rows = report.results.setdefault(profile, [])
+            rows.extend(_results(profile, done, target))
+            if progress is not None:
+                progress(profile, len(rows), settings.n)
+        report.rounds = number + 1
+        if settings.early_stop and number + 1 < len(rounds):
+            for profile in _leavers(report, rotation, settings.floor):
+                report.stopped_early[profile] = True
+                rotation.remove(profile)
+    for profile in profiles:
+        if profile not in report.results and not any(n.startswith(f"{profile}:") for n in report.notes):
+            report.notes.append(f"{profile}: not benched, the time budget was spent")
+    report.elapsed_s = time.monotonic() - started
+    return report
 
 
 @contextmanager
@@ -343,33 +354,19 @@ def run_bench(target: Target, profiles: Sequence[str], workload: Workload, setti
         return bench_profiles(target, profiles, workload, settings, progress)
 
 
-def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
-                   progress: Progress | None = None) -> Report:
-    """Bench without restoring: the caller decides where the box ends up."""
-    if not profiles:
-        raise UsageError("nothing to bench: no profiles given")
-    if len(set(profiles)) != len(profiles):
-        raise UsageError(f"a profile is listed twice: {', '.join(profiles)}")
-    started = time.monotonic()
-    report = Report(workload=workload.name, profiles=list(profiles))
-    for profile in profiles:
-        if settings.deadline is not None and time.monotonic() > settings.deadline:
-            report.notes.append(f"{profile}: not benched, the time budget was spent")
-            continue
-        try:
-            bench_profile(target, profile, workload, settings, report, progress)
-        except SpecdError as exc:
-            report.results.pop(profile, None)
-            report.notes.append(f"{profile}: not benched: {str(exc).splitlines()[0]}")
-    report.elapsed_s = time.monotonic() - started
-    return report
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    store.ensure_schema(conn, SCHEMA)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(bench_samples)")}
+    for name, ddl in _ADDED_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE bench_samples ADD COLUMN {name} {ddl}")
 
 
 def save_report(report: Report, unit: str, settings: Settings) -> int:
     """Store a run and its samples in the state DB; returns the run id."""
     conn = store.connect()
     try:
-        store.ensure_schema(conn, SCHEMA)
+        _ensure_schema(conn)
         summary = {k: v for k, v in report.as_json().items() if k != "cells"}
         config = {k: v for k, v in asdict(settings).items() if k != "deadline"}
         cursor = conn.execute(
@@ -378,9 +375,11 @@ def save_report(report: Report, unit: str, settings: Settings) -> int:
              json.dumps(summary)))
         run_id = int(cursor.lastrowid or 0)
         rows = [(run_id, r.profile, r.request_index, r.task_class, r.prompt_tokens, r.output_tokens, r.prefill_ms,
-                 r.decode_ms, r.wall_ms, r.draft_n, r.draft_accepted, r.vram_bytes)
+                 r.decode_ms, r.wall_ms, r.draft_n, r.draft_accepted, r.vram_bytes, r.concurrency, r.cache_n,
+                 r.reasoning_tokens)
                 for p in report.benched() for r in report.results[p]]
-        conn.executemany("INSERT INTO bench_samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.executemany(f"INSERT INTO bench_samples ({', '.join(_SAMPLE_COLUMNS)}) "
+                         f"VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)})", rows)
     finally:
         conn.close()
     report.run_id = run_id

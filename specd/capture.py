@@ -33,24 +33,37 @@ class BodyCapture:
 
     def write(self, body: dict[str, Any]) -> bool:
         """Append one body; False (and counted) when it alone is over the per-file budget."""
-        line = (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        try:
+            line = (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        except (ValueError, RecursionError):  # nested too deep to write back out: not worth keeping
+            self.skipped += 1
+            return False
         half = self.max_bytes // 2
         if len(line) > half:
             self.skipped += 1
             return False
         with self._lock:
             try:
-                size = self.path.stat().st_size
-            except FileNotFoundError:
-                size = 0
-            if size + len(line) > half:
-                os.replace(self.path, self.previous)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+                self._append(line, half)
+            except OSError as exc:  # full disk, a symlink planted in its place: skip, never fail the request
+                self.skipped += 1
+                log.warning("cannot capture a request body in %s: %s", self.path, exc)
+                return False
         return True
+
+    def _append(self, line: bytes, half: int) -> None:
+        try:
+            size = self.path.lstat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size + len(line) > half:
+            os.replace(self.path, self.previous)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # the mode above applies only when the file is created
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     def read_all(self) -> list[dict[str, Any]]:
         """Captured bodies, oldest first."""

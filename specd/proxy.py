@@ -17,9 +17,10 @@ untouched (auth included) and are never logged or stored; traffic rows keep only
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,18 @@ from starlette.routing import Route
 
 from specd.capture import BodyCapture
 from specd.metrics import SpecdMetrics
-from specd.relay import CUT, Exchange, RelayResponse, json_object, pump, relay_events
-from specd.taskclass import classify
+from specd.relay import (
+    CUT,
+    REDACT_QUERY_STRINGS,
+    Exchange,
+    RelayResponse,
+    client_gone,
+    json_object,
+    pump,
+    read_bounded,
+    relay_events,
+    task_class_of,
+)
 from specd.traffic import Recorder
 
 log = logging.getLogger(__name__)
@@ -61,6 +72,10 @@ class ProxySettings:
     max_body_bytes: int = 64 * 1024 * 1024
     health_poll_s: float = 0.1
     unit: str = ""
+    # A streamed response that sends nothing for this long is ended with an error event (a hung
+    # backend); generous, because a long prompt's prefill is silent too.
+    stream_idle_timeout_s: float = 300.0
+    body_timeout_s: float = 60.0  # a client must send its whole request body within this
 
 
 class _HoldExpired(Exception):
@@ -88,6 +103,7 @@ class Proxy:
         self._recorder, self._metrics, self._capture = recorder, metrics, capture
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        logging.getLogger("httpx").addFilter(REDACT_QUERY_STRINGS)  # idempotent: one filter object
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
         self.active = 0         # requests past the gate, talking to the backend
@@ -108,8 +124,13 @@ class Proxy:
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def _lifespan(self, app: Starlette) -> Any:
-        return _Lifespan(self)
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
 
     async def start(self) -> None:
         self._client = httpx.AsyncClient(
@@ -212,16 +233,20 @@ class Proxy:
         if self.shutting_down:
             return _error(503, "specd proxy is shutting down")
         try:
-            body = await _read_bounded(request, self.settings.max_body_bytes)
+            async with asyncio.timeout(self.settings.body_timeout_s):
+                body = await read_bounded(request, self.settings.max_body_bytes)
         except ClientDisconnect:
             return Response(status_code=499)
+        except TimeoutError:
+            limit_s = self.settings.body_timeout_s
+            return _error(408, f"request body not received within {limit_s:g} s", "invalid_request_error")
         if body is None:
             limit = self.settings.max_body_bytes
             return _error(413, f"request body over {limit} bytes", "invalid_request_error")
         endpoint = request.url.path
         document = json_object(body) if request.method == "POST" else None
         messages = document.get("messages") if document is not None else None
-        task_class = classify(messages) if isinstance(messages, list) else None
+        task_class = task_class_of(messages) if isinstance(messages, list) else None
         stream = bool(document is not None and document.get("stream") is True)
         if self._capture is not None and document is not None and endpoint.endswith("/chat/completions"):
             self._capture.write(document)
@@ -231,7 +256,7 @@ class Proxy:
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
         try:
-            return await self._forward(request, body, exchange)
+            return await self._forward_while_connected(request, body, exchange)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
             raise
@@ -239,12 +264,38 @@ class Proxy:
             exchange.finish(500, f"proxy error: {type(exc).__name__}")
             raise
 
+    async def _forward_while_connected(self, request: Request, body: bytes, exchange: Exchange) -> Response:
+        """Forward, but give up (and free the backend) if the client leaves while held or waiting.
+
+        Starlette does not watch for a disconnect before the response starts, so without this a
+        client that hangs up during a hold or a long non-streamed completion leaves the backend
+        generating for nobody.
+        """
+        forward = asyncio.ensure_future(self._forward(request, body, exchange))
+        gone = asyncio.ensure_future(client_gone(request))
+        try:
+            await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not forward.done():
+            forward.cancel()
+        try:
+            return await forward  # a response that raced the hang-up is still returned: it cleans up
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not forward.cancelled() or (current is not None and current.cancelling()):
+                raise
+        exchange.finish(499, "client went away")
+        return Response(status_code=499)
+
     async def _forward(self, request: Request, body: bytes, exchange: Exchange) -> Response:
         assert self._client is not None
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         headers.append(("accept-encoding", "identity"))
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         deadline = exchange.started + self.settings.hold_timeout_s
+        idle_s = self.settings.stream_idle_timeout_s if exchange.stream else None
+        timeout = httpx.Timeout(connect=2.0, read=idle_s, write=60.0, pool=None)
         last: tuple[int, bytes] | None = None
         while True:
             if self.shutting_down:
@@ -259,13 +310,19 @@ class Proxy:
             try:
                 upstream = await self._client.send(
                     self._client.build_request(request.method, self.backend.url + target, headers=headers,
-                                               content=body),
+                                               content=body, timeout=timeout),
                     stream=True,
                 )
             except _RESENDABLE:
                 self._end_active()
                 self._note_retry()
                 continue
+            except httpx.HTTPError as exc:  # a hung backend (read timeout) or a request httpx refuses
+                self._end_active()
+                status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+                exchange.error = f"backend: {type(exc).__name__}"
+                return self._reject(exchange, _error(status, f"the backend did not answer: {type(exc).__name__}",
+                                                     "api_error"))
             except BaseException:
                 self._end_active()
                 raise
@@ -324,12 +381,13 @@ class Proxy:
             self._relays.discard(queue)
             await upstream.aclose()
             self._end_active()
+            # a no-op when the relay reached the end of the body (it records first; see relay_events)
             if client_left:
                 exchange.finish(499, "client went away")
             else:
-                exchange.finish(exchange.failed_status or status)
+                exchange.finish(status)
 
-        return RelayResponse(relay_events(queue, exchange), status, headers, on_close)
+        return RelayResponse(relay_events(queue, exchange, status), status, headers, on_close)
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,
@@ -347,28 +405,3 @@ class Proxy:
         if self._recorder is None or not exchange.recorded:
             return
         self._recorder.record(exchange.to_record(self.settings.unit, status, total_s, error))
-
-
-class _Lifespan:
-    def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
-
-    async def __aenter__(self) -> None:
-        await self.proxy.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.proxy.stop()
-
-
-async def _read_bounded(request: Request, limit: int) -> bytes | None:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            return None
-        parts.append(part)
-    return b"".join(parts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,9 +18,11 @@ from typing import Any
 
 import anyio
 import httpx
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from specd.taskclass import classify
 from specd.traffic import TrafficRecord
 
 CUT = object()
@@ -137,7 +140,7 @@ async def pump(upstream: httpx.Response, queue: asyncio.Queue[object]) -> None:
     queue.put_nowait(None)
 
 
-async def relay_events(queue: asyncio.Queue[object], exchange: Exchange) -> AsyncIterator[bytes]:
+async def relay_events(queue: asyncio.Queue[object], exchange: Exchange, status: int) -> AsyncIterator[bytes]:
     """Forward whole SSE events as they arrive; on a cut or a backend drop, end with an error event."""
     pending = b""
     while True:
@@ -146,13 +149,19 @@ async def relay_events(queue: asyncio.Queue[object], exchange: Exchange) -> Asyn
             if pending:
                 exchange.scan(pending)
                 yield pending
+            exchange.finish(status)  # recorded before the body's end reaches the client
             return
         if item is CUT or isinstance(item, BaseException):
-            by_us = item is CUT
-            exchange.error = "specd proxy is shutting down" if by_us else "the backend dropped the stream"
-            exchange.failed_status = 503 if by_us else 502
-            error = {"error": {"message": exchange.error, "type": "unavailable_error", "code": 503}}
+            if item is CUT:
+                exchange.error, exchange.failed_status = "specd proxy is shutting down", 503
+            elif isinstance(item, httpx.TimeoutException):
+                exchange.error, exchange.failed_status = "the backend stalled: no data within the idle timeout", 504
+            else:
+                exchange.error, exchange.failed_status = "the backend dropped the stream", 502
+            error = {"error": {"message": exchange.error, "type": "unavailable_error",
+                               "code": exchange.failed_status}}
             yield b"data: " + json.dumps(error).encode() + b"\n\n"
+            exchange.finish(exchange.failed_status)
             return
         assert isinstance(item, bytes)
         pending += item
@@ -165,10 +174,69 @@ async def relay_events(queue: asyncio.Queue[object], exchange: Exchange) -> Asyn
         yield chunk
 
 
+async def read_bounded(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is over `limit` bytes (declared or as sent)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def client_gone(request: Request) -> None:
+    """Return once the client hangs up (call it only after the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _RedactQueryStrings(logging.Filter):
+    """httpx logs each request's URL at INFO (seen with SPECD_DEBUG); a client's query string may
+    carry its API key (`?api_key=`), so the proxy's forwards are logged without one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(a.copy_with(query=None) if isinstance(a, httpx.URL) and a.query else a
+                                for a in record.args)
+        return True
+
+
+REDACT_QUERY_STRINGS = _RedactQueryStrings()
+
+
+CLASSIFY_CHARS = 4096
+
+
+def task_class_of(messages: list[Any]) -> str | None:
+    """The task class, judged on at most CLASSIFY_CHARS of each message's text.
+
+    The classifier's regexes run in the event loop; on unbounded text (one 1 MB "word") they take
+    minutes and stall every stream. The ask is in the first few KB of a message anyway.
+    """
+    clipped: list[Any] = []
+    for message in messages:
+        if isinstance(message, dict):
+            content = message.get("content")
+            if isinstance(content, str):
+                message = {**message, "content": content[:CLASSIFY_CHARS]}
+            elif isinstance(content, list):
+                message = {**message, "content": [
+                    {**part, "text": part["text"][:CLASSIFY_CHARS]}
+                    if isinstance(part, dict) and isinstance(part.get("text"), str) else part
+                    for part in content[:64]]}
+        clipped.append(message)
+    return classify(clipped)
+
+
 def json_object(data: bytes) -> dict[str, Any] | None:
     try:
         document = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting: "[[[[..." is not a request
         return None
     return document if isinstance(document, dict) else None
 

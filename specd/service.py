@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from specd.errors import ConfigError
 
@@ -32,6 +33,45 @@ class QuietServer(uvicorn.Server):
         yield
 
 
+HEADER_TIMEOUT_S = 30.0
+
+
+class _RequestDeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for a request's headers (slowloris).
+
+    uvicorn times out only idle keep-alive connections, and only until their first byte: a client
+    that connects and never completes its headers (or sends one byte a minute) keeps a socket and
+    a file descriptor forever. Here a connection waiting for a request is closed once
+    `header_timeout_s` passed since it connected or since its last response ended.
+    """
+
+    header_timeout_s = HEADER_TIMEOUT_S
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._arm_request_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_request_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm_request_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._request_deadline)
+
+    def _request_deadline(self) -> None:
+        waiting = self.cycle is None or self.cycle.response_complete
+        if waiting and not self.transport.is_closing():
+            self.transport.close()
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -42,7 +82,7 @@ def is_loopback(host: str) -> bool:
 
 
 def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path | None = None,
-                grace_s: float = 30.0) -> QuietServer:
+                grace_s: float = 30.0, header_timeout_s: float = HEADER_TIMEOUT_S) -> QuietServer:
     """An HTTP server on loopback (or a unix socket); warns when told to listen further out."""
     if uds is None and host is not None and not is_loopback(host):
         log.warning("specd proxy listens on %s:%d, reachable from other machines; clients' API keys pass "
@@ -51,6 +91,7 @@ def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path |
         app, host=host or "127.0.0.1", port=port, uds=str(uds) if uds else None, log_config=None,
         access_log=False, lifespan="on", timeout_graceful_shutdown=int(grace_s) + 1, server_header=False,
         timeout_keep_alive=30,
+        http=type("RequestDeadlineProtocol", (_RequestDeadlineProtocol,), {"header_timeout_s": header_timeout_s}),
     )
     return QuietServer(config)
 

@@ -15,7 +15,7 @@ import logging
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specd import paths, traffic
@@ -38,7 +38,16 @@ from specd.pins import get_pin
 from specd.profiles import list_profiles
 from specd.stats import Summary, cis_separated
 from specd.taskclass import TASK_CLASSES, TaskClass
-from specd.workloads import Workload, load_workload, parse_line, synthesize
+from specd.verify import Guard, tuner_guard
+from specd.workloads import (
+    Workload,
+    concurrency_by_period,
+    concurrency_level,
+    load_workload,
+    parse_line,
+    period_note,
+    synthesize,
+)
 
 log = logging.getLogger(__name__)
 RECENT_DAYS = 7.0
@@ -151,17 +160,42 @@ class TuneResult:
     history_detail: str = field(default="")
 
 
+def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard: Guard | None, *,
+                     margin: float, pinned: str | None, dry_run: bool) -> tuple[Decision, list[str]]:
+    """decide, then refuse any winner the guard (the fidelity gate) rejects and decide among the rest."""
+    remaining = dict(summaries)
+    refused: list[str] = []
+    while True:
+        decision = decide(remaining, active, margin=margin, pinned=pinned, dry_run=dry_run)
+        best = decision.best
+        would_switch = decide(remaining, active, margin=margin, pinned=pinned).switch
+        if guard is None or best is None or best == active or not would_switch:
+            return decision, refused
+        reason = guard(best)
+        if reason is None:
+            return decision, refused
+        refused.append(f"not switching to {best}: {reason}")
+        del remaining[best]
+
+
 def tune(target: Target, candidates: Sequence[str], workload: Workload, settings: Settings, *,
          margin: float = 0.05, dry_run: bool = False, pinned: str | None = None,
-         progress: Progress | None = None) -> TuneResult:
-    """Bench the active profile first, then the others; decide; end on the winner or the original."""
+         progress: Progress | None = None, guard: Guard | None = None) -> TuneResult:
+    """Bench the active profile and the candidates (interleaved); decide; end on the winner or the original.
+
+    `guard` (specd.verify.tuner_guard) may veto a winner: the next best that passes is considered instead.
+    """
     chosen: list[str | None] = [None]
     with restoring(target, keep=lambda: chosen[0]) as original:
         order = list(dict.fromkeys([*([original] if original else []), *candidates]))
         report = bench_profiles(target, order, workload, settings, progress)
         common = report.common_n()
         summaries = {name: report.summary(name, common) for name in report.benched()} if common else {}
-        decision = decide(summaries, original, margin=margin, pinned=pinned, dry_run=dry_run)
+        decision, refused = guarded_decision(summaries, original, guard, margin=margin, pinned=pinned,
+                                             dry_run=dry_run)
+        report.notes.extend(refused)
+        if report.concurrency > 1:
+            report.notes.append(f"replayed at concurrency {report.concurrency} (-np as each profile sets it)")
         expected, crossovers = model_insights(report, decision.best) if summaries else ({}, ())
         estimates = tuple(Estimate(**{**asdict(e), "model_wall_ms": expected.get(e.profile)})
                           for e in decision.estimates)
@@ -176,7 +210,7 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
 # -- deployments: workloads, candidates, the CLI's and the daemon's entry points -------------------------
 
 
-def _captured_bodies(deployment: Deployment) -> list[dict[str, Any]]:
+def captured_bodies(deployment: Deployment) -> list[dict[str, Any]]:
     directory = paths.state_dir() / "capture" / deployment.name
     bodies: list[dict[str, Any]] = []
     for path in (directory / f"{CAPTURE_NAME}.1", directory / CAPTURE_NAME):
@@ -193,7 +227,7 @@ def _captured_bodies(deployment: Deployment) -> list[dict[str, Any]]:
 
 def recent_workload(deployment: Deployment, n: int, *, days: float = RECENT_DAYS) -> Workload:
     """Captured bodies replayed when capture is on; else synthetic prompts shaped like the traffic."""
-    bodies = _captured_bodies(deployment)
+    bodies = captured_bodies(deployment)
     where = paths.state_dir() / "capture" / deployment.name / CAPTURE_NAME
     requests = []
     for number, body in enumerate(bodies[-max(n, 32):], start=1):
@@ -221,7 +255,19 @@ def recent_workload(deployment: Deployment, n: int, *, days: float = RECENT_DAYS
         raise UsageError(f"no recorded traffic for {deployment.unit} in the last {days:g} days to build "
                          "the 'recent' workload",
                          hint="run the daemon with its proxy, or pass --workload NAME|FILE (e.g. code, prose)")
-    return synthesize(mix, prompts, outputs, n=max(n, 16), seed=0, name="recent")
+    workload = synthesize(mix, prompts, outputs, n=max(n, 16), seed=0, name="recent")
+    return workload.at_concurrency(concurrency_level([r.in_flight for r in records]))
+
+
+def traffic_concurrency(deployment: Deployment, days: float = RECENT_DAYS) -> tuple[int, str | None]:
+    """The typical concurrency of recorded traffic, and a sentence when it differs by time of day."""
+    conn = traffic.open_db()
+    try:
+        records = traffic.fetch_records(conn, time.time() - days * 86400, deployment.unit)
+    finally:
+        conn.close()
+    level = concurrency_level([r.in_flight for r in records])
+    return level, period_note(concurrency_by_period([(r.ts, r.in_flight) for r in records]))
 
 
 def resolve_workload(spec: str, deployment: Deployment, n: int) -> Workload:
@@ -258,20 +304,27 @@ def record(deployment: Deployment, decision: Decision, trigger: str) -> str:
 def tune_deployment(config: Config, deployment: Deployment, *, workload: str | None = None, n: int | None = None,
                     margin: float | None = None, dry_run: bool = False, candidates: Sequence[str] = (),
                     budget_s: float | None = None, trigger: str = "tuner", max_tokens: int | None = None,
-                    progress: Progress | None = None) -> TuneResult:
-    """`specd tune` and the nightly job: resolve everything from the config, tune, record."""
+                    progress: Progress | None = None, concurrency: int | None = None,
+                    cache_reuse: bool = False, verify: bool = True) -> TuneResult:
+    """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record."""
     settings_n = n or config.tuner.n
     chosen = resolve_workload(workload or config.tuner.workload, deployment, settings_n)
     deadline = time.monotonic() + budget_s if budget_s is not None else None
-    settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline)
+    settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
+                        cache_reuse=cache_reuse)
     pin = get_pin(deployment.unit)
     target = DeploymentTarget(deployment, trigger=trigger)
+    guard = tuner_guard(deployment, target, captured_bodies(deployment)) if verify else None
     try:
         result = tune(target, candidate_profiles(config, deployment, candidates), chosen, settings,
                       margin=config.tuner.margin if margin is None else margin, dry_run=dry_run,
-                      pinned=pin.profile if pin else None, progress=progress)
+                      pinned=pin.profile if pin else None, progress=progress, guard=guard)
     finally:
         target.close()
+    if (workload or config.tuner.workload) == "recent":
+        note = traffic_concurrency(deployment)[1]
+        if note is not None:
+            result.decision = replace(result.decision, notes=(*result.decision.notes, note))
     save_report(result.report, deployment.unit, settings)
     result.history_detail = record(deployment, result.decision, trigger)
     return result

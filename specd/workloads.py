@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from specd.taskclass import TASK_CLASSES, TaskClass, classify
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "workloads"
 STORED_WORKLOADS = ("code", "factual", "analysis", "creative", "repeat-input", "prose")
-BUILTIN_WORKLOADS = (*STORED_WORKLOADS, "long-context")
+BUILTIN_WORKLOADS = (*STORED_WORKLOADS, "long-context", "multi-turn")
 _META_KEYS = {"task_class", "arrival_s", "concurrency", "conversation"}
 CHARS_PER_TOKEN = 4
 
@@ -86,6 +87,21 @@ class Workload:
     name: str
     requests: tuple[WorkloadRequest, ...]
     source: Path | None = field(default=None, compare=False)
+
+    @property
+    def concurrency(self) -> int:
+        """The concurrency a bench replays it at: the highest level any request asks for."""
+        return max((r.concurrency for r in self.requests), default=1)
+
+    @property
+    def has_arrivals(self) -> bool:
+        """Every request carries an arrival time: replay them open-loop, on that schedule."""
+        return bool(self.requests) and all(r.arrival_s is not None for r in self.requests)
+
+    def at_concurrency(self, level: int) -> Workload:
+        """The same requests, replayed `level` at a time."""
+        return Workload(self.name, tuple(replace(r, concurrency=level, arrival_s=None) for r in self.requests),
+                        self.source)
 
 
 def _line_error(path: Path, line: int, problem: str) -> UsageError:
@@ -230,4 +246,57 @@ def long_context(n: int = 12, seed: int = 0) -> Workload:
     return Workload(name="long-context", requests=requests)
 
 
-GENERATED: dict[str, Callable[[], Workload]] = {"long-context": long_context}
+_TURNS = ("Summarise the ledger in two sentences.", "Which entry has the most rope?",
+          "List three entries with their canvas counts.", "What should the night shift check first?")
+
+
+def multi_turn(conversations: int = 4, turns: int = 3, context_tokens: int = 400, max_tokens: int = 48,
+               seed: int = 0) -> Workload:
+    """Chat traffic: each conversation keeps its reference context and grows turn by turn (prompt-cache reuse).
+
+    Recorded assistant turns are placeholders; replay puts the server's own answers in their place.
+    """
+    requests: list[WorkloadRequest] = []
+    for c in range(conversations):
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": f"Reference material:\n{filler_text(context_tokens, seed * 1000 + c)}"}]
+        for t in range(turns):
+            messages.append({"role": "user", "content": _TURNS[(c + t) % len(_TURNS)]})
+            sent = [dict(m) for m in messages]
+            requests.append(WorkloadRequest(body={"messages": sent, "max_tokens": max_tokens},
+                                            task_class=classify(sent), conversation=f"chat-{c}"))
+            messages.append({"role": "assistant", "content": f"(answer {c}.{t})"})
+    return Workload(name="multi-turn", requests=tuple(requests))
+
+
+def concurrency_level(in_flight_at_start: Sequence[int]) -> int:
+    """The typical concurrency a request meets: the median of (others in flight + itself), at least 1."""
+    if not in_flight_at_start:
+        return 1
+    return max(1, round(float(np.median(np.asarray(in_flight_at_start, dtype=np.float64) + 1.0))))
+
+
+PERIODS = (("night", 0, 6), ("morning", 6, 12), ("afternoon", 12, 18), ("evening", 18, 24))
+
+
+def concurrency_by_period(samples: Sequence[tuple[float, int]]) -> dict[str, int]:
+    """(timestamp, in flight at start) pairs -> typical concurrency per local time of day, where traffic was seen."""
+    by: dict[str, list[int]] = {}
+    for ts, in_flight in samples:
+        hour = time.localtime(ts).tm_hour
+        name = next(p for p, lo, hi in PERIODS if lo <= hour < hi)
+        by.setdefault(name, []).append(in_flight)
+    return {name: concurrency_level(by[name]) for name, _, _ in PERIODS if name in by}
+
+
+def period_note(levels: Mapping[str, int]) -> str | None:
+    """A sentence when traffic differs by time of day enough (2x) that one profile may not suit all of it."""
+    if len(levels) < 2 or max(levels.values()) < 2 * min(levels.values()):
+        return None
+    shown = ", ".join(f"{name} {level}" for name, level in levels.items())
+    busiest = max(levels, key=lambda k: levels[k])
+    return (f"traffic differs by time of day (typical concurrency: {shown}); speculation that wins one stream "
+            f"at a time may lose in the {busiest}: tune each period with --concurrency N")
+
+
+GENERATED: dict[str, Callable[[], Workload]] = {"long-context": long_context, "multi-turn": multi_turn}

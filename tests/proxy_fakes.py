@@ -33,14 +33,15 @@ def free_port() -> int:
 class ServerThread:
     """One uvicorn server on 127.0.0.1:port in its own thread and event loop."""
 
-    def __init__(self, app: Any, port: int) -> None:
-        self.app, self.port = app, port
+    def __init__(self, app: Any, port: int, *, header_timeout_s: float = 30.0) -> None:
+        self.app, self.port, self.header_timeout_s = app, port, header_timeout_s
         self.server: QuietServer | None = None
         self.thread: threading.Thread | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> ServerThread:
-        self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=5)
+        self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=5,
+                                  header_timeout_s=self.header_timeout_s)
         ready = threading.Event()
 
         def run() -> None:
@@ -90,6 +91,7 @@ class FakeBackendForProxyTests:
         self.drop_stream_after: int | None = None
         self.requests: list[dict[str, Any]] = []
         self.closed_early = 0
+        self.abandoned = 0  # requests stalled on purpose whose client (the proxy) hung up
         self.app = Starlette(routes=[
             Route("/health", self.health),
             Route("/v1/models", self.models),
@@ -128,12 +130,17 @@ class FakeBackendForProxyTests:
         raw = await request.body()
         try:
             body = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         self.requests.append({"headers": dict(request.headers), "body": body})
         if not isinstance(body, dict):
             return JSONResponse({"error": {"message": "bad json", "type": "invalid_request_error"}}, 400)
         usage = {"prompt_tokens": 10, "completion_tokens": self.tokens, "total_tokens": 10 + self.tokens}
+        if body.get("x_fake_hang_before_answer"):  # a backend that accepted the request and went silent
+            while not await request.is_disconnected():
+                await asyncio.sleep(0.02)
+            self.abandoned += 1
+            return Response(status_code=500)
         if not body.get("stream"):
             await asyncio.sleep(self.token_delay_s * self.tokens)
             return JSONResponse({
@@ -141,9 +148,11 @@ class FakeBackendForProxyTests:
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * self.tokens},
                              "finish_reason": "stop"}],
             })
-        return StreamingResponse(self._events(usage), media_type="text/event-stream")
+        hang_after = body.get("x_fake_hang_after")
+        return StreamingResponse(self._events(usage, hang_after if isinstance(hang_after, int) else None),
+                                 media_type="text/event-stream")
 
-    async def _events(self, usage: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def _events(self, usage: dict[str, Any], hang_after: int | None = None) -> AsyncIterator[bytes]:
         def event(document: dict[str, Any]) -> bytes:
             return b"data: " + json.dumps(document).encode() + b"\n\n"
 
@@ -152,6 +161,8 @@ class FakeBackendForProxyTests:
             for index in range(self.tokens):
                 if self.drop_stream_after is not None and index == self.drop_stream_after:
                     raise ConnectionResetError("fake backend drops the stream")
+                if index == hang_after:  # a stuck slot: the connection stays open, nothing more comes
+                    await asyncio.sleep(3600)
                 await asyncio.sleep(self.token_delay_s)
                 yield event({"choices": [{"index": 0, "delta": {"content": f"t{index}"}}]})
             yield event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage,

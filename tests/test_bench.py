@@ -72,21 +72,55 @@ def test_measure_reads_timings_and_tolerates_missing_fields() -> None:
     assert bare.output_tokens == 10 and bare.decode_ms == 300.0 and bare.draft_n is None and bare.acceptance is None
 
 
-def test_later_profiles_stop_early_once_separated_and_the_original_is_restored() -> None:
+def test_profiles_interleave_and_stop_early_once_separated_and_the_original_is_restored() -> None:
     target = ModelTarget(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
-    report = run_bench(target, ["plain", "mtp"], shaped(CODE_ASK, 500, 256), Settings(n=10))
-    assert len(report.results["plain"]) == 10
-    assert len(report.results["mtp"]) == Settings(n=10).floor == 5 and report.stopped_early["mtp"]
+    report = run_bench(target, ["plain", "mtp"], shaped(CODE_ASK, 500, 256), Settings(n=12, per_round=3))
+    # Rounds of 3: plain mtp | mtp plain | ...; both leave once separated at the floor (6), after round 2.
+    assert len(report.results["plain"]) == len(report.results["mtp"]) == 6
+    assert report.stopped_early == {"plain": True, "mtp": True} and report.rounds == 2
+    assert report.switches == 3  # plain, mtp | (mtp keeps running) plain
     assert target.active() == "plain"
-    assert report.summary("mtp").median < report.summary("plain", 5).median
+    assert report.summary("mtp").median < report.summary("plain").median
+
+
+class Drifting(ModelTarget):
+    """The box slows down steadily (another job ramps up): every request is slower than the one before."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.sent = 0
+        self.order: list[str] = []
+
+    def activate(self, profile: str) -> None:
+        super().activate(profile)
+        self.order.append(profile)
+
+    def complete(self, body: Mapping[str, object], in_flight: int = 1) -> BenchReply:
+        reply = super().complete(body, in_flight)
+        self.sent += 1
+        return BenchReply(reply.payload, reply.wall_ms * (1.0 + 0.05 * self.sent))
+
+
+def test_interleaving_keeps_a_load_drift_from_flipping_the_pick() -> None:
+    # mtp is ~1.3x faster on code; a block bench (all plain, then all mtp) on a box slowing 5% per request
+    # would see mtp slower. Interleaved rounds see both under the same drift.
+    target = Drifting(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
+    report = run_bench(target, ["plain", "mtp"], shaped(CODE_ASK, 500, 256), Settings(n=12, per_round=1,
+                                                                                      early_stop=False))
+    assert report.summary("mtp").median < report.summary("plain").median
+    assert target.order == ["plain", "mtp"] * 6 + ["plain"]  # A B | B A | A B ...; the last one restores
+    block = Drifting(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
+    blocks = {p: run_bench(block, [p], shaped(CODE_ASK, 500, 256), Settings(n=12, early_stop=False))
+              for p in ("plain", "mtp")}
+    assert blocks["mtp"].summary("mtp").median > blocks["plain"].summary("plain").median  # the flip it prevents
 
 
 def test_ctrl_c_still_restores_the_original_profile() -> None:
     class Interrupting(ModelTarget):
-        def complete(self, body: Mapping[str, object]) -> BenchReply:
+        def complete(self, body: Mapping[str, object], in_flight: int = 1) -> BenchReply:
             if self.active() == "mtp":
                 raise KeyboardInterrupt
-            return super().complete(body)
+            return super().complete(body, in_flight)
 
     target = Interrupting(SEEDS, {"plain": "none", "mtp": "mtp"}, active="plain")
     with pytest.raises(KeyboardInterrupt):
@@ -137,7 +171,7 @@ def test_bench_cli_measures_stores_plots_and_restores(box: Box, tmp_path: Path) 
     data = json.loads(result.stdout)
     assert data["profiles"] == ["plain", "mtp"]
     plain, mtp = data["cells"]["plain"], data["cells"]["mtp"]
-    assert plain["n"] == 6 and 3 <= mtp["n"] <= 6
+    assert 3 <= plain["n"] == mtp["n"] <= 6 and data["rounds"] >= 2  # interleaved: A B | B A | ...
     assert mtp["wall_ms"]["median"] < plain["wall_ms"]["median"]  # seed 004: MTP wins on code
     assert mtp["acceptance_median"] is not None and plain["acceptance_median"] is None
     assert plain["vram_peak_bytes"] == "n/a"
@@ -147,10 +181,10 @@ def test_bench_cli_measures_stores_plots_and_restores(box: Box, tmp_path: Path) 
     db = sqlite3.connect(Path(box.env["XDG_STATE_HOME"]) / "specd" / "specd.db")
     rows = db.execute("SELECT profile, COUNT(*) FROM bench_samples WHERE run_id=? GROUP BY profile",
                       (data["run_id"],)).fetchall()
-    assert dict(rows) == {"plain": 6, "mtp": mtp["n"]}
+    assert dict(rows) == {"plain": plain["n"], "mtp": mtp["n"]}
     history = json.loads(box.specd("history", "--json", check=True).stdout)
     assert [(g["profile"], g["trigger"]) for g in history[:3]] == [
-        ("plain", "bench"), ("mtp", "bench"), ("plain", "cli")]
+        ("plain", "bench"), ("mtp", "bench"), ("plain", "cli")]  # plain, mtp | mtp, plain: back on plain
 
 
 def test_bench_restores_the_original_after_a_failure(box: Box, tmp_path: Path) -> None:

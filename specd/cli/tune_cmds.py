@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specd.bench import DeploymentTarget, Report, Settings, run_bench, save_report
+from specd.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
 from specd.bench import Progress as ProgressFn
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
@@ -20,12 +20,24 @@ from specd.errors import UsageError
 from specd.pins import clear_pin, set_pin
 from specd.profiles import load_profile
 from specd.switch import Switcher
-from specd.tuner import Decision, candidate_profiles, resolve_workload, tune_deployment
+from specd.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
+from specd.verify import (
+    BUILTIN_PROBES,
+    FidelityError,
+    reference_profile,
+    save_verification,
+    traffic_probes,
+    verify_profiles,
+)
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
 NOption = Annotated[int | None, typer.Option("--n", help="requests per profile (default [tuner] n, 10)")]
 MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", help="cap every request's max_tokens")]
+ConcurrencyOption = Annotated[int | None, typer.Option(
+    "--concurrency", "-c", help="requests in flight during replay (default: the workload's, or recorded traffic's)")]
+CacheReuseOption = Annotated[bool, typer.Option(
+    "--cache-reuse", help="keep the prompt cache on: conversations replay turn by turn (timings.cache_n)")]
 
 
 @contextmanager
@@ -52,7 +64,8 @@ def _fmt_ms(value: float | None) -> str:
 
 def _bench_table(report: Report) -> Table:
     data = report.as_json()["cells"]
-    table = Table("profile", "n", "wall median [95% CI]", "prefill", "decode tok/s", "accept", "VRAM peak", "")
+    table = Table("profile", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s", "accept",
+                  "reasoning tok", "VRAM peak", "")
     for name, cell in data.items():
         wall = cell["wall_ms"]
         lo, hi = wall["ci95"]
@@ -60,9 +73,11 @@ def _bench_table(report: Report) -> Table:
         flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
                                                                      else [])
         table.add_row(name, str(cell["n"]), f"{_fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
-                      _fmt_ms(cell["prefill_ms_median"]),
+                      f"{_fmt_ms(cell['prefill_ms_median'])} ({_fmt_ms(cell['prefill_ms_no_reuse_median'])})",
+                      f"{cell['cache_n_median']:.0f}",
                       "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
                       "n/a" if cell["acceptance_median"] is None else f"{cell['acceptance_median']:.0%}",
+                      "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}",
                       vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
     return table
 
@@ -73,6 +88,8 @@ def bench(
     workload: WorkloadOption = None,
     n: NOption = None,
     max_tokens: MaxTokensOption = None,
+    concurrency: ConcurrencyOption = None,
+    cache_reuse: CacheReuseOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="write the wall-clock vs output-length chart (PNG)")]
     = None,
     config: ConfigOption = None,
@@ -81,7 +98,7 @@ def bench(
 ) -> None:
     """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end."""
     cfg, deployment = deployment_of(config, unit)
-    settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens)
+    settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse)
     chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n)
     names = candidate_profiles(cfg, deployment, profiles or ())
     for name in names:
@@ -103,8 +120,10 @@ def bench(
     console.print(_bench_table(report))
     for note in report.notes:
         console.print(f"[dim]note:[/] {note}", highlight=False)
-    console.print(f"bench run {report.run_id}: workload {chosen.name}, {report.elapsed_s:.0f} s; "
-                  f"back on {target.active() or 'nothing'}", highlight=False)
+    console.print(f"bench run {report.run_id}: workload {chosen.name}, concurrency {report.concurrency}, "
+                  f"cache reuse {'on' if report.cache_reuse else 'off'}, {report.rounds} rounds, "
+                  f"{report.switches} switches, {report.elapsed_s:.0f} s; back on {target.active() or 'nothing'}",
+                  highlight=False)
 
 
 def _decision_table(decision: Decision) -> Table:
@@ -122,6 +141,10 @@ def tune(
     workload: WorkloadOption = None,
     n: NOption = None,
     max_tokens: MaxTokensOption = None,
+    concurrency: ConcurrencyOption = None,
+    cache_reuse: CacheReuseOption = False,
+    verify: Annotated[bool, typer.Option("--verify/--no-verify",
+                                         help="gate the switch on `specd verify` (default on)")] = True,
     margin: Annotated[float | None, typer.Option("--margin", help="required gain, 0.05 = 5% (default [tuner])")]
     = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
@@ -137,7 +160,7 @@ def tune(
     with _progress(not json_out) as progress:
         result = tune_deployment(cfg, deployment, workload=workload, n=n, margin=margin, dry_run=dry_run,
                                  candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
-                                 progress=progress)
+                                 progress=progress, concurrency=concurrency, cache_reuse=cache_reuse, verify=verify)
     decision = result.decision
     if json_out:
         print_json({**decision.as_json(), "final_profile": result.final_profile, "bench_run": result.report.run_id})
@@ -147,6 +170,49 @@ def tune(
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
     console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
                   f"{result.final_profile or 'nothing'})", highlight=False)
+
+
+@cli_app.command("verify")
+def verify_cmd(
+    profile: Annotated[str, typer.Argument(help="the profile to check")],
+    against: Annotated[str | None, typer.Option("--against", help="the reference (default: autoregressive)")]
+    = None,
+    config: ConfigOption = None,
+    unit: UnitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Compare PROFILE's answers with the reference's at temperature 0: tool calls, JSON, one-token, prose."""
+    _, deployment = deployment_of(config, unit)
+    reference = against or reference_profile(deployment)
+    if reference is None:
+        raise UsageError("no reference profile: none is named autoregressive and all of them speculate",
+                         hint="pass --against PROFILE")
+    for name in (profile, reference):
+        load_profile(deployment.profiles_dir, name)
+    probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
+    target = DeploymentTarget(deployment, trigger="verify")
+    try:
+        with restoring(target):
+            result = verify_profiles(target, profile, reference, probes)
+    finally:
+        target.close()
+    save_verification(deployment, result)
+    if json_out:
+        print_json(result.as_json())
+    else:
+        table = Table("probe", "kind", "exact", "structure", "edit distance", "detail")
+        for check in result.checks:
+            verdict = {None: "-", True: "ok", False: "[red]FAIL[/]"}[check.structured_ok]
+            table.add_row(check.probe, check.kind, "yes" if check.exact else "no", verdict, str(check.distance),
+                          check.detail)
+        console.print(table)
+        for note in result.notes:
+            console.print(f"[dim]note:[/] {note}", highlight=False)
+        console.print(f"[bold]{result.summary()}[/]", highlight=False)
+    if not result.structured_ok:
+        names = ", ".join(c.probe for c in result.failures)
+        raise FidelityError(f"{profile} fails the structured checks against {reference}: {names}",
+                            hint="the tuner will not switch to it; `specd switch` warns before using it")
 
 
 @cli_app.command()

@@ -1,0 +1,208 @@
+"""Concurrency, prompt-cache reuse and reasoning in bench and tuner: pure pieces, the emulator model, the tiny server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specd import traffic
+from specd.bench import ModelTarget, Settings, measure, run_bench
+from specd.config import Deployment
+from specd.errors import HealthError
+from specd.replay import plan_rounds, replay_round
+from specd.targets import Reply
+from specd.tuner import recent_workload, tune
+from specd.workloads import (
+    Workload,
+    concurrency_by_period,
+    concurrency_level,
+    multi_turn,
+    period_note,
+    save_workload,
+)
+from tests.conftest import Box
+from tests.test_bench import CODE_ASK, SEEDS, shaped
+from tests.test_tune_real import repeat_workload
+
+# --- rounds and replay -------------------------------------------------------------------------------
+
+
+def test_rounds_keep_conversations_whole_and_in_order() -> None:
+    chat = multi_turn(conversations=3, turns=3)
+    rounds = plan_rounds(chat, 7, 2)
+    assert [[i.index for i in r] for r in rounds] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [i.after for i in rounds[0]] == [None, 0, 1] and [i.after for i in rounds[1]] == [None, 0, 1]
+    again = plan_rounds(Workload("two", chat.requests[:2]), 4, 4)[0]  # a short workload repeats within a round
+    assert [(i.index, i.after) for i in again] == [(0, None), (1, 0), (0, None), (1, 2)]
+    single = plan_rounds(shaped(CODE_ASK, 50, 8, count=2), 5, 2)
+    assert [[i.index for i in r] for r in single] == [[0, 1], [0, 1], [0]]
+
+
+class Recording:
+    """A thread-safe fake server: answers after a short wait, remembers what it was sent and the peak load."""
+
+    concurrent = True
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: list[Mapping[str, Any]] = []
+        self.running = 0
+        self.peak = 0
+
+    def active(self) -> str | None:
+        return "x"
+
+    def activate(self, profile: str) -> None:
+        return None
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            self.sent.append(body)
+        time.sleep(0.02)
+        with self.lock:
+            self.running -= 1
+        last = body["messages"][-1]["content"]
+        return Reply({"choices": [{"message": {"content": f"live answer to {last}"}}]}, 20.0)
+
+    def vram_bytes(self) -> int | None:
+        return None
+
+
+def test_replay_runs_conversations_side_by_side_turns_in_order_with_live_answers() -> None:
+    chat = multi_turn(conversations=4, turns=3)
+    target = Recording()
+    items = plan_rounds(chat, 12, 12)[0]
+    done = replay_round(target, items, lambda r: dict(r.body), concurrency=4)
+    assert [d.item.index for d in done] == list(range(12)) and target.peak == 4
+    assert max(d.in_flight for d in done) == 4
+    for conversation in range(4):
+        turns = [b for b in target.sent if b["messages"][0] == chat.requests[3 * conversation].body["messages"][0]]
+        assert [len(b["messages"]) for b in turns] == [2, 4, 6]  # each turn after the previous answer
+        third = turns[2]["messages"]
+        assert third[2]["content"] == f"live answer to {third[1]['content']}"  # not the recorded placeholder
+    serial = Recording()
+    replay_round(serial, items, lambda r: dict(r.body), concurrency=1)
+    assert serial.peak == 1
+
+
+def test_a_failed_request_in_a_concurrent_round_is_the_error_reported() -> None:
+    class Failing(Recording):
+        def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+            if len(body["messages"]) == 2 and body["messages"][1]["content"].startswith("Which"):  # chat-1, turn 1
+                raise HealthError("the server answered 500")
+            return super().complete(body, in_flight)
+
+    target = Failing()
+    report = run_bench(target, ["x"], multi_turn(conversations=4, turns=3), Settings(n=12, concurrency=4))
+    assert report.benched() == [] and report.notes == ["x: not benched: the server answered 500"]
+
+
+# --- workloads and traffic shape ---------------------------------------------------------------------
+
+
+def test_concurrency_levels_from_traffic_and_time_of_day() -> None:
+    assert concurrency_level([]) == 1 and concurrency_level([0, 0, 1]) == 1 and concurrency_level([7, 7, 6]) == 8
+    night = time.mktime((2026, 1, 5, 2, 0, 0, 0, 0, -1))
+    day = time.mktime((2026, 1, 5, 14, 0, 0, 0, 0, -1))
+    levels = concurrency_by_period([(night, 7)] * 5 + [(day, 0)] * 5)
+    assert levels == {"night": 8, "afternoon": 1}
+    note = period_note(levels)
+    assert note is not None and "night" in note and "--concurrency" in note
+    assert period_note({"night": 2, "afternoon": 1.5}) is None  # type: ignore[dict-item]
+    workload = shaped(CODE_ASK, 50, 8).at_concurrency(8)
+    assert workload.concurrency == 8 and not workload.has_arrivals
+
+
+def test_recent_workload_carries_the_recorded_concurrency(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    conn = traffic.open_db()
+    traffic.insert_records(conn, [
+        traffic.TrafficRecord(ts=time.time() - 100, endpoint="/v1/chat/completions", stream=False, status=200,
+                              total_ms=9.0, unit="llama.service", task_class="code", prompt_tokens=300,
+                              completion_tokens=120, in_flight=5) for _ in range(5)])
+    conn.close()
+    recent = recent_workload(Deployment(unit="llama.service", scope="user", profiles_dir=tmp_path), 10)
+    assert recent.concurrency == 6
+
+
+def test_measure_reads_cache_n_and_reasoning_tokens() -> None:
+    request = shaped(CODE_ASK, 50, 32).requests[0]
+    payload = {"usage": {"completion_tokens": 40, "completion_tokens_details": {"reasoning_tokens": 30}},
+               "timings": {"cache_n": 300, "prompt_n": 100, "prompt_ms": 50.0, "predicted_n": 40,
+                           "predicted_ms": 400.0}}
+    result = measure("plain", 0, request, Reply(payload, 460.0), None, in_flight=3)
+    assert (result.cache_n, result.reasoning_tokens, result.concurrency) == (300, 30, 3)
+    assert result.prefill_no_reuse_ms == 200.0 and result.output_tokens == 40
+    thought = {"choices": [{"message": {"content": "4", "reasoning_content": "two and two make four" * 4}}]}
+    assert measure("plain", 0, request, Reply(thought, 10.0), None).reasoning_tokens == 21
+
+
+# --- the emulator's performance model: the tuner's choice follows concurrency ------------------------
+
+
+@pytest.mark.parametrize("speculative", ["mtp", "dflash"])
+def test_the_tuner_turns_speculation_on_single_stream_and_off_when_busy(speculative: str) -> None:
+    modes = {"plain": "none", speculative: speculative}
+    code = shaped(CODE_ASK, 500, 256)
+    alone = tune(ModelTarget(SEEDS, modes, seed=1, active="plain"), list(modes), code, Settings(n=10))
+    assert alone.decision.best == speculative and alone.final_profile == speculative
+    busy = tune(ModelTarget(SEEDS, modes, seed=1, active=speculative), list(modes), code.at_concurrency(8),
+                Settings(n=10))
+    assert busy.decision.best == "plain" and busy.decision.switch and busy.final_profile == "plain"
+    assert any("concurrency 8" in note for note in busy.decision.notes)
+
+
+def test_cache_reuse_on_the_model_shows_in_cache_n_and_prefill() -> None:
+    chat = multi_turn(conversations=2, turns=3, context_tokens=2000)
+    target = ModelTarget(SEEDS, {"plain": "none"}, active="plain")
+    reuse = run_bench(target, ["plain"], chat, Settings(n=6, cache_reuse=True, early_stop=False))
+    cold = run_bench(target, ["plain"], chat, Settings(n=6, early_stop=False))
+    warm_rows = reuse.results["plain"]
+    assert [r.cache_n > 1000 for r in warm_rows] == [False, True, True, False, True, True]
+    assert all(r.cache_n == 0 for r in cold.results["plain"])
+    assert sum(r.prefill_ms for r in warm_rows) < 0.5 * sum(r.prefill_ms for r in cold.results["plain"])
+
+
+# --- the real tiny llama-server ----------------------------------------------------------------------
+
+
+def test_multi_turn_reuses_the_prompt_cache_on_the_real_server(box: Box, real_server: None, tmp_path: Path) -> None:
+    chat = tmp_path / "chat.jsonl"
+    save_workload(multi_turn(conversations=1, turns=3, context_tokens=300, max_tokens=8), chat)
+    box.specd("switch", "autoregressive", check=True)
+    data = json.loads(box.specd("bench", "autoregressive", "--workload", str(chat), "--n", "3", "--cache-reuse",
+                                "--json", timeout=300, check=True).stdout)
+    rows = data["cells"]["autoregressive"]["requests"]
+    print(f"\ncache_n by turn: {[r['cache_n'] for r in rows]}, prefill ms {[round(r['prefill_ms']) for r in rows]}")
+    assert rows[0]["cache_n"] < 50 and all(r["cache_n"] > 250 for r in rows[1:])
+    cell = data["cells"]["autoregressive"]
+    assert cell["prefill_ms_no_reuse_median"] > cell["prefill_ms_median"]
+
+
+def _ratio(box: Box, workload: Path, concurrency: int, n: int) -> tuple[float, dict[str, float]]:
+    data = json.loads(box.specd("bench", "plain-np8", "ngram-np8", "--workload", str(workload), "--n", str(n),
+                                "--max-tokens", "96", "--concurrency", str(concurrency), "--json", timeout=600,
+                                check=True).stdout)
+    medians = {p: float(c["wall_ms"]["median"]) for p, c in data["cells"].items()}
+    return medians["ngram-np8"] / medians["plain-np8"], medians
+
+
+def test_concurrency_shrinks_what_ngram_speculation_buys_on_the_real_server(box: Box, real_server: None,
+                                                                           tmp_path: Path) -> None:
+    for name, spec in (("plain-np8", ""), ("ngram-np8", '[speculative]\ntype = "ngram-simple"\ndraft_n_max = 16\n')):
+        box.write_profile(name, f'inherits = "base"\nparallel = 8\nctx_size = 8192\n{spec}')
+    box.specd("switch", "plain-np8", check=True)
+    workload = repeat_workload(tmp_path / "rewrite.jsonl")
+    alone, alone_ms = _ratio(box, workload, 1, 3)
+    busy, busy_ms = _ratio(box, workload, 8, 8)
+    print(f"\nngram/plain median wall: {alone:.2f} single-stream {alone_ms}, {busy:.2f} at concurrency 8 {busy_ms}")
+    assert alone < 0.95  # n-gram drafting pays off one stream at a time on rewriting
+    assert busy > alone  # batching eats what speculation bought
