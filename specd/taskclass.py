@@ -35,7 +35,7 @@ _CODE_LANG = _patterns(
 )
 _CODE_SHAPE = re.compile(
     r"^\s*(?:def |class |import |from \S+ import |fn |func |#include|public |const |let |var )"
-    r"|[{};]\s*$|=>|\w+\([^)]*\)\s*[:{]",
+    r"|[{};]\s*$|=>|\b\w+\([^)]*\)\s*[:{]",
     re.MULTILINE,
 )
 _CREATIVE = _patterns(

@@ -424,15 +424,9 @@ WRONG_ARGUMENTS = [
     "bench --workload code nonexistent", "bench --workload code ../../etc/passwd", "tune --bogus",
     "tune --margin 2", "tune --margin nan", "tune --workload /nonexistent.jsonl", "pin", "pin nonexistent",
     "pin ../x", "pin a b", "unpin extra",
-]
-# Found here, in files this suite's author does not own (specd/cli/tune_cmds.py, specd/tuner.py):
-# accepted with exit 0 today. Strict xfail: each turns into a failure the day it is fixed, so move it up.
-WRONG_ARGUMENTS_ACCEPTED = [
     "bench --workload code --n 0", "bench --workload code --max-tokens -5", "tune --workload code --n 0",
     "tune --workload code --profile nonexistent",
 ]
-
-
 def run_cli(args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specd", *args.split()], env=env, cwd=str(REPO), capture_output=True,
                           text=True, timeout=120, check=False)
@@ -443,10 +437,3 @@ def test_wrong_arguments_exit_2_without_a_traceback(cli_env: dict[str, str], arg
     result = run_cli(args, cli_env)
     assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
     assert "Traceback" not in result.stdout + result.stderr
-
-
-@pytest.mark.xfail(strict=True, reason="accepted today: --n 0 / --max-tokens <= 0 / unknown --profile (see report)")
-@pytest.mark.parametrize("args", WRONG_ARGUMENTS_ACCEPTED)
-def test_wrong_arguments_not_yet_refused(cli_env: dict[str, str], args: str) -> None:
-    result = run_cli(args, cli_env)
-    assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr

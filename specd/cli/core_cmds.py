@@ -18,6 +18,7 @@ from specd.profiles import list_profiles
 from specd.status import collect_status
 from specd.store import StateDbError
 from specd.switch import Outcome, Switcher
+from specd.verify import unverified_warning
 
 
 def _report(outcome: Outcome, what: str) -> None:
@@ -42,6 +43,12 @@ def switch(
 ) -> None:
     """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure."""
     _, deployment = deployment_of(config, unit)
+    try:
+        warning = unverified_warning(deployment, profile)
+    except StateDbError:
+        warning = None
+    if warning:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     _report(Switcher(deployment).switch(profile), "switched")
 
 

@@ -32,8 +32,8 @@ from specd.verify import (
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
-NOption = Annotated[int | None, typer.Option("--n", help="requests per profile (default [tuner] n, 10)")]
-MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", help="cap every request's max_tokens")]
+NOption = Annotated[int | None, typer.Option("--n", min=1, help="requests per profile (default [tuner] n, 10)")]
+MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", min=1, help="cap every request's max_tokens")]
 ConcurrencyOption = Annotated[int | None, typer.Option(
     "--concurrency", "-c", help="requests in flight during replay (default: the workload's, or recorded traffic's)")]
 CacheReuseOption = Annotated[bool, typer.Option(
@@ -157,6 +157,8 @@ def tune(
     cfg, deployment = deployment_of(config, unit)
     if margin is not None and not 0.0 <= margin < 1.0:
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
+    for candidate in candidates or ():
+        load_profile(deployment.profiles_dir, candidate)
     with _progress(not json_out) as progress:
         result = tune_deployment(cfg, deployment, workload=workload, n=n, margin=margin, dry_run=dry_run,
                                  candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
