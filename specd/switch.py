@@ -141,7 +141,8 @@ class Switcher:
     def rollback(self, to: int | None = None) -> Outcome:
         with self.lock("rollback" if to is None else f"rollback --to {to}"):
             self._recover_locked()
-            self._record_edit_locked()
+            if self.history.active(self.unit) is not None:
+                self._record_edit_locked()  # without history, rollback works from the .pre-* files
             started = time.monotonic()
             target_gen, text = self._rollback_target(to)
             profile = target_gen.profile if target_gen else profile_of_unit(text)
