@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
@@ -169,12 +169,15 @@ class PynvmlBackend:
         return found
 
 
+T = TypeVar("T")
+
+
 def _backend(nvml: Nvml | None) -> Nvml:
     return nvml if nvml is not None else PynvmlBackend()
 
 
-def probe_gpus(nvml: Nvml | None = None) -> GpuState | NoGpu:
-    """Every NVIDIA device with its memory, or NoGpu saying why there is none."""
+def _with_nvml(nvml: Nvml | None, read: Callable[[Nvml, int], T]) -> T | NoGpu:
+    """Init NVML, call `read(backend, device_count)`, shut down; NoGpu when any of it fails."""
     try:
         backend = _backend(nvml)
         backend.init()
@@ -184,15 +187,20 @@ def probe_gpus(nvml: Nvml | None = None) -> GpuState | NoGpu:
         count = backend.device_count()
         if count == 0:
             return NoGpu("the NVIDIA driver is loaded but reports no GPU")
-        return GpuState(
-            devices=tuple(backend.device(index) for index in range(count)),
-            driver_version=backend.driver_version(),
-            cuda_version=backend.cuda_version(),
-        )
+        return read(backend, count)
     except NvmlUnavailable as exc:
         return NoGpu(str(exc))
     finally:
         _quiet_shutdown(backend)
+
+
+def probe_gpus(nvml: Nvml | None = None) -> GpuState | NoGpu:
+    """Every NVIDIA device with its memory, or NoGpu saying why there is none."""
+    return _with_nvml(nvml, lambda backend, count: GpuState(
+        devices=tuple(backend.device(index) for index in range(count)),
+        driver_version=backend.driver_version(),
+        cuda_version=backend.cuda_version(),
+    ))
 
 
 def _quiet_shutdown(backend: Nvml) -> None:
@@ -241,18 +249,7 @@ def process_vram(pid: int, *, include_children: bool = True, nvml: Nvml | None =
     NVML reports PIDs of the host's PID namespace: inside a container they may not match.
     """
     pids = process_tree(pid) if include_children else (pid,)
-    try:
-        backend = _backend(nvml)
-        backend.init()
-    except NvmlUnavailable as exc:
-        return NoGpu(str(exc))
-    try:
-        count = backend.device_count()
-        if count == 0:
-            return NoGpu("the NVIDIA driver is loaded but reports no GPU")
-        per_device = {index: backend.processes(index) for index in range(count)}
-    except NvmlUnavailable as exc:
-        return NoGpu(str(exc))
-    finally:
-        _quiet_shutdown(backend)
+    per_device = _with_nvml(nvml, lambda backend, count: {index: backend.processes(index) for index in range(count)})
+    if isinstance(per_device, NoGpu):
+        return per_device
     return vram_of_pids(pid, pids, per_device)
