@@ -71,7 +71,7 @@ def test_two_concurrent_switches_serialise(box) -> None:
     first = subprocess.Popen(command, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.5)
     second = box.specd("switch", "ngram-mod")
-    first_out, first_err = first.communicate(timeout=120)
+    _first_out, first_err = first.communicate(timeout=120)
     assert first.returncode == 0, first_err
     assert second.returncode == 75, second.stderr
     assert "busy" in second.stderr and f"pid {first.pid}" in second.stderr and "switch ngram-simple" in second.stderr

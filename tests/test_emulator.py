@@ -340,10 +340,13 @@ def test_prompt_cache_reuse(mtp_server: Server) -> None:
 def test_concurrency_slows_speculation(mtp_server: Server) -> None:
     solo = mtp_server.chat("Write a Java class", max_tokens=200)["timings"]["predicted_per_second"]
     rates: list[float] = []
+    together = threading.Barrier(2)
 
     def one() -> None:
         with httpx.Client(base_url=mtp_server.url, timeout=30) as client:
-            body = {"messages": [{"role": "user", "content": "Write a Rust function"}], "max_tokens": 200}
+            body = {"messages": [{"role": "user", "content": "Write a Rust function"}], "max_tokens": 2000}
+            client.get("/health")
+            together.wait(timeout=30)
             rates.append(client.post("/v1/chat/completions", json=body).json()["timings"]["predicted_per_second"])
 
     threads = [threading.Thread(target=one) for _ in range(2)]
