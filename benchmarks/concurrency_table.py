@@ -19,10 +19,10 @@ from pathlib import Path
 
 import tomlkit
 
-from specd.bench import DeploymentTarget, Report, Settings, run_bench
-from specd.config import load_config
-from specd.sandbox import free_port, start_private_systemd
-from specd.workloads import Workload, WorkloadRequest
+from specd.tune.bench import DeploymentTarget, Report, Settings, run_bench
+from specd.profiles.config import load_config
+from specd.setup.sandbox import free_port, start_private_systemd
+from specd.tune.workloads import Workload, WorkloadRequest
 
 REPO = Path(__file__).resolve().parent.parent
 FUNCTIONS = (

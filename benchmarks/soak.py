@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 import psutil
 
-from specd.emulator_model import output_pieces
-from specd.sandbox import PrivateSystemd, free_port, start_private_systemd
+from specd.emulator.model import output_pieces
+from specd.setup.sandbox import PrivateSystemd, free_port, start_private_systemd
 
 REPO = Path(__file__).resolve().parent.parent
 EMULATOR = Path(sys.executable).parent / "specd-emulator"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import tomlkit
 
-from specd.config import load_config
-from specd.sandbox import free_port, start_private_systemd
-from specd.switch import Switcher
+from specd.profiles.config import load_config
+from specd.setup.sandbox import free_port, start_private_systemd
+from specd.deploy.switch import Switcher
 
 REPO = Path(__file__).resolve().parent.parent
 

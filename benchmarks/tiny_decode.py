@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import tomlkit
 
-from specd.config import load_config
-from specd.sandbox import free_port, private_systemd_env
-from specd.switch import Switcher
+from specd.profiles.config import load_config
+from specd.setup.sandbox import free_port, private_systemd_env
+from specd.deploy.switch import Switcher
 
 REPO = Path(__file__).resolve().parent.parent
 CODE = "\n\n".join(f"def f{i}(x):\n    y = x * {i} + {i * 3}\n    return y - {i}" for i in range(12))

@@ -1,6 +1,6 @@
 """How often the tuner's pick is right against an exhaustive, noise-free measurement.
 
-Runs on the emulator's performance model in-process (specd.bench.ModelTarget, the seeds' 3090 Ti
+Runs on the emulator's performance model in-process (specd.tune.bench.ModelTarget, the seeds' 3090 Ti
 tables, 3% lognormal noise): for every scenario (task class x prompt length x output length) the
 tuner benches plain / MTP / DFlash with early stopping and decides; the truth is the noise-free
 modelled wall clock of every profile. Prints, per scenario and overall: the pick, the true best,
@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from specd.bench import ModelTarget, Settings
-from specd.emulator_model import expected_wall_ms, load_model
-from specd.tuner import tune
-from specd.workloads import Workload, WorkloadRequest, filler_text
+from specd.tune.bench import ModelTarget, Settings
+from specd.emulator.model import expected_wall_ms, load_model
+from specd.tune.tuner import tune
+from specd.tune.workloads import Workload, WorkloadRequest, filler_text
 
 ASKS = {
     "code": "Write a Python function that parses these ledger entries into a list of dicts.",

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import tomlkit
 
-from specd.config import Deployment, load_config
-from specd.sandbox import PrivateSystemd, free_port, private_systemd_env
+from specd.profiles.config import Deployment, load_config
+from specd.setup.sandbox import PrivateSystemd, free_port, private_systemd_env
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specd.service import QuietServer, make_server
+from specd.daemon.service import QuietServer, make_server
 
 
 def free_port() -> int:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specd.bench import ModelTarget, Result, Settings, measure, request_body, run_bench
-from specd.bench import Reply as BenchReply
-from specd.emulator_model import load_model
+from specd.tune.bench import ModelTarget, Result, Settings, measure, request_body, run_bench
+from specd.tune.bench import Reply as BenchReply
+from specd.emulator.model import load_model
 from specd.errors import UsageError
-from specd.workloads import Workload, WorkloadRequest, filler_text
+from specd.tune.workloads import Workload, WorkloadRequest, filler_text
 from tests.conftest import TINY_MODEL, Box
 
 EMULATOR = Path(sys.executable).parent / "specd-emulator"
@@ -145,7 +145,7 @@ def test_the_time_budget_stops_sampling() -> None:
 
 
 def test_plot_draws_a_png(tmp_path: Path) -> None:
-    from specd.plot import plot_wall_vs_output
+    from specd.tune.plot import plot_wall_vs_output
 
     rows = [Result("plain", 0, "code", 10, out, 5.0, out * 30.0, out * 30.0 + 5.0) for out in (16, 64, 256)]
     path = plot_wall_vs_output({"plain": rows, "mtp": []}, tmp_path / "c.png")
@@ -155,7 +155,7 @@ def test_plot_draws_a_png(tmp_path: Path) -> None:
 
 
 def save(workload: Workload, path: Path) -> Path:
-    from specd.workloads import save_workload
+    from specd.tune.workloads import save_workload
 
     save_workload(workload, path)
     return path

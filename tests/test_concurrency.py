@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from specd import traffic
-from specd.bench import ModelTarget, Settings, measure, run_bench
-from specd.config import Deployment
+from specd.traffic import records as traffic
+from specd.tune.bench import ModelTarget, Settings, measure, run_bench
+from specd.profiles.config import Deployment
 from specd.errors import HealthError
-from specd.replay import plan_rounds, replay_round
-from specd.targets import Reply
-from specd.tuner import recent_workload, tune
-from specd.workloads import (
+from specd.tune.replay import plan_rounds, replay_round
+from specd.tune.targets import Reply
+from specd.tune.tuner import recent_workload, tune
+from specd.tune.workloads import (
     Workload,
     concurrency_by_period,
     concurrency_level,

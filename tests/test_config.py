@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specd.config import load_config, resolve_config_path
+from specd.profiles.config import load_config, resolve_config_path
 from specd.errors import ConfigError
 
 

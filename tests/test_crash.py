@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from specd.render import profile_of_unit
-from specd.switch import REVERT_STEPS, STEPS
+from specd.unit.render import profile_of_unit
+from specd.deploy.switch import REVERT_STEPS, STEPS
 from tests.conftest import alias_answers
 from tests.test_switch_failures import add_fake_profile
 

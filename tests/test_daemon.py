@@ -21,12 +21,12 @@ from typing import Any, Self
 import httpx
 import pytest
 
-from specd.daemon import daemon_status
-from specd.history import Generation, History
-from specd.monitor import decide
-from specd.render import profile_of_unit
-from specd.sandbox import free_port
-from specd.service import notify
+from specd.daemon.app import daemon_status
+from specd.deploy.history import Generation, History
+from specd.daemon.monitor import decide
+from specd.unit.render import profile_of_unit
+from specd.setup.sandbox import free_port
+from specd.daemon.service import notify
 from tests.conftest import REPO, Box
 from tests.proxy_fakes import read_stream
 
@@ -187,7 +187,7 @@ def test_switching_twice_and_rolling_back_under_load_fails_no_request(box: Box, 
             before = load.sent
             daemon.wait_for(f"requests after {step}", lambda before=before: load.sent >= before + 2)
     hint = ("\n(streams cut by a restart mean the switch did not drain the proxy first: Switcher must restart "
-            "through specd.control.DrainingSystemd)" if any("dropped" in f for f in load.failures) else "")
+            "through specd.daemon.control.DrainingSystemd)" if any("dropped" in f for f in load.failures) else "")
     assert load.failures == [], f"{len(load.failures)} of {load.sent} failed:\n" + "\n".join(load.failures[:10]) + hint
     assert profile_of_unit(box.unit_path.read_text()) == "ngram-simple"
     # every request the clients sent is in the traffic table (the writer batches, so allow it a moment)

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from specd.emulator import parse_args
-from specd.emulator_model import (
+from specd.emulator.server import parse_args
+from specd.emulator.model import (
     OPTIONS,
     asks_to_repeat,
     decode_rate,
@@ -190,7 +190,7 @@ def test_help_uses_llama_server_layout() -> None:
 
 
 def test_help_parses_like_the_real_binary() -> None:
-    flags = pytest.importorskip("specd.flags")
+    flags = pytest.importorskip("specd.profiles.flags")
     parsed = flags.parse_help("specd-emulator", help_text())
     assert parsed.has("-md") and parsed.has("--spec-draft-n-max") and parsed.has("--emulator-time-scale")
     assert parsed.spec_type_spelling("mtp", profile_name="t") == "draft-mtp"
@@ -206,7 +206,7 @@ def free_port() -> int:
 
 
 def emulator_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "specd.emulator", *args]
+    return [sys.executable, "-m", "specd.emulator.server", *args]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,10 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specd.config import load_config
+from specd.profiles.config import load_config
 from specd.errors import SpecdError
-from specd.profiles import PROFILE_SCHEMA, load_profile
-from specd.render import render_unit
+from specd.profiles.load import PROFILE_SCHEMA, load_profile
+from specd.unit.render import render_unit
 from tests.conftest import REPO
 
 KEYS = sorted([*PROFILE_SCHEMA.keys, "ctx_sise", "unknown", "speculative", "env"])

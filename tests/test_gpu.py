@@ -1,4 +1,4 @@
-"""specd.gpu: the no-GPU path for real, the NVML logic through a fake backend (named so)."""
+"""specd.gpu.nvml: the no-GPU path for real, the NVML logic through a fake backend (named so)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specd.gpu import (
+from specd.gpu.nvml import (
     GIB,
     GpuDevice,
     GpuState,

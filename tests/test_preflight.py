@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from specd.config import Deployment
+from specd.profiles.config import Deployment
 from specd.errors import PreflightError
-from specd.flags import parse_help
-from specd.gguf_info import read_gguf_info
-from specd.preflight import check_strict_modes, run_preflight
+from specd.profiles.flags import parse_help
+from specd.gpu.gguf import read_gguf_info
+from specd.deploy.preflight import check_strict_modes, run_preflight
 from tests.conftest import LLAMA_SERVER, REPO, TINY_MODEL
 from tests.gguf_factory import write_gguf
 

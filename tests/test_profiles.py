@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specd.errors import ProfileError
-from specd.profiles import list_profiles, load_profile, read_source
+from specd.profiles.load import list_profiles, load_profile, read_source
 
 REPO = Path(__file__).resolve().parent.parent
 

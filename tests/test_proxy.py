@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specd.capture import BodyCapture
-from specd.metrics import SpecdMetrics
-from specd.proxy import Backend, Proxy, ProxySettings
-from specd.traffic import Recorder, fetch_records, open_db
+from specd.traffic.capture import BodyCapture
+from specd.daemon.metrics import SpecdMetrics
+from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
 
 
@@ -278,7 +278,7 @@ def test_metrics_count_every_request_and_traffic_only_completions(rig: Rig) -> N
 def test_llama_server_timings_from_the_emulator_reach_the_traffic_table(tmp_path: Path) -> None:
     port = free_port()
     emulator = subprocess.Popen(
-        [sys.executable, "-m", "specd.emulator", "--port", str(port), "--alias", "emu", "--spec-type", "draft-mtp",
+        [sys.executable, "-m", "specd.emulator.server", "--port", str(port), "--alias", "emu", "--spec-type", "draft-mtp",
          "--emulator-time-scale", "0.02", "--metrics"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

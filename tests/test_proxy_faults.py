@@ -28,11 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specd.capture import BodyCapture
-from specd.config import load_config
-from specd.proxy import Backend, Proxy, ProxySettings
-from specd.service import make_server
-from specd.traffic import Recorder, fetch_records, open_db
+from specd.traffic.capture import BodyCapture
+from specd.profiles.config import load_config
+from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.daemon.service import make_server
+from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import LLAMA_SERVER, REPO, TINY_MODEL, require_real_server
 from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
 

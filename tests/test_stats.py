@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specd.errors import UsageError
-from specd.stats import (
+from specd.tune.stats import (
     Summary,
     bootstrap_ci,
     cis_separated,

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specd.render import profile_of_unit
+from specd.unit.render import profile_of_unit
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
 FAKE = Path(__file__).parent / "fakes" / "fake_llama_server.py"

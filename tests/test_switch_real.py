@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from specd.render import profile_of_unit
+from specd.unit.render import profile_of_unit
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
 

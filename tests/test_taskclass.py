@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specd.taskclass import TASK_CLASSES, classify, last_user_text, scores
+from specd.traffic.taskclass import TASK_CLASSES, classify, last_user_text, scores
 
 
 def user(text: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from specd.history import History
+from specd.deploy.history import History
 from tests.conftest import Box
 
 FUNCTIONS = [

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from specd import traffic
-from specd.bench import ModelTarget, Settings
-from specd.config import load_config
-from specd.history import History
-from specd.stats import summarize
-from specd.tuner import decide, nightly, tune
-from specd.workloads import save_workload
+from specd.traffic import records as traffic
+from specd.tune.bench import ModelTarget, Settings
+from specd.profiles.config import load_config
+from specd.deploy.history import History
+from specd.tune.stats import summarize
+from specd.tune.tuner import decide, nightly, tune
+from specd.tune.workloads import save_workload
 from tests.conftest import Box
 from tests.test_bench import CODE_ASK, CREATIVE_ASK, SEEDS, emulated_profiles, shaped
 
@@ -199,9 +199,9 @@ def test_nightly_waits_for_idle_traffic_then_tunes_and_records(box: Box, tmp_pat
 
 def test_recent_workload_replays_captures_else_synthesizes_else_explains(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from specd.config import Deployment
+    from specd.profiles.config import Deployment
     from specd.errors import UsageError
-    from specd.tuner import recent_workload
+    from specd.tune.tuner import recent_workload
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     deployment = Deployment(unit="llama.service", scope="user", profiles_dir=tmp_path)

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from specd.bench import restoring
-from specd.config import Deployment
-from specd.fidelity import Answer, ToolCall, answer_of, compare, edit_distance, json_shape
-from specd.stats import summarize
-from specd.targets import DeploymentTarget, Reply
-from specd.tuner import guarded_decision
-from specd.verify import (
+from specd.tune.bench import restoring
+from specd.profiles.config import Deployment
+from specd.tune.fidelity import Answer, ToolCall, answer_of, compare, edit_distance, json_shape
+from specd.tune.stats import summarize
+from specd.tune.targets import DeploymentTarget, Reply
+from specd.tune.tuner import guarded_decision
+from specd.tune.verify import (
     BUILTIN_PROBES,
     Probe,
     save_verification,

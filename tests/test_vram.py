@@ -1,4 +1,4 @@
-"""specd.vram: the estimator's arithmetic, anchored on llama.cpp's own buffer sizes measured on an H100.
+"""specd.gpu.vram: the estimator's arithmetic, anchored on llama.cpp's own buffer sizes measured on an H100.
 
 Models here are header-only GGUFs (tensor table, no data) with real architecture shapes, written by
 `write_header`; the MiB figures are the `CUDA0 ... buffer size` lines llama-server 0.3.36 printed for
@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specd.errors import PreflightError
-from specd.gguf_info import GgufInfo, read_gguf_info
-from specd.gpu import GIB, GpuDevice, GpuState, NoGpu
-from specd.vram import (
+from specd.gpu.gguf import GgufInfo, read_gguf_info
+from specd.gpu.nvml import GIB, GpuDevice, GpuState, NoGpu
+from specd.gpu.vram import (
     CACHE_TYPE_BLOCKS,
     CUBLAS,
     CUDA_CONTEXT,

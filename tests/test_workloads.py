@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specd.emulator_model import asks_to_repeat
+from specd.emulator.model import asks_to_repeat
 from specd.errors import UsageError
-from specd.taskclass import TaskClass, classify, last_user_text
-from specd.workloads import (
+from specd.traffic.taskclass import TaskClass, classify, last_user_text
+from specd.tune.workloads import (
     BUILTIN_WORKLOADS,
     DATA_DIR,
     STORED_WORKLOADS,

@@ -7,7 +7,7 @@ Presets: llama-1b (Llama 3.2 1B shapes, tied embeddings), llama-8b (Llama 3.1 8B
 (Gemma 3 4B, sliding window 1024), tiny-llama, tiny-gemma3 (for local tests). TYPE: f16 or q8_0.
 Weights are a repeated random pattern (valid Q8_0 blocks with small scales): llama-server loads and
 runs them; the text they produce is noise. --header-only writes the header and tensor table
-without data, enough for specd.gguf_info and specd.vram to compute estimates.
+without data, enough for specd.gpu.gguf and specd.gpu.vram to compute estimates.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Start llama-server per case, read its VRAM (specd.gpu and nvidia-smi), compare with specd.vram.
+"""Start llama-server per case, read its VRAM (specd.gpu.nvml and nvidia-smi), compare with specd.gpu.vram.
 
     measure.py run --server BIN --models DIR --results FILE.jsonl [--deadline EPOCH] [--only a,b]
     measure.py report FILE.jsonl --models DIR     # Markdown table, estimates recomputed now
 
 `run` skips cases already in the results file, so a second call continues a first one cut short.
-`report` recomputes the estimates with the current specd.vram, so a model header is all it needs
+`report` recomputes the estimates with the current specd.gpu.vram, so a model header is all it needs
 (make_models.py --header-only writes one).
 """
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from specd.errors import PreflightError
-from specd.gguf_info import read_gguf_info
-from specd.gpu import GIB, NoGpu, probe_gpus, process_vram
-from specd.vram import VramEstimate, estimate_vram
+from specd.gpu.gguf import read_gguf_info
+from specd.gpu.nvml import GIB, NoGpu, probe_gpus, process_vram
+from specd.gpu.vram import VramEstimate, estimate_vram
 
 MIB = 1024**2
 PORT = 18471

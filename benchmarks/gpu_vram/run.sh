@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the CUDA llama-server, make random-weight test models, measure their VRAM, compare with
-# specd.vram. Meant for the device machine, from the repo root, with .devwork/carry carried:
+# specd.gpu.vram. Meant for the device machine, from the repo root, with .devwork/carry carried:
 #
 #   benchmarks/gpu_vram/run.sh            # BUDGET_S=540 seconds for this call
 #
@@ -26,7 +26,7 @@ if ! python3 -c 'import gguf' 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$carry"/gguf-*.whl || exit 1
 fi
 export PYTHONPATH="$repo:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c 'import gguf, psutil, pynvml, numpy; import specd.vram, specd.gpu' || exit 1
+python3 -c 'import gguf, psutil, pynvml, numpy; import specd.gpu.vram, specd.gpu.nvml' || exit 1
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,compute_cap --format=csv,noheader)"
 
 # 2. the CUDA build, in its own session so that it survives this call's end

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specd.config import Config, Deployment, load_config
+from specd.profiles.config import Config, Deployment, load_config
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="specd.toml (default: $SPECD_CONFIG, then $XDG_CONFIG_HOME/specd/specd.toml)")

@@ -10,15 +10,15 @@ from rich.table import Table
 
 from specd.cli import app, console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.config import Deployment
+from specd.profiles.config import Deployment
 from specd.errors import SystemdError
-from specd.history import History
-from specd.preflight import run_preflight
-from specd.profiles import list_profiles
-from specd.status import collect_status
+from specd.deploy.history import History
+from specd.deploy.preflight import run_preflight
+from specd.profiles.load import list_profiles
+from specd.deploy.status import collect_status
 from specd.store import StateDbError
-from specd.switch import Outcome, Switcher
-from specd.verify import unverified_warning
+from specd.deploy.switch import Outcome, Switcher
+from specd.tune.verify import unverified_warning
 
 
 def _report(outcome: Outcome, what: str) -> None:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.config import load_config
+from specd.profiles.config import load_config
 from specd.errors import UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -34,7 +34,7 @@ def daemon(config: ConfigOption = None, unit: UnitOption = None) -> None:
     switch), validates profile edits, records hand edits of the unit, serves [proxy], keeps traffic
     records, runs the nightly tuning, and serves Prometheus metrics on its control socket.
     """
-    from specd.daemon import run_daemon
+    from specd.daemon.app import run_daemon
 
     cfg = load_config(config)
     deployments = [cfg.deployment(unit)] if unit else list(cfg.deployments)
@@ -71,7 +71,7 @@ def traffic_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """What clients sent: request count, prompt/output lengths, task classes, acceptance per profile."""
-    from specd import traffic
+    from specd.traffic import records as traffic
 
     _, deployment = deployment_of(config, unit)
     window = parse_duration(since)

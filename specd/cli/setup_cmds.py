@@ -10,8 +10,8 @@ from rich.table import Table
 
 from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.doctor import run_doctor
-from specd.importer import import_unit
+from specd.setup.doctor import run_doctor
+from specd.unit.importer import import_unit
 
 
 @app.command()
@@ -51,7 +51,7 @@ def quickstart(
     stop_after: Annotated[bool, typer.Option("--stop-after", help="stop the demo server at the end")] = False,
 ) -> None:
     """Build llama-server and the tiny model, then switch, check, and roll back for real."""
-    from specd.quickstart import run_quickstart
+    from specd.setup.quickstart import run_quickstart
 
     run_quickstart(lambda line: console.print(line, highlight=False, markup=False), keep_running=not stop_after)
     typer.echo("next: `specd status`, `specd profiles`, `specd doctor`")

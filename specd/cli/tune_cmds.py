@@ -11,17 +11,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specd.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
-from specd.bench import Progress as ProgressFn
+from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
+from specd.tune.bench import Progress as ProgressFn
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.errors import UsageError
-from specd.pins import clear_pin, set_pin
-from specd.profiles import load_profile
-from specd.switch import Switcher
-from specd.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
-from specd.verify import (
+from specd.tune.pins import clear_pin, set_pin
+from specd.profiles.load import load_profile
+from specd.deploy.switch import Switcher
+from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
+from specd.tune.verify import (
     BUILTIN_PROBES,
     FidelityError,
     reference_profile,
@@ -111,7 +111,7 @@ def bench(
         target.close()
     save_report(report, deployment.unit, settings)
     if plot is not None:
-        from specd.plot import plot_wall_vs_output
+        from specd.tune.plot import plot_wall_vs_output
 
         plot_wall_vs_output(report.results, plot, title=f"{deployment.name}: workload {chosen.name}")
     if json_out:

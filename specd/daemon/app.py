@@ -1,0 +1,381 @@
+"""`specd daemon`: the long-running guard of every configured deployment.
+
+Wiring only; the work lives in `monitor` (health), `watcher` (files), `proxy` (clients),
+`traffic` (records), `metrics` and `control` (the socket switches drain through).
+
+Threads: the asyncio loop in the main thread serves the proxies and the control socket, pings
+systemd's watchdog and writes the status file (so a wedged loop stops the pings and systemd
+restarts us); APScheduler's thread pool runs the blocking jobs (health rounds, metrics sampling
+when there is no proxy, housekeeping, the nightly tuning); watchdog's observer threads feed the
+watcher. SIGTERM stops the jobs, lets proxied streams finish for a grace period, cuts the rest on
+an event boundary, flushes the traffic writer, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import importlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from specd import paths
+from specd.daemon import control
+from specd.traffic import records as traffic
+from specd.traffic.capture import BodyCapture
+from specd.profiles.config import Config, Deployment
+from specd.daemon.control import daemon_status, status_path
+from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
+from specd.deploy.health import HealthResult
+from specd.deploy.history import History
+from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
+from specd.daemon.monitor import HealthMonitor
+from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.unit.render import profile_of_unit
+from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
+from specd.deploy.unitfiles import prune_backups, read_text
+from specd.unit.parse import parse_unit
+from specd.daemon.watcher import DeploymentWatcher
+
+__all__ = ["Daemon", "daemon_status", "notify", "run_daemon"]
+
+log = logging.getLogger("specd.daemon.app")
+
+SHUTDOWN_GRACE_S = 20.0   # in-flight streams get this long after SIGTERM (below TimeoutStopSec)
+HEARTBEAT_S = 5.0        # status file and watchdog cadence (control.STALE_AFTER_S relies on it)
+SAMPLE_INTERVAL_S = 60.0
+TRAFFIC_KEEP_S = 30 * 86400
+HISTORY_KEEP = 500
+NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
+
+
+def backend_of(deployment: Deployment) -> Backend:
+    text = read_text(deployment.unit_path)
+    if text is None:
+        return NO_BACKEND
+    try:
+        return Backend(parse_unit(text, str(deployment.unit_path)).base_url, profile_of_unit(text))
+    except SpecdError:
+        return NO_BACKEND
+
+
+@dataclass
+class Runtime:
+    """What the daemon runs for one deployment."""
+
+    deployment: Deployment
+    monitor: HealthMonitor
+    watcher: DeploymentWatcher
+    proxy: Proxy | None = None
+    server: QuietServer | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    last_generation: int = 0
+
+
+class Daemon:
+    def __init__(self, config: Config, deployments: list[Deployment] | None = None) -> None:
+        self.config = config
+        self.deployments = deployments or list(config.deployments)
+        self.metrics = SpecdMetrics()
+        self.history = History()  # the event loop's connection; jobs and watchers open their own
+        self.recorder: traffic.Recorder | None = None
+        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                                           "misfire_grace_time": 60})
+        self.runtimes: dict[str, Runtime] = {}
+        self.started_at = time.time()
+        self._servers: list[tuple[QuietServer, asyncio.Task[None]]] = []
+        self._lock_fd: int | None = None
+        self._http = httpx.Client(timeout=5.0)
+
+    # ---- startup --------------------------------------------------------------------------------
+
+    def _take_daemon_lock(self) -> None:
+        path = paths.state_dir() / "daemon.lock"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockBusy(f"another specd daemon runs here (see {status_path()})") from None
+        self._lock_fd = fd
+
+    def _build(self) -> None:
+        if any(d.proxy is not None for d in self.deployments):
+            self.recorder = traffic.Recorder()
+        for deployment in self.deployments:
+            unit = deployment.unit
+            monitor = HealthMonitor(deployment, self.config.daemon,
+                                    on_result=partial(self._health_result, unit),
+                                    on_action=partial(self._count_action, unit))
+            watcher = DeploymentWatcher(deployment, on_profile_errors=partial(self._profile_errors, unit),
+                                        on_external_edit=partial(self._external_edit, unit))
+            runtime = Runtime(deployment, monitor, watcher)
+            if deployment.proxy is not None:
+                runtime.proxy = self._make_proxy(deployment)
+            self.runtimes[unit] = runtime
+
+    def _make_proxy(self, deployment: Deployment) -> Proxy:
+        settings = deployment.proxy
+        assert settings is not None
+        backend = backend_of(deployment)
+        if backend.url.endswith(f":{settings.listen_port}") and settings.listen_host in backend.url:
+            raise ConfigError(f"[proxy] listen {settings.listen_host}:{settings.listen_port} is {deployment.unit}'s "
+                              "own address; give the proxy another port")
+        capture = None
+        if settings.capture_bodies:
+            capture = BodyCapture(paths.state_dir() / "capture" / deployment.name, settings.capture_max_bytes)
+        return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
+                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
+
+    async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
+                     uds: Path | None = None) -> QuietServer:
+        server = make_server(app, host=host, port=port, uds=uds, grace_s=SHUTDOWN_GRACE_S)
+        sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port)]
+        task = asyncio.get_running_loop().create_task(server.serve(sockets=sockets))
+        while not server.started:
+            if task.done():
+                raise SpecdError(f"the server on {uds or f'{host}:{port}'} did not start")
+            await asyncio.sleep(0.02)
+        self._servers.append((server, task))
+        return server
+
+    def _schedule(self) -> None:
+        daemon = self.config.daemon
+        for unit, runtime in self.runtimes.items():
+            self.scheduler.add_job(self._job(f"health {unit}", runtime.monitor.tick), "interval",
+                                   seconds=daemon.health_interval_s, id=f"health:{unit}", next_run_time=_now())
+            if runtime.proxy is None:
+                self.scheduler.add_job(self._job(f"sample {unit}", partial(self._sample, runtime)), "interval",
+                                       seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=_now())
+        self.scheduler.add_job(self._job("housekeeping", self._housekeeping), "interval",
+                               seconds=daemon.housekeeping_interval_s, id="housekeeping")
+        tuner = self.config.tuner
+        nightly = _tuner_entry()
+        if tuner.enabled and nightly is not None:
+            try:
+                trigger = CronTrigger.from_crontab(tuner.cron)
+            except ValueError as exc:
+                raise ConfigError(f"{self.config.path}: [tuner] cron {tuner.cron!r}: {exc}") from exc
+            for deployment in self.deployments:
+                self.scheduler.add_job(self._job(f"tune {deployment.unit}", partial(nightly, deployment)),
+                                       trigger, id=f"tune:{deployment.unit}")
+
+    def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                work()
+            except SpecdError as exc:
+                log.error("%s: %s", name, exc)
+            except Exception:  # a job's bug must not stop the daemon's other jobs
+                log.exception("%s failed", name)
+        return run
+
+    # ---- jobs and callbacks -----------------------------------------------------------------------
+
+    def _health_result(self, unit: str, result: HealthResult) -> None:
+        self.metrics.healthy.labels(unit).set(1 if result.ok else 0)
+
+    def _external_edit(self, unit: str, generation_id: int) -> None:
+        self.metrics.external_edits.labels(unit).inc()
+
+    def _count_action(self, unit: str, action: str, detail: str) -> None:
+        if action == "restart":
+            self.metrics.restarts.labels(unit).inc()
+
+    def _profile_errors(self, unit: str, errors: dict[str, str]) -> None:
+        self.metrics.profile_errors.labels(unit).set(len(errors))
+
+    def _observe_generations(self) -> None:
+        for unit, runtime in self.runtimes.items():
+            newest = next(iter(self.history.list(unit, limit=1)), None)
+            if newest is None or newest.id == runtime.last_generation:
+                continue
+            if runtime.last_generation and newest.outcome == "ok":
+                counter = self.metrics.rollbacks if newest.kind == "rollback" else self.metrics.switches
+                counter.labels(unit).inc()
+            runtime.last_generation = newest.id
+            self.metrics.set_active_profile(unit, newest.profile)
+
+    def _sample(self, runtime: Runtime) -> None:
+        backend = backend_of(runtime.deployment)
+        if backend is NO_BACKEND:
+            return
+        try:
+            counters = traffic.sample_metrics(self._http, backend.url)
+        except HealthError as exc:
+            if not runtime.info.get("sampling_warned"):
+                log.info("%s: no traffic source: %s", runtime.deployment.unit, exc)
+                runtime.info["sampling_warned"] = True
+            return
+        conn = traffic.open_db()
+        try:
+            traffic.record_sample(conn, counters, unit=runtime.deployment.unit, profile=backend.profile)
+        finally:
+            conn.close()
+
+    def _housekeeping(self) -> None:
+        conn = traffic.open_db()
+        try:
+            removed = traffic.prune(conn, time.time() - TRAFFIC_KEEP_S)
+        finally:
+            conn.close()
+        history = History()  # this thread's own connection
+        try:
+            for deployment in self.deployments:
+                backups = prune_backups(deployment.unit_path, deployment.backups_keep)
+                generations = history.prune(deployment.unit, HISTORY_KEEP)
+                if backups or generations or removed:
+                    log.info("%s: housekeeping removed %d backups, %d generations, %d traffic rows",
+                             deployment.unit, len(backups), generations, removed)
+        finally:
+            history.close()
+
+    # ---- the control socket ------------------------------------------------------------------------
+
+    async def _drain(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
+        runtime = self.runtimes.get(unit)
+        if runtime is None or runtime.proxy is None:
+            return None
+        proxy = runtime.proxy
+        proxy.pause(timeout_s + proxy.settings.hold_timeout_s)
+        drained = await proxy.wait_idle(timeout_s)
+        return {"unit": unit, "drained": drained, "active": proxy.active, "in_flight": proxy.in_flight}
+
+    def _resume(self, unit: str) -> dict[str, Any] | None:
+        runtime = self.runtimes.get(unit)
+        if runtime is None or runtime.proxy is None:
+            return None
+        runtime.proxy.resume()
+        return {"unit": unit, "resumed": True}
+
+    def status(self) -> dict[str, Any]:
+        self._observe_generations()
+        tune_jobs = [j for j in self.scheduler.get_jobs() if j.id.startswith("tune:")] if self.scheduler.running else []
+        next_runs = sorted(j.next_run_time for j in tune_jobs if j.next_run_time is not None)
+        units = {}
+        for unit, runtime in self.runtimes.items():
+            proxy, listen = runtime.proxy, runtime.deployment.proxy
+            units[unit] = {
+                "health": runtime.monitor.state.as_dict(),
+                "profile_errors": runtime.watcher.profile_errors,
+                "proxy": None if proxy is None or listen is None else {
+                    "listen": f"{listen.listen_host}:{listen.listen_port}", **proxy.status()},
+            }
+        return {"running": True, "pid": os.getpid(), "started_at": self.started_at, "heartbeat_at": time.time(),
+                "next_tuning": next_runs[0].isoformat() if next_runs else None, "units": units}
+
+    def _write_status(self, running: bool = True) -> None:
+        data = self.status()
+        data["running"] = running
+        path = status_path()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, default=str))
+        os.replace(tmp, path)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self._take_daemon_lock()
+        self._build()
+        sock = control.socket_path()
+        sock.unlink(missing_ok=True)
+        await self._serve(control.control_app(drain_unit=self._drain, resume_unit=self._resume, status=self.status,
+                                              metrics=self.metrics.render, metrics_content_type=CONTENT_TYPE),
+                          uds=sock)
+        os.chmod(sock, 0o600)
+        metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
+        if isinstance(metrics_listen, str) and metrics_listen:
+            host, _, port = metrics_listen.rpartition(":")
+            await self._serve(control.control_app(drain_unit=self._drain, resume_unit=self._resume,
+                                                  status=self.status, metrics=self.metrics.render,
+                                                  metrics_content_type=CONTENT_TYPE, writable=False),
+                              host=host.strip("[]"), port=int(port))
+        for runtime in self.runtimes.values():
+            if runtime.proxy is not None and runtime.deployment.proxy is not None:
+                listen = runtime.deployment.proxy
+                runtime.server = await self._serve(runtime.proxy.app, host=listen.listen_host,
+                                                   port=listen.listen_port)
+        for runtime in self.runtimes.values():
+            runtime.watcher.start()
+        self._schedule()
+        self.scheduler.start()
+        self._write_status()
+        notify(f"READY=1\nSTATUS=guarding {', '.join(self.runtimes)}")
+        log.info("specd daemon ready: %s", ", ".join(self.runtimes))
+        watchdog = watchdog_interval_s()
+        beat = min(HEARTBEAT_S, watchdog / 2) if watchdog else HEARTBEAT_S
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), beat)
+            if watchdog and self.scheduler.running:
+                notify("WATCHDOG=1")
+            self._write_status()
+        pinger = loop.create_task(keep_pinging(beat)) if watchdog else None  # shutdown may outlast it
+        await self._shutdown()
+        if pinger is not None:
+            pinger.cancel()
+        return 0
+
+    async def _shutdown(self) -> None:
+        notify("STOPPING=1\nSTATUS=finishing in-flight requests")
+        started = time.monotonic()
+        log.info("specd daemon stopping")
+        for runtime in self.runtimes.values():
+            runtime.watcher.stop()
+        with contextlib.suppress(TimeoutError):  # a rollback in progress gets its time, within reason
+            await asyncio.wait_for(asyncio.to_thread(self.scheduler.shutdown, True), SHUTDOWN_GRACE_S)
+        log.info("jobs stopped after %.1f s", time.monotonic() - started)
+        proxies = [r.proxy for r in self.runtimes.values() if r.proxy is not None]
+        for server, _ in self._servers:
+            server.should_exit = True
+        await asyncio.gather(*(p.shutdown(SHUTDOWN_GRACE_S) for p in proxies))
+        log.info("proxies drained after %.1f s", time.monotonic() - started)
+        await asyncio.gather(*(task for _, task in self._servers), return_exceptions=True)
+        if self.recorder is not None:
+            self.recorder.close()
+        for runtime in self.runtimes.values():
+            runtime.monitor.close()
+        self._write_status(running=False)
+        control.socket_path().unlink(missing_ok=True)
+        self._http.close()
+        log.info("specd daemon stopped after %.1f s", time.monotonic() - started)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _tuner_entry() -> Callable[[Deployment], object] | None:
+    try:
+        module = importlib.import_module("specd.tune.tuner")
+    except ModuleNotFoundError as exc:
+        if exc.name != "specd.tune.tuner":
+            raise
+        return None
+    entry = getattr(module, "nightly", None)
+    return entry if callable(entry) else None
+
+
+def run_daemon(config: Config, deployments: list[Deployment] | None = None) -> int:
+    logging.getLogger("specd").setLevel(logging.INFO)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
+    return asyncio.run(Daemon(config, deployments).run())

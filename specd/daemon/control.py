@@ -1,0 +1,172 @@
+"""The daemon's control socket, and the client side every restart of a proxied unit goes through.
+
+A restart kills llama-server's in-flight streams. To make a switch cost clients latency, not
+errors, whoever restarts the unit first asks the daemon to *drain* that unit's proxy: new
+requests are held at the gate and the call returns once in-flight ones finished (or a timeout
+passed); after the restart the proxy holds requests until the new server answers /health.
+`DrainingSystemd` wraps any `SystemdClient` so that `restart`/`stop` do this by themselves;
+with no daemon (or no proxy for the unit) it is a plain pass-through.
+
+The socket lives in the 0700 state directory, so only the user who runs specd can drain.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from specd import paths
+from specd.deploy.systemd import SystemdClient, UnitState
+
+log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 60.0
+
+
+STALE_AFTER_S = 30.0  # the daemon rewrites its status file every 5 s
+
+
+def socket_path() -> Path:
+    return paths.state_dir() / "daemon.sock"
+
+
+def status_path() -> Path:
+    return paths.state_dir() / "daemon.json"
+
+
+def daemon_status(unit: str | None = None) -> dict[str, Any]:
+    """For `specd status`: is the daemon alive, the last health result, the next tuning run."""
+    try:
+        data = json.loads(status_path().read_text())
+    except (OSError, ValueError):
+        return {"running": False, "detail": "no specd daemon has run here (`specd daemon`, or units/specd.service)"}
+    pid = int(data.get("pid", 0))
+    age_s = time.time() - float(data.get("heartbeat_at", 0))
+    running = bool(data.get("running")) and psutil.pid_exists(pid) and age_s < STALE_AFTER_S
+    units: dict[str, Any] = data.get("units", {})
+    chosen = units.get(unit) if unit else (next(iter(units.values())) if len(units) == 1 else None)
+    return {
+        "running": running, "pid": pid if running else None, "started_at": data.get("started_at"),
+        "heartbeat_age_s": round(age_s, 1), "next_tuning": data.get("next_tuning"),
+        "last_health": (chosen or {}).get("health"), "units": units,
+        "detail": "running" if running else f"not running (last seen {age_s:.0f} s ago)",
+    }
+
+
+def _request(method: str, path: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+    sock = socket_path()
+    if not sock.exists():
+        return None
+    transport = httpx.HTTPTransport(uds=str(sock))
+    try:
+        with httpx.Client(transport=transport, timeout=timeout_s) as client:
+            response = client.request(method, f"http://specd{path}", params=params)
+    except httpx.HTTPError as exc:
+        log.debug("daemon control socket %s: %s", sock, exc)
+        return None
+    if response.status_code != 200:
+        return None
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def drain(unit: str, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any] | None:
+    """Hold new requests to `unit`'s proxy and wait for in-flight ones; None when nothing proxies it."""
+    return _request("POST", "/drain", {"unit": unit, "timeout": timeout_s}, timeout_s + 10)
+
+
+def resume(unit: str) -> dict[str, Any] | None:
+    return _request("POST", "/resume", {"unit": unit}, 10)
+
+
+def daemon_request(path: str) -> dict[str, Any] | None:
+    return _request("GET", path, {}, 5)
+
+
+@contextmanager
+def drained(unit: str, timeout_s: float = DRAIN_TIMEOUT_S) -> Iterator[dict[str, Any] | None]:
+    answer = drain(unit, timeout_s)
+    if answer is not None and not answer.get("drained"):
+        log.warning("%s: %s request(s) still in flight after %.0f s; restarting anyway",
+                    unit, answer.get("active"), timeout_s)
+    try:
+        yield answer
+    finally:
+        if answer is not None:
+            resume(unit)
+
+
+class DrainingSystemd:
+    """A SystemdClient whose restart and stop drain the daemon's proxy for the unit first."""
+
+    def __init__(self, inner: SystemdClient, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        self.inner = inner
+        self.scope = inner.scope
+        self.timeout_s = timeout_s
+
+    def reload(self) -> None:
+        self.inner.reload()
+
+    def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
+        with drained(unit, self.timeout_s):
+            return self.inner.restart(unit, timeout_s=timeout_s)
+
+    def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
+        with drained(unit, self.timeout_s):
+            return self.inner.stop(unit, timeout_s=timeout_s)
+
+    def reset_failed(self, unit: str) -> None:
+        self.inner.reset_failed(unit)
+
+    def unit_state(self, unit: str) -> UnitState:
+        return self.inner.unit_state(unit)
+
+    def exec_start_argv(self, unit: str) -> list[list[str]]:
+        return self.inner.exec_start_argv(unit)
+
+
+# ---- the server side (run by the daemon) --------------------------------------------------------
+
+Drainer = Callable[[str, float], Awaitable[dict[str, Any] | None]]
+Resumer = Callable[[str], dict[str, Any] | None]
+
+
+def control_app(*, drain_unit: Drainer, resume_unit: Resumer, status: Callable[[], dict[str, Any]],
+                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True) -> Starlette:
+    """`/status` and `/metrics` for anyone the socket lets in; `/drain` and `/resume` when writable."""
+
+    async def get_status(request: Request) -> Response:
+        return Response(json.dumps(status(), default=str), media_type="application/json")
+
+    async def get_metrics(request: Request) -> Response:
+        return Response(metrics(), media_type=metrics_content_type)
+
+    async def post_drain(request: Request) -> Response:
+        unit = request.query_params.get("unit", "")
+        try:
+            timeout_s = float(request.query_params.get("timeout", DRAIN_TIMEOUT_S))
+        except ValueError:
+            return JSONResponse({"error": "timeout must be a number"}, 400)
+        answer = await drain_unit(unit, timeout_s)
+        return JSONResponse(answer) if answer is not None else JSONResponse({"error": f"no proxy for {unit}"}, 404)
+
+    async def post_resume(request: Request) -> Response:
+        answer = resume_unit(request.query_params.get("unit", ""))
+        return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
+
+    routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
+    if writable:
+        routes += [Route("/drain", post_drain, methods=["POST"]), Route("/resume", post_resume, methods=["POST"])]
+    return Starlette(routes=routes)

@@ -1,0 +1,121 @@
+"""The health gate: a profile counts as up only when the alias endpoint really serves.
+
+`/health` 200 (503 "Loading model" is normal while loading), `/v1/models` lists the alias, a
+1-token completion to the alias succeeds, and then the unit keeps the same MainPID with no
+restarts for a stability window — `Restart=on-failure` can otherwise hide a crash loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from specd.errors import HealthError
+from specd.deploy.systemd import UnitState
+
+_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    ok: bool
+    detail: str
+    load_s: float = 0.0
+    total_s: float = 0.0
+
+
+def _alias_listed(payload: Any, alias: str) -> bool:
+    for entry in payload.get("data", []) if isinstance(payload, dict) else []:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("id") == alias or alias in (entry.get("aliases") or []):
+            return True
+    return False
+
+
+def check_once(client: httpx.Client, base_url: str, alias: str, *, complete: bool = False) -> HealthResult:
+    """One probe: health, alias listed, and (optionally) a 1-token completion."""
+    try:
+        health = client.get(f"{base_url}/health")
+        if health.status_code != 200:
+            return HealthResult(False, f"/health answered {health.status_code}: {health.text[:120]}")
+        models = client.get(f"{base_url}/v1/models")
+        if models.status_code != 200:
+            return HealthResult(False, f"/v1/models answered {models.status_code}")
+        if not _alias_listed(models.json(), alias):
+            ids = [str(m.get("id")) for m in models.json().get("data", []) if isinstance(m, dict)]
+            return HealthResult(False, f"/v1/models does not list alias '{alias}' (it lists {', '.join(ids) or 'nothing'})")
+        if complete:
+            body = {"model": alias, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1,
+                    "temperature": 0}
+            answer = client.post(f"{base_url}/v1/chat/completions", json=body)
+            if answer.status_code != 200 or not answer.json().get("choices"):
+                return HealthResult(False, f"a 1-token completion to '{alias}' failed: {answer.status_code} "
+                                           f"{answer.text[:160]}")
+    except httpx.HTTPError as exc:
+        return HealthResult(False, f"{base_url} unreachable: {type(exc).__name__}: {exc}")
+    except ValueError as exc:
+        return HealthResult(False, f"{base_url} answered something that is not JSON: {exc}")
+    return HealthResult(True, "healthy")
+
+
+def wait_healthy(
+    base_url: str,
+    alias: str,
+    *,
+    timeout_s: float,
+    stability_s: float,
+    unit_state: Callable[[], UnitState],
+    client: httpx.Client | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> HealthResult:
+    """Block until the gate passes; raise HealthError saying which check failed and why."""
+    own_client = client is None
+    http = client or httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0))
+    start = clock()
+    deadline = start + timeout_s
+    try:
+        first = unit_state()
+        restarts = first.n_restarts
+        last_detail = "no answer yet"
+        while True:
+            state = unit_state()
+            if state.active_state in ("failed", "inactive", "deactivating") or state.sub_state == "auto-restart":
+                raise HealthError(f"llama-server exited while loading: {state.describe()}")
+            if state.n_restarts > restarts:
+                raise HealthError(f"llama-server crashed and was restarted by systemd while loading ({last_detail})")
+            probe = check_once(http, base_url, alias)
+            if probe.ok:
+                break
+            last_detail = probe.detail
+            if "does not list alias" in probe.detail:
+                raise HealthError(probe.detail)
+            if clock() > deadline:
+                raise HealthError(f"not healthy after {timeout_s:.0f} s: {last_detail}")
+            time.sleep(_POLL_S)
+        load_s = clock() - start
+        probe = check_once(http, base_url, alias, complete=True)
+        if not probe.ok:
+            raise HealthError(probe.detail)
+        settled = unit_state()
+        window_end = clock() + stability_s
+        while clock() < window_end:
+            time.sleep(min(_POLL_S * 2, max(0.0, window_end - clock())))
+            now = unit_state()
+            if now.main_pid != settled.main_pid or now.n_restarts != settled.n_restarts or not now.running:
+                raise HealthError(
+                    f"llama-server did not stay up for the {stability_s:.0f} s stability window: "
+                    f"{now.describe()}, MainPID {settled.main_pid} -> {now.main_pid}, "
+                    f"restarts {settled.n_restarts} -> {now.n_restarts}"
+                )
+        final = check_once(http, base_url, alias)
+        if not final.ok:
+            raise HealthError(f"unhealthy at the end of the stability window: {final.detail}")
+        return HealthResult(True, "healthy", load_s=load_s, total_s=clock() - start)
+    finally:
+        if own_client:
+            http.close()

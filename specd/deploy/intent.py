@@ -1,0 +1,54 @@
+"""The intent record: what a switch or rollback in progress is doing, so a crash can be undone.
+
+Written (atomically) before the backup and the unit are touched, removed once the generation is
+committed or reverted. Whoever takes the lock next and finds one reverts: finished or reverted,
+never half.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specd import paths
+from specd.deploy.unitfiles import atomic_write
+
+
+@dataclass
+class Intent:
+    unit: str
+    unit_path: str
+    generation_id: int
+    profile: str | None
+    kind: str
+    old_existed: bool
+    old_active: bool
+    old_sha256: str | None
+    old_profile: str | None
+    backup_path: str | None
+    new_sha256: str
+    step: str = "intent"
+
+
+def intent_path(unit: str) -> Path:
+    return paths.state_dir() / "intents" / f"{unit}.json"
+
+
+def save(intent: Intent) -> None:
+    atomic_write(intent_path(intent.unit), json.dumps(asdict(intent), indent=1).encode(), mode=0o600)
+
+
+def load(unit: str) -> Intent | None:
+    path = intent_path(unit)
+    try:
+        return Intent(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError):
+        path.rename(path.with_suffix(".corrupt"))
+        return None
+
+
+def clear(unit: str) -> None:
+    intent_path(unit).unlink(missing_ok=True)

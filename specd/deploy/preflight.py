@@ -1,0 +1,137 @@
+"""Everything checked before a switch touches anything. Raises PreflightError (exit 2)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from specd.profiles.config import Deployment
+from specd.errors import PreflightError
+from specd.profiles.flags import binary_flags, check_executable
+from specd.gpu.gguf import GgufInfo, read_gguf_info
+from specd.profiles.load import Profile, load_profile
+from specd.unit.render import build_argv, default_template_path, render_unit
+
+
+@dataclass
+class Preflight:
+    profile: Profile
+    argv: list[str]
+    unit_text: str
+    model_info: GgufInfo
+    draft_info: GgufInfo | None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _port_holders(port: int) -> set[int]:
+    holders: set[int] = set()
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, OSError):
+        return holders
+    for conn in connections:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            holders.add(conn.pid)
+    return holders
+
+
+def process_tree(pid: int) -> set[int]:
+    if pid <= 0:
+        return set()
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(child.pid for child in root.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
+def check_port(profile: Profile, our_pids: set[int]) -> None:
+    holders = _port_holders(profile.port)
+    foreign = holders - our_pids
+    if foreign:
+        names = []
+        for pid in sorted(foreign):
+            try:
+                names.append(f"{psutil.Process(pid).name()} (pid {pid})")
+            except psutil.Error:
+                names.append(f"pid {pid}")
+        raise PreflightError(
+            f"profile '{profile.name}': port {profile.port} is held by {', '.join(names)}, not by this unit"
+        )
+
+
+def check_strict_modes(paths_to_check: tuple[Path, ...]) -> None:
+    """For system units (run as root): refuse files other users could change, like sshd's StrictModes."""
+    for path in paths_to_check:
+        for part in [path, *path.parents]:
+            try:
+                info = part.stat()
+            except OSError:
+                break
+            if info.st_uid not in (0, os.getuid()):
+                raise PreflightError(f"{part} is owned by uid {info.st_uid}; a system unit must only run "
+                                     "files owned by root (or you)")
+            sticky = bool(info.st_mode & stat.S_ISVTX) and stat.S_ISDIR(info.st_mode)
+            if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+                raise PreflightError(
+                    f"{part} is writable by other users (mode {stat.filemode(info.st_mode)}); "
+                    "a system unit would run whatever they put there",
+                    hint=f"chmod go-w {part}",
+                )
+
+
+def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
+    started = time.monotonic()
+    profile = load_profile(deployment.profiles_dir, name)
+    if deployment.scope == "system":
+        check_strict_modes((profile.path, *profile.files))
+    check_executable(profile.binary)
+    flags = binary_flags(profile.binary)
+    model_info = read_gguf_info(profile.model)
+    draft_info = read_gguf_info(profile.speculative.draft_model) if profile.speculative.draft_model else None
+    if profile.speculative.type == "mtp" and not model_info.has_mtp:
+        raise PreflightError(
+            f"profile '{name}': speculative type 'mtp' but {profile.model} has no MTP layers "
+            f"({model_info.architecture}.nextn_predict_layers is 0 or missing)",
+            hint="use the model's MTP GGUF (one with nextn/MTP heads), or another speculative type",
+        )
+    argv = build_argv(profile, flags)
+    check_port(profile, process_tree(current_main_pid))
+    notes = [vram_note(profile, model_info, draft_info, current_main_pid)]
+    template = default_template_path()
+    try:
+        template_text = template.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
+    unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
+    return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
+                     time.monotonic() - started)
+
+
+def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current_main_pid: int) -> str:
+    """The VRAM fit check; raises when the profile cannot fit, returns a one-line note otherwise."""
+    from specd.gpu import nvml as gpu
+    from specd.gpu import vram
+
+    state = gpu.probe_gpus()
+    if isinstance(state, gpu.NoGpu):
+        return f"no NVIDIA GPU: VRAM check skipped ({state.reason})"
+    estimate = vram.estimate_vram(
+        model, draft, profile.ctx_size or 0, profile.n_gpu_layers,
+        profile.cache_type_k or "f16", profile.cache_type_v or "f16", profile.parallel,
+        n_ubatch=profile.ubatch_size or 512, flash_attn=profile.flash_attn != "off",
+        draft_n_gpu_layers=profile.speculative.draft_ngl,
+    )
+    freed = 0
+    if current_main_pid:
+        held = gpu.process_vram(current_main_pid)
+        freed = held.used_bytes if isinstance(held, gpu.ProcessVram) else 0
+    result = vram.fit_check(estimate, state, freed)
+    result.raise_if_not_ok()
+    return result.message

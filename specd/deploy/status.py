@@ -1,0 +1,62 @@
+"""What `specd status` reports, gathered from the unit file, systemd, the endpoint and the daemon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from specd.profiles.config import Config, Deployment
+from specd.errors import SpecdError, UsageError
+from specd.deploy.health import check_once
+from specd.deploy.history import History
+from specd.unit.render import profile_of_unit
+from specd.deploy.systemd import connect_systemd
+from specd.deploy.unitfiles import read_text
+from specd.unit.parse import parse_unit
+
+
+def _daemon_status(deployment: Deployment) -> dict[str, Any]:
+    from specd.daemon.control import daemon_status
+
+    return daemon_status(deployment.unit)
+
+
+def collect_status(config: Config, deployment: Deployment) -> dict[str, Any]:
+    text = read_text(deployment.unit_path)
+    data: dict[str, Any] = {
+        "unit": deployment.unit,
+        "scope": deployment.scope,
+        "unit_path": str(deployment.unit_path),
+        "active_profile": profile_of_unit(text) if text else None,
+        "managed": bool(text and profile_of_unit(text)),
+    }
+    if text is None:
+        data.update(unit_state="not installed", health="no unit", endpoint=None)
+    else:
+        try:
+            state = connect_systemd(deployment.scope).unit_state(deployment.unit)
+            data["unit_state"] = state.describe()
+            data["main_pid"] = state.main_pid
+            data["n_restarts"] = state.n_restarts
+        except SpecdError as exc:
+            data["unit_state"] = f"unknown ({exc.message})"
+        try:
+            command = parse_unit(text, str(deployment.unit_path))
+            data["endpoint"] = command.base_url
+            data["alias"] = command.alias
+            with httpx.Client(timeout=3.0) as client:
+                probe = check_once(client, command.base_url, command.alias or "")
+            data["health"] = "healthy" if probe.ok else f"unhealthy: {probe.detail}"
+            data["healthy"] = probe.ok
+        except UsageError as exc:
+            data.update(endpoint=None, health=f"unknown ({exc.message})", healthy=False)
+    try:
+        history = History()
+        active = history.active(deployment.unit)
+        data["generation"] = active.id if active else None
+        history.close()
+    except SpecdError as exc:
+        data["generation"] = f"unknown ({exc.message})"
+    data["daemon"] = _daemon_status(deployment)
+    return data

@@ -1,0 +1,365 @@
+"""The switch transaction and its inverse, rollback.
+
+Steps, each a named checkpoint (`SPECD_FAULT=<step>` kills the process there, for crash tests):
+preflight -> intent -> backup -> write -> reload -> restart -> gate -> commit. Any failure after
+`intent` restores the previous unit, restarts it, health-gates it, and raises SwitchFailed.
+A crash anywhere is undone by the next specd command that takes the lock (`recover`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd.deploy import intent as intents
+from specd import paths
+from specd.profiles.config import Deployment
+from specd.daemon.control import DrainingSystemd
+from specd.errors import (
+    HealthError,
+    LockBusy,
+    ProfileError,
+    SpecdError,
+    SwitchFailed,
+    SystemdError,
+    UsageError,
+)
+from specd.deploy.faults import checkpoint
+from specd.deploy.health import HealthResult, wait_healthy
+from specd.deploy.history import Generation, History
+from specd.deploy.lock import deployment_lock
+from specd.deploy.preflight import Preflight, run_preflight
+from specd.profiles.load import load_profile
+from specd.unit.render import profile_of_unit
+from specd.deploy.systemd import SystemdClient, UnitState, connect_systemd, journal_tail
+from specd.deploy.unitfiles import (
+    ContentStore,
+    atomic_write,
+    backup_name,
+    disk_free,
+    list_backups,
+    prune_backups,
+    read_text,
+    remove_stale_temp_files,
+    sha256_text,
+    write_backup,
+)
+from specd.unit.parse import parse_unit
+
+log = logging.getLogger("specd.deploy.switch")
+STEPS = ("preflight", "intent", "backup", "write", "reload", "restart", "gate", "commit")
+REVERT_STEPS = ("revert-write", "revert-reload", "revert-restart", "revert-gate")
+WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
+                    for moment in ("before-fsync", "before-rename", "before-dirsync"))
+DEFAULT_GATE_TIMEOUT_S = 600.0
+
+
+def systemd_for(deployment: Deployment) -> SystemdClient:
+    """The systemd client for a deployment; restarts drain the daemon's proxy first."""
+    return DrainingSystemd(connect_systemd(deployment.scope))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    generation: Generation
+    health: HealthResult | None
+    notes: tuple[str, ...] = ()
+    unchanged: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to install: the unit text and how to health-gate it."""
+
+    text: str
+    profile: str | None
+    alias: str
+    base_url: str
+    timeout_s: float
+    stability_s: float
+
+
+def target_from_text(text: str, profile: str | None, *, where: str, stability_s: float = 5.0) -> Target:
+    command = parse_unit(text, where)
+    return Target(text, profile, command.alias or "", command.base_url, DEFAULT_GATE_TIMEOUT_S, stability_s)
+
+
+class Switcher:
+    def __init__(self, deployment: Deployment, *, trigger: str = "cli", systemd: SystemdClient | None = None,
+                 history: History | None = None) -> None:
+        self.deployment = deployment
+        self.trigger = trigger
+        self._systemd = systemd
+        self.history = history or History()
+        self.store = ContentStore(paths.state_dir() / "units" / deployment.name)
+
+    @property
+    def systemd(self) -> SystemdClient:
+        if self._systemd is None:
+            self._systemd = systemd_for(self.deployment)
+        return self._systemd
+
+    @property
+    def unit(self) -> str:
+        return self.deployment.unit
+
+    def lock(self, what: str, timeout_s: float | None = None) -> AbstractContextManager[None]:
+        return deployment_lock(self.unit, what, timeout_s=self.deployment.lock_timeout_s if timeout_s is None
+                               else timeout_s)
+
+    def installed_text(self) -> str | None:
+        return read_text(self.deployment.unit_path)
+
+    def active_profile(self) -> str | None:
+        text = self.installed_text()
+        return profile_of_unit(text) if text else None
+
+    # -- public operations -------------------------------------------------------------------
+
+    def switch(self, name: str) -> Outcome:
+        with self.lock(f"switch {name}"):
+            self._recover_locked()
+            self._record_edit_locked()
+            started = time.monotonic()
+            current = self.installed_text()
+            main_pid = self._state_or_none().main_pid if current is not None else 0
+            pre: Preflight = run_preflight(self.deployment, name, current_main_pid=main_pid)
+            checkpoint("preflight")
+            state = self._state_or_none() if current is not None else None
+            if current == pre.unit_text and state is not None and state.running:
+                active = self.history.active(self.unit)
+                if active is not None:
+                    return Outcome(active, None, tuple(pre.notes) + (f"already on profile {name}",), unchanged=True)
+            target = Target(pre.unit_text, name, pre.profile.alias, pre.profile.base_url,
+                            pre.profile.health_timeout_s, pre.profile.stability_s)
+            return self._install(target, kind="switch", restores_id=None, preflight_s=pre.seconds,
+                                 started=started, notes=tuple(pre.notes))
+
+    def rollback(self, to: int | None = None) -> Outcome:
+        with self.lock("rollback" if to is None else f"rollback --to {to}"):
+            self._recover_locked()
+            if self.history.active(self.unit) is not None:
+                self._record_edit_locked()  # without history, rollback works from the .pre-* files
+            started = time.monotonic()
+            target_gen, text = self._rollback_target(to)
+            profile = target_gen.profile if target_gen else profile_of_unit(text)
+            where = f"generation {target_gen.id}" if target_gen else "newest .pre-* backup"
+            target = target_from_text(text, profile, where=where)
+            if profile is not None:
+                try:
+                    known = load_profile(self.deployment.profiles_dir, profile)
+                    target = Target(text, profile, target.alias, target.base_url, known.health_timeout_s,
+                                    known.stability_s)
+                except ProfileError:
+                    pass  # the profile file changed or is gone: gate with the defaults
+            return self._install(target, kind="rollback", restores_id=target_gen.content_id if target_gen else None,
+                                 preflight_s=0.0, started=started, notes=())
+
+    def recover(self, *, wait: bool = True) -> str | None:
+        """Undo an interrupted operation, if any. With wait=False, skip when the lock is busy."""
+        if not wait and intents.load(self.unit) is None:
+            return None
+        try:
+            with self.lock("recover", None if wait else 0.0):
+                return self._recover_locked()
+        except LockBusy:
+            if wait:
+                raise
+            return None
+
+    def record_external_edit(self) -> Generation | None:
+        """Record a hand edit of the unit as a generation (backing up what it replaced), so
+        rollback still works after it. None when the file is what specd last installed."""
+        with self.lock("record a hand edit of the unit", 0.0):
+            return self._record_edit_locked()
+
+    def _record_edit_locked(self) -> Generation | None:
+        text = self.installed_text()
+        active = self.history.active(self.unit)
+        expected = active.unit_sha256 if active else None
+        if text is None or sha256_text(text) == expected:
+            return None
+        replaced = self.store.get(expected) if expected else None
+        backup = None
+        if active is not None and replaced is not None:
+            backup = write_backup(self.deployment.unit_path, replaced, active.profile)
+        generation_id = self.history.add(
+            self.unit, kind="external-edit", profile=profile_of_unit(text), unit_sha256=self.store.put(text),
+            backup_path=backup, previous_id=active.id if active else None, trigger=self.trigger, outcome="ok",
+            detail="the unit file was edited outside specd",
+        )
+        return self.history.get(generation_id)
+
+    # -- the transaction ---------------------------------------------------------------------
+
+    def _state_or_none(self) -> UnitState:
+        return self.systemd.unit_state(self.unit)
+
+    def _install(self, target: Target, *, kind: str, restores_id: int | None, preflight_s: float, started: float,
+                 notes: tuple[str, ...]) -> Outcome:
+        unit_path = self.deployment.unit_path
+        current = self.installed_text()
+        old_state = self.systemd.unit_state(self.unit) if current is not None else None
+        previous = self.history.active(self.unit)
+        old_profile = profile_of_unit(current) if current else None
+        backup = backup_name(unit_path, old_profile) if current is not None else None
+        if current is not None and disk_free(unit_path.parent) < 2 * len(current.encode()) + 8192:
+            raise SwitchFailed(f"{unit_path.parent}: not enough free disk space for a backup; nothing was changed")
+        new_sha = self.store.put(target.text)
+        generation_id = self.history.add(
+            self.unit, kind=kind, profile=target.profile, unit_sha256=new_sha, backup_path=backup,
+            previous_id=previous.id if previous else None, trigger=self.trigger, restores_id=restores_id,
+        )
+        intent = intents.Intent(
+            unit=self.unit, unit_path=str(unit_path), generation_id=generation_id, profile=target.profile, kind=kind,
+            old_existed=current is not None, old_active=bool(old_state and old_state.active_state == "active"),
+            old_sha256=sha256_text(current) if current is not None else None, old_profile=old_profile,
+            backup_path=str(backup) if backup else None, new_sha256=new_sha,
+        )
+        intents.save(intent)
+        checkpoint("intent")
+        restart_s = health_s = 0.0
+        if current is not None and backup is not None:
+            try:
+                self.store.put(current)
+                atomic_write(backup, current.encode("utf-8"), fault_name="backup")
+            except SpecdError as exc:
+                self.history.finish(generation_id, outcome="failed", detail=f"backup not written: {exc.message}")
+                intents.clear(self.unit)
+                raise SwitchFailed(f"cannot back up {unit_path.name}: {exc.message}; nothing was changed") from exc
+        checkpoint("backup")
+        try:
+            atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
+            checkpoint("write")
+            t_restart = time.monotonic()
+            self.systemd.reset_failed(self.unit)
+            self.systemd.reload()
+            checkpoint("reload")
+            self.systemd.restart(self.unit)
+            restart_s = time.monotonic() - t_restart
+            checkpoint("restart")
+            health = wait_healthy(target.base_url, target.alias, timeout_s=target.timeout_s,
+                                  stability_s=target.stability_s,
+                                  unit_state=lambda: self.systemd.unit_state(self.unit))
+            health_s = health.total_s
+            checkpoint("gate")
+        except (HealthError, SystemdError) as failure:
+            self._revert(intent, reason=str(failure))
+            raise AssertionError("unreachable: _revert raises")  # pragma: no cover
+        self.history.finish(generation_id, outcome="ok", detail=" ".join(notes), preflight_s=preflight_s,
+                            restart_s=restart_s, health_s=health_s, total_s=time.monotonic() - started)
+        intents.clear(self.unit)
+        checkpoint("commit")
+        prune_backups(unit_path, self.deployment.backups_keep)
+        generation = self.history.get(generation_id)
+        assert generation is not None
+        return Outcome(generation, health, notes)
+
+    def _restore_old(self, intent: intents.Intent) -> str:
+        """Put the previous unit back and bring it up; returns a sentence on the state reached."""
+        unit_path = self.deployment.unit_path
+        old_text: str | None = None
+        if intent.old_existed:
+            old_text = self.store.get(intent.old_sha256 or "")
+            if old_text is None and intent.backup_path:
+                old_text = read_text(Path(intent.backup_path))
+            if old_text is None:
+                current = self.installed_text()
+                if current is not None and sha256_text(current) == intent.old_sha256:
+                    old_text = current
+            if old_text is None:
+                raise SwitchFailed(f"cannot revert {self.unit}: the previous unit text is lost "
+                                   f"(no backup at {intent.backup_path}); the unit now holds the new profile")
+            if self.installed_text() != old_text:
+                atomic_write(unit_path, old_text.encode("utf-8"), fault_name="revert-unit")
+        else:
+            unit_path.unlink(missing_ok=True)
+        checkpoint("revert-write")
+        self.systemd.reload()
+        checkpoint("revert-reload")
+        if not intent.old_existed:
+            self.systemd.stop(self.unit)
+            self.systemd.reload()
+            return f"the new unit {self.unit} was removed again (there was none before)"
+        if not intent.old_active:
+            self.systemd.stop(self.unit)
+            return f"{self.unit} is back on {intent.old_profile or 'its previous unit'} (stopped, as it was)"
+        self.systemd.reset_failed(self.unit)
+        self.systemd.restart(self.unit)
+        checkpoint("revert-restart")
+        assert old_text is not None
+        old = target_from_text(old_text, intent.old_profile, where=str(unit_path))
+        wait_healthy(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
+                     unit_state=lambda: self.systemd.unit_state(self.unit))
+        checkpoint("revert-gate")
+        return f"reverted to {intent.old_profile or 'the previous unit'}, which is healthy again"
+
+    def _revert(self, intent: intents.Intent, *, reason: str) -> None:
+        journal = journal_tail(self.unit, self.deployment.scope)
+        what = f"switch to {intent.profile}" if intent.kind == "switch" else f"{intent.kind} to {intent.profile}"
+        try:
+            state = self._restore_old(intent)
+        except SpecdError as revert_failure:
+            self.history.finish(intent.generation_id, outcome="failed",
+                                detail=f"{reason}; revert failed: {revert_failure}")
+            intents.clear(self.unit)
+            raise SwitchFailed(
+                f"{what} failed: {reason}\nthe revert failed too: {revert_failure}\n"
+                f"the unit file is the previous one; check `specd status`\n--- journal ---\n{journal}"
+            ) from revert_failure
+        self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
+        intents.clear(self.unit)
+        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}")
+
+    def _recover_locked(self) -> str | None:
+        remove_stale_temp_files(self.deployment.unit_path)
+        pending = intents.load(self.unit)
+        if pending is None:
+            return None
+        log.warning("found an interrupted %s of %s at step %s; reverting", pending.kind, self.unit, pending.step)
+        try:
+            self._revert(pending, reason="interrupted (specd was killed mid-operation); recovered by reverting")
+        except SwitchFailed as done:
+            message = str(done).splitlines()[0:2]
+            self.history.event(self.unit, "recover", " / ".join(message))
+            return " ".join(message)
+        return None
+
+    def _rollback_target(self, to: int | None) -> tuple[Generation | None, str]:
+        if to is not None:
+            wanted = self.history.get(to)
+            if wanted is None or wanted.unit != self.unit:
+                raise UsageError(f"no generation {to} for {self.unit} (see `specd history`)")
+            if wanted.outcome != "ok":
+                raise UsageError(f"generation {to} never came up healthy ({wanted.outcome}); pick another")
+            content = self.history.get(wanted.content_id) or wanted
+        else:
+            active = self.history.active(self.unit)
+            if active is None:
+                return None, self._newest_backup_text()
+            base = self.history.get(active.content_id) or active
+            if base.previous_id is None:
+                raise UsageError(f"nothing to roll back to: generation {base.id} created {self.unit}")
+            previous = self.history.get(base.previous_id)
+            if previous is None:
+                return None, self._newest_backup_text()
+            content = self.history.get(previous.content_id) or previous
+        text = self.store.get(content.unit_sha256 or "")
+        if text is None and content.backup_path is None:
+            raise UsageError(f"the unit text of generation {content.id} is no longer stored")
+        if text is None:
+            text = self._newest_backup_text()
+        return content, text
+
+    def _newest_backup_text(self) -> str:
+        """The newest .pre-* backup that differs from the installed unit: rollback without history."""
+        installed = self.installed_text()
+        for backup in list_backups(self.deployment.unit_path):
+            text = read_text(backup.path)
+            if text is not None and text != installed:
+                return text
+        raise UsageError(f"nothing to roll back to: no history and no {self.unit}.pre-* backup that differs "
+                         "from the installed unit")

@@ -1,0 +1,5 @@
+"""The llama-server *performance emulator*: an HTTP server that answers like llama-server with
+timings from fitted tables. Not a real model; named so everywhere it is used.
+
+May import: `specd.errors`.
+"""

@@ -1,0 +1,225 @@
+"""specd.toml: where the config is, what it says, and the deployments it describes.
+
+Search order: `--config`, then `$SPECD_CONFIG`, then `$XDG_CONFIG_HOME/specd/specd.toml`.
+Top-level `unit`, `scope`, `profiles_dir` are the shorthand for one deployment; several go in
+`[[deployment]]` tables, and `--unit` picks one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+
+from specd import paths
+from specd.errors import ConfigError
+from specd.profiles.schema import Key, Table, in_range, matches, one_of, validate
+
+_UNIT = matches(r"[A-Za-z0-9:_.\\@-]{1,200}\.service", "a unit name ending in .service")
+_LISTEN = matches(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", "host:port")
+
+PROXY_SCHEMA = Table(keys={
+    "listen": Key(str, _LISTEN),
+    "hold_timeout_s": Key(float, in_range(0, 3600)),
+    "capture_bodies": Key(bool),
+    "capture_max_bytes": Key(int, in_range(0, 1 << 30)),
+})
+DEPLOYMENT_KEYS = {
+    "unit": Key(str, _UNIT),
+    "scope": Key(str, one_of("user", "system")),
+    "profiles_dir": Key(str),
+    "backups_keep": Key(int, in_range(1, 1000)),
+    "lock_timeout_s": Key(float, in_range(0, 3600)),
+}
+CONFIG_SCHEMA = Table(
+    keys={**DEPLOYMENT_KEYS, "deployment": Key(list)},
+    tables={
+        "proxy": PROXY_SCHEMA,
+        "daemon": Table(keys={
+            "health_interval_s": Key(float, in_range(1, 3600)),
+            "failures_before_restart": Key(int, in_range(1, 100)),
+            "rollback_grace_s": Key(float, in_range(0, 86400)),
+            "housekeeping_interval_s": Key(float, in_range(60, 86400 * 7)),
+            "metrics_listen": Key(str, _LISTEN),
+        }),
+        "tuner": Table(keys={
+            "enabled": Key(bool),
+            "cron": Key(str),
+            "idle_minutes": Key(float, in_range(0, 10000)),
+            "budget_minutes": Key(float, in_range(1, 10000)),
+            "margin": Key(float, in_range(0, 10)),
+            "n": Key(int, in_range(1, 1000)),
+            "workload": Key(str),
+            "candidates": Key(list),
+        }),
+    },
+)
+DEPLOYMENT_SCHEMA = Table(keys=DEPLOYMENT_KEYS, tables={"proxy": PROXY_SCHEMA})
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    hold_timeout_s: float = 120.0
+    capture_bodies: bool = False
+    capture_max_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    health_interval_s: float = 15.0
+    failures_before_restart: int = 3
+    rollback_grace_s: float = 600.0
+    housekeeping_interval_s: float = 3600.0
+    metrics_listen: str | None = None
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    enabled: bool = True
+    cron: str = "30 3 * * *"
+    idle_minutes: float = 30.0
+    budget_minutes: float = 60.0
+    margin: float = 0.05
+    n: int = 10
+    workload: str = "recent"
+    candidates: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Deployment:
+    unit: str
+    scope: str
+    profiles_dir: Path
+    backups_keep: int = 10
+    lock_timeout_s: float = 10.0
+    proxy: ProxyConfig | None = None
+
+    @property
+    def name(self) -> str:
+        return self.unit.removesuffix(".service")
+
+    @property
+    def unit_dir(self) -> Path:
+        return paths.user_unit_dir() if self.scope == "user" else paths.SYSTEM_UNIT_DIR
+
+    @property
+    def unit_path(self) -> Path:
+        return self.unit_dir / self.unit
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    deployments: tuple[Deployment, ...]
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    tuner: TunerConfig = field(default_factory=TunerConfig)
+
+    def deployment(self, unit: str | None = None) -> Deployment:
+        if unit is None:
+            if len(self.deployments) == 1:
+                return self.deployments[0]
+            names = ", ".join(d.unit for d in self.deployments)
+            raise ConfigError(f"{self.path}: several deployments ({names}); pick one with --unit")
+        wanted = unit if unit.endswith(".service") else f"{unit}.service"
+        for deployment in self.deployments:
+            if deployment.unit == wanted:
+                return deployment
+        names = ", ".join(d.unit for d in self.deployments)
+        raise ConfigError(f"{self.path}: no deployment for unit '{wanted}' (configured: {names})")
+
+
+def resolve_config_path(explicit: Path | None = None) -> Path:
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("SPECD_CONFIG")
+    if env:
+        return Path(env)
+    return paths.default_config_path()
+
+
+def _proxy(raw: Mapping[str, Any] | None) -> ProxyConfig | None:
+    if raw is None:
+        return None
+    listen = str(raw.get("listen", "127.0.0.1:8080"))
+    host, _, port = listen.rpartition(":")
+    return ProxyConfig(
+        listen_host=host.strip("[]"),
+        listen_port=int(port),
+        hold_timeout_s=float(raw.get("hold_timeout_s", 120.0)),
+        capture_bodies=bool(raw.get("capture_bodies", False)),
+        capture_max_bytes=int(raw.get("capture_max_bytes", 1 << 20)),
+    )
+
+
+def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: ProxyConfig | None) -> Deployment:
+    for key in ("unit", "profiles_dir"):
+        if key not in raw:
+            raise ConfigError(f"{where}: '{key}' is required")
+    profiles_dir = Path(os.path.expanduser(str(raw["profiles_dir"])))
+    if not profiles_dir.is_absolute():
+        profiles_dir = base_dir / profiles_dir
+    return Deployment(
+        unit=str(raw["unit"]),
+        scope=str(raw.get("scope", "user")),
+        profiles_dir=profiles_dir,
+        backups_keep=int(raw.get("backups_keep", 10)),
+        lock_timeout_s=float(raw.get("lock_timeout_s", 10.0)),
+        proxy=_proxy(raw["proxy"]) if "proxy" in raw else proxy,
+    )
+
+
+def load_config(explicit: Path | None = None) -> Config:
+    path = resolve_config_path(explicit)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no config at {path}",
+            hint="run `specd quickstart`, or write it with unit, scope and profiles_dir (see README)",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    try:
+        data = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        raise ConfigError(f"{path} line {exc.line}: TOML syntax error: {exc}") from None
+    problems = validate(data, CONFIG_SCHEMA, path=path, text=text)
+    entries = data.get("deployment", [])
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, Mapping):
+            problems.append(f"{path}: [[deployment]] #{index + 1} must be a table")
+            continue
+        problems += validate(entry, DEPLOYMENT_SCHEMA, path=path, text=text, table="deployment")
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+    top_proxy = _proxy(data.get("proxy"))
+    deployments: list[Deployment] = []
+    if "unit" in data or "profiles_dir" in data:
+        deployments.append(_deployment(data, path.parent, str(path), top_proxy))
+    for index, entry in enumerate(entries):
+        deployments.append(_deployment(entry, path.parent, f"{path} [[deployment]] #{index + 1}", top_proxy))
+    if not deployments:
+        raise ConfigError(f"{path}: no deployment: set unit and profiles_dir (or add [[deployment]] tables)")
+    units = [d.unit for d in deployments]
+    duplicates = sorted({u for u in units if units.count(u) > 1})
+    if duplicates:
+        raise ConfigError(f"{path}: unit {', '.join(duplicates)} is configured twice")
+
+    daemon_raw = data.get("daemon", {})
+    tuner_raw = dict(data.get("tuner", {}))
+    if "candidates" in tuner_raw:
+        tuner_raw["candidates"] = tuple(str(c) for c in tuner_raw["candidates"])
+    return Config(
+        path=path,
+        deployments=tuple(deployments),
+        daemon=DaemonConfig(**{k: v for k, v in daemon_raw.items()}),
+        tuner=TunerConfig(**tuner_raw),
+    )

@@ -1,0 +1,267 @@
+"""Profile files: `<profiles_dir>/<name>.toml`, one llama-server configuration each.
+
+Loading is a pure pipeline — read, parse (tomlkit, so edits keep comments), validate against
+the schema, resolve `inherits`, expand `~` and `${SPECD_CACHE}` in paths — ending in a frozen
+`Profile`. Any problem raises ProfileError naming file, line and key; nothing is half-loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+
+from specd import paths
+from specd.errors import ProfileError
+from specd.profiles.schema import Key, Table, in_range, list_of_strings, matches, one_of, validate
+
+SPEC_TYPES = (
+    "none", "draft", "mtp", "dflash", "eagle3", "dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ABS_PATH = matches(r"(/|~|\$\{SPECD_CACHE\}).*", "an absolute path (or start with ~ or ${SPECD_CACHE})")
+_ALIAS = matches(r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}", "letters, digits and . _ : / + - (no spaces or commas)")
+_HOST = matches(r"[A-Za-z0-9.:\[\]-]{1,253}", "a host name or IP address")
+
+SPECULATIVE_SCHEMA = Table(keys={
+    "type": Key(str, one_of(*SPEC_TYPES), "speculative decoding type, specd's name"),
+    "draft_n_max": Key(int, in_range(0, 256)),
+    "draft_n_min": Key(int, in_range(0, 256)),
+    "draft_p_min": Key(float, in_range(0.0, 1.0)),
+    "draft_model": Key(str, _ABS_PATH),
+    "draft_ngl": Key(int, in_range(-1, 1000)),
+})
+PROFILE_SCHEMA = Table(
+    keys={
+        "description": Key(str),
+        "inherits": Key(str, matches(NAME_PATTERN, "a profile name")),
+        "abstract": Key(bool, doc="a base for others; never switched to"),
+        "binary": Key(str, _ABS_PATH),
+        "model": Key(str, _ABS_PATH),
+        "alias": Key(str, _ALIAS),
+        "host": Key(str, _HOST),
+        "port": Key(int, in_range(1, 65535)),
+        "args": Key(list, list_of_strings),
+        "health_timeout_s": Key(float, in_range(1, 24 * 3600)),
+        "stability_s": Key(float, in_range(0, 600)),
+        "ctx_size": Key(int, in_range(0, 1 << 24)),
+        "n_gpu_layers": Key(int, in_range(-1, 1000)),
+        "threads": Key(int, in_range(1, 1024)),
+        "parallel": Key(int, in_range(1, 1024)),
+        "batch_size": Key(int, in_range(1, 1 << 20)),
+        "ubatch_size": Key(int, in_range(1, 1 << 20)),
+        "flash_attn": Key(str, one_of("on", "off", "auto")),
+        "cache_type_k": Key(str, one_of(*CACHE_TYPES)),
+        "cache_type_v": Key(str, one_of(*CACHE_TYPES)),
+        "reasoning_budget": Key(int, in_range(-1, 1 << 20)),
+        "jinja": Key(bool),
+        "metrics": Key(bool),
+    },
+    tables={
+        "speculative": SPECULATIVE_SCHEMA,
+        "env": Table(keys={}, free_form=Key(str)),
+    },
+)
+REQUIRED = ("binary", "model", "alias", "port")
+
+
+@dataclass(frozen=True)
+class Speculative:
+    type: str = "none"
+    draft_n_max: int | None = None
+    draft_n_min: int | None = None
+    draft_p_min: float | None = None
+    draft_model: Path | None = None
+    draft_ngl: int | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    binary: Path
+    model: Path
+    alias: str
+    port: int
+    host: str = "127.0.0.1"
+    description: str = ""
+    args: tuple[str, ...] = ()
+    health_timeout_s: float = 600.0
+    stability_s: float = 5.0
+    ctx_size: int | None = None
+    n_gpu_layers: int | None = None
+    threads: int | None = None
+    parallel: int | None = None
+    batch_size: int | None = None
+    ubatch_size: int | None = None
+    flash_attn: str | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    reasoning_budget: int | None = None
+    jinja: bool = False
+    metrics: bool = True
+    speculative: Speculative = field(default_factory=Speculative)
+    env: tuple[tuple[str, str], ...] = ()
+    inherits_chain: tuple[str, ...] = ()
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file this profile's server reads: for preflight and permission checks."""
+        extra = (self.speculative.draft_model,) if self.speculative.draft_model else ()
+        return (self.binary, self.model, *extra)
+
+
+@dataclass(frozen=True)
+class ProfileSource:
+    """A profile file as written, before inheritance: for `profiles`, the watcher and edits."""
+
+    name: str
+    path: Path
+    text: str
+    data: dict[str, Any]
+
+
+def profile_path(profiles_dir: Path, name: str) -> Path:
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ProfileError(f"'{name}' is not a valid profile name (letters, digits, . _ - ; up to 64)")
+    return profiles_dir / f"{name}.toml"
+
+
+def read_source(path: Path) -> ProfileSource:
+    name = path.stem
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read: {exc}") from exc
+    try:
+        document = tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        raise ProfileError(f"{path} line {exc.line}: TOML syntax error: {exc}") from None
+    data = document.unwrap()
+    problems = validate(data, PROFILE_SCHEMA, path=path, text=text)
+    for env_name in data.get("env", {}) if isinstance(data.get("env"), Mapping) else {}:
+        if not _ENV_NAME.fullmatch(env_name):
+            problems.append(f"{path}: [env] name {env_name!r} is not a valid environment variable name")
+    if problems:
+        raise ProfileError("\n".join(problems))
+    return ProfileSource(name=name, path=path, text=text, data=data)
+
+
+def _merge(base: dict[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in child.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _expand(raw: str) -> Path:
+    expanded = raw.replace("${SPECD_CACHE}", str(paths.cache_dir()))
+    return Path(os.path.expanduser(expanded))
+
+
+def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False) -> Profile:
+    """Load `name` with everything it inherits; raise ProfileError on any problem."""
+    chain: list[ProfileSource] = []
+    current: str | None = name
+    while current is not None:
+        if current in (source.name for source in chain):
+            cycle = " -> ".join([s.name for s in chain] + [current])
+            raise ProfileError(f"profile '{name}': inheritance cycle {cycle}")
+        source = read_source(profile_path(profiles_dir, current))
+        chain.append(source)
+        parent = source.data.get("inherits")
+        current = str(parent) if parent is not None else None
+
+    data: dict[str, Any] = {}
+    for source in reversed(chain):
+        data = _merge(data, source.data)
+    top = chain[0]
+    if top.data.get("abstract", False) and not allow_abstract:
+        raise ProfileError(f"{top.path}: profile '{name}' is abstract (a base for others); pick one that inherits it")
+    missing = [key for key in REQUIRED if key not in data]
+    if missing:
+        raise ProfileError(
+            f"{top.path}: profile '{name}' needs {', '.join(repr(k) for k in missing)}"
+            + (f" (not set here nor in {', '.join(s.name for s in chain[1:])})" if len(chain) > 1 else "")
+        )
+    spec = data.get("speculative", {})
+    if spec.get("type") in ("draft", "dflash", "eagle3") and "draft_model" not in spec:
+        raise ProfileError(f"{top.path}: [speculative] type '{spec['type']}' needs draft_model")
+    return Profile(
+        name=name,
+        path=top.path,
+        binary=_expand(data["binary"]),
+        model=_expand(data["model"]),
+        alias=data["alias"],
+        port=data["port"],
+        host=data.get("host", "127.0.0.1"),
+        description=data.get("description", ""),
+        args=tuple(data.get("args", ())),
+        health_timeout_s=float(data.get("health_timeout_s", 600.0)),
+        stability_s=float(data.get("stability_s", 5.0)),
+        ctx_size=data.get("ctx_size"),
+        n_gpu_layers=data.get("n_gpu_layers"),
+        threads=data.get("threads"),
+        parallel=data.get("parallel"),
+        batch_size=data.get("batch_size"),
+        ubatch_size=data.get("ubatch_size"),
+        flash_attn=data.get("flash_attn"),
+        cache_type_k=data.get("cache_type_k"),
+        cache_type_v=data.get("cache_type_v"),
+        reasoning_budget=data.get("reasoning_budget"),
+        jinja=bool(data.get("jinja", False)),
+        metrics=bool(data.get("metrics", True)),
+        speculative=Speculative(
+            type=spec.get("type", "none"),
+            draft_n_max=spec.get("draft_n_max"),
+            draft_n_min=spec.get("draft_n_min"),
+            draft_p_min=float(spec["draft_p_min"]) if "draft_p_min" in spec else None,
+            draft_model=_expand(spec["draft_model"]) if "draft_model" in spec else None,
+            draft_ngl=spec.get("draft_ngl"),
+        ),
+        env=tuple(sorted(data.get("env", {}).items())),
+        inherits_chain=tuple(s.name for s in chain[1:]),
+    )
+
+
+@dataclass(frozen=True)
+class ProfileListing:
+    name: str
+    path: Path
+    description: str
+    abstract: bool
+    error: str | None
+
+
+def list_profiles(profiles_dir: Path) -> list[ProfileListing]:
+    """Every `*.toml` in the dir, with its validation error if any (never raises for one bad file)."""
+    listings: list[ProfileListing] = []
+    for path in sorted(profiles_dir.glob("*.toml")):
+        try:
+            source = read_source(path)
+            abstract = bool(source.data.get("abstract", False))
+            if not abstract:
+                load_profile(profiles_dir, path.stem)
+            listings.append(ProfileListing(path.stem, path, str(source.data.get("description", "")), abstract, None))
+        except ProfileError as exc:
+            listings.append(ProfileListing(path.stem, path, "", False, exc.message))
+    return listings

@@ -1,0 +1,117 @@
+"""`specd doctor`: what is missing on this box, and the command that fixes each thing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd import paths
+from specd.profiles.config import load_config
+from specd.errors import SpecdError
+from specd.profiles.load import list_profiles
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _bindings() -> Finding:
+    try:
+        import gi  # noqa: F401
+        import pydbus  # noqa: F401
+    except ImportError as exc:
+        return Finding("D-Bus bindings", False, str(exc),
+                       "apt-get install libgirepository1.0-dev libcairo2-dev pkg-config; pip install 'PyGObject<3.51'")
+    return Finding("D-Bus bindings", True, "pydbus and PyGObject import")
+
+
+def _systemd(scope: str) -> Finding:
+    from specd.deploy.systemd import connect_systemd
+
+    try:
+        connect_systemd(scope)
+    except SpecdError as exc:
+        fix = "log in through a session, or `loginctl enable-linger $USER`" if scope == "user" else "run as root"
+        return Finding(f"systemd ({scope})", False, exc.message, fix)
+    return Finding(f"systemd ({scope})", True, "the manager answers on D-Bus")
+
+
+def _linger() -> Finding:
+    if not shutil.which("loginctl"):
+        return Finding("linger", True, "loginctl not installed; skipped")
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=False).stdout.strip()
+    result = subprocess.run(["loginctl", "show-user", user, "-p", "Linger"], capture_output=True, text=True,
+                            check=False)
+    if "Linger=yes" in result.stdout:
+        return Finding("linger", True, f"user {user} lingers: the user manager survives logout")
+    return Finding("linger", False, "the user manager (and llama-server) stops when you log out",
+                   f"sudo loginctl enable-linger {user}")
+
+
+def _cache() -> list[Finding]:
+    binary = paths.cache_dir() / "llama-server" / "0.3.36-cpu" / "build" / "bin" / "llama-server"
+    model = paths.cache_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"
+    return [
+        Finding("tiny llama-server build", binary.exists(), str(binary), "scripts/build-llama-server.sh"),
+        Finding("tiny test model", model.exists(), str(model), "scripts/get-test-model.sh"),
+    ]
+
+
+def _gpu() -> Finding:
+    from specd.gpu import nvml as gpu
+
+    state = gpu.probe_gpus()
+    if isinstance(state, gpu.NoGpu):
+        return Finding("NVIDIA GPU", True, f"none ({state.reason}); VRAM checks are skipped")
+    return Finding("NVIDIA GPU", True, state.describe())
+
+
+def _profiles(config_path: Path | None) -> list[Finding]:
+    from specd.deploy.preflight import run_preflight
+
+    try:
+        config = load_config(config_path)
+    except SpecdError as exc:
+        return [Finding("config", False, exc.message, exc.hint or "")]
+    findings = [Finding("config", True, str(config.path))]
+    for deployment in config.deployments:
+        findings.append(_systemd(deployment.scope))
+        if not deployment.profiles_dir.is_dir():
+            findings.append(Finding(f"{deployment.unit} profiles", False, f"{deployment.profiles_dir} is not a directory",
+                                    "create it and put profile files in it (see profiles/ in the repo)"))
+            continue
+        for item in list_profiles(deployment.profiles_dir):
+            label = f"profile {item.name}"
+            if item.abstract:
+                continue
+            if item.error:
+                findings.append(Finding(label, False, item.error, "fix the file"))
+                continue
+            try:
+                run_preflight(deployment, item.name)
+                findings.append(Finding(label, True, "ready to switch to"))
+            except SpecdError as exc:
+                findings.append(Finding(label, False, exc.message, exc.hint or _fix_for(exc.message)))
+    return findings
+
+
+def _fix_for(message: str) -> str:
+    if "no such binary" in message:
+        return "build it (scripts/build-llama-server.sh builds vanilla llama.cpp) or fix `binary`"
+    if "no such model file" in message:
+        return "download the GGUF or fix `model` / `draft_model`"
+    if "port" in message:
+        return "stop what holds the port or change `port`"
+    return ""
+
+
+def run_doctor(config_path: Path | None) -> list[Finding]:
+    return [_bindings(), *_cache(), _gpu(), _linger(), *_profiles(config_path)]

@@ -1,0 +1,150 @@
+"""What a bench or a verify run drives: one profile active at a time, and requests to it.
+
+`DeploymentTarget` switches the deployment's unit with `Switcher` (health-gated) and posts to the
+active llama-server; it is safe to call `complete` from several threads at once (concurrent
+replay). `ModelTarget` answers from the emulator's performance model in-process (no server, no
+clock): it is told how many requests are in flight and models the batching penalty and a
+one-slot prompt cache, so concurrency and cache reuse can be reasoned about without a server.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from specd.gpu import nvml as gpu
+from specd.profiles.config import Deployment
+from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
+from specd.errors import HealthError, UsageError
+from specd.profiles.load import load_profile
+from specd.deploy.switch import Switcher
+from specd.traffic.taskclass import classify, last_user_text
+
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Reply:
+    payload: Mapping[str, Any]
+    wall_ms: float
+
+
+class Target(Protocol):
+    """One profile active at a time. `concurrent` targets take `complete` calls from several threads;
+    the others are called one at a time and told `in_flight` (the requests they should assume running)."""
+
+    concurrent: bool
+
+    def active(self) -> str | None: ...
+    def activate(self, profile: str) -> None: ...
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply: ...
+    def vram_bytes(self) -> int | None: ...
+
+
+class DeploymentTarget:
+    """The real thing: health-gated switches of the unit, HTTP to its llama-server.
+
+    Each activation uses a fresh Switcher (and D-Bus connection): a bench outlives connections.
+    """
+
+    concurrent = True
+
+    def __init__(self, deployment: Deployment, *, trigger: str = "bench") -> None:
+        self.deployment = deployment
+        self.trigger = trigger
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        self.http = httpx.Client(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=5.0), limits=limits)
+        self._url = ""
+        self._alias = ""
+        self._main_pid = 0
+
+    def active(self) -> str | None:
+        return Switcher(self.deployment, trigger=self.trigger).active_profile()
+
+    def activate(self, profile: str) -> None:
+        switcher = Switcher(self.deployment, trigger=self.trigger)
+        switcher.switch(profile)
+        loaded = load_profile(self.deployment.profiles_dir, profile)
+        self._url, self._alias = loaded.base_url, loaded.alias
+        self._main_pid = switcher.systemd.unit_state(self.deployment.unit).main_pid
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        started = time.perf_counter()
+        try:
+            answer = self.http.post(f"{self._url}/v1/chat/completions", json={**body, "model": self._alias})
+        except httpx.HTTPError as exc:
+            raise HealthError(f"request to {self._url} failed: {type(exc).__name__}: {exc}") from exc
+        wall_ms = 1000.0 * (time.perf_counter() - started)
+        if answer.status_code != 200:
+            raise HealthError(f"request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
+        return Reply(answer.json(), wall_ms)
+
+    def vram_bytes(self) -> int | None:
+        used = gpu.process_vram(self._main_pid) if self._main_pid else None
+        return used.used_bytes if isinstance(used, gpu.ProcessVram) else None
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class ModelTarget:
+    """The emulator's performance model in-process: modelled timings, no server, no waiting.
+
+    `modes` maps profile name to an emulator mode key (none, mtp, dflash, draft, ngram). With
+    `cache_prompt` in a body, the prefix shared with the previous prompt counts as `cache_n` (one
+    slot, as a `-np 1` server); a switch empties it.
+    """
+
+    concurrent = False
+
+    def __init__(self, model: EmulatorModel, modes: Mapping[str, str], *, seed: int = 0,
+                 active: str | None = None) -> None:
+        self.model, self.modes, self._active = model, dict(modes), active
+        self.rng = random.Random(seed)
+        self.switches = 0
+        self._slot_text = ""
+
+    def active(self) -> str | None:
+        return self._active
+
+    def activate(self, profile: str) -> None:
+        if profile not in self.modes:
+            raise UsageError(f"no emulated profile {profile!r}", hint=f"known: {', '.join(sorted(self.modes))}")
+        self.switches += self._active != profile
+        self._active = profile
+        self._slot_text = ""
+
+    def noise(self) -> float:
+        return math.exp(self.rng.gauss(0.0, self.model.noise_sigma)) if self.model.noise_sigma > 0 else 1.0
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        if self._active is None:
+            raise UsageError("no emulated profile is active")
+        messages = list(body["messages"])
+        text = "".join(str(m.get("content", "")) for m in messages)
+        cpt = self.model.chars_per_token
+        cached = int(len(os.path.commonprefix([self._slot_text, text])) / cpt) if body.get("cache_prompt") else 0
+        self._slot_text = text
+        timing = plan_request(
+            self.model.mode(self.modes[self._active]),
+            prompt_tokens=max(1, int(len(text) / cpt)), cache_n=cached,
+            output_tokens=int(body["max_tokens"]), task_class=classify(messages), in_flight=in_flight,
+            repeats_input=asks_to_repeat(last_user_text(messages)),
+            prefill_noise=self.noise(), decode_noise=self.noise())
+        payload = {"usage": {"prompt_tokens": timing.prompt_n + timing.cache_n,
+                             "completion_tokens": timing.predicted_n},
+                   "timings": {"cache_n": timing.cache_n, "prompt_n": timing.prompt_n,
+                               "prompt_ms": timing.prompt_ms, "predicted_n": timing.predicted_n,
+                               "predicted_ms": timing.predicted_ms, "draft_n": timing.draft_n,
+                               "draft_n_accepted": timing.draft_n_accepted}}
+        return Reply(payload, timing.wall_ms)
+
+    def vram_bytes(self) -> int | None:
+        return None

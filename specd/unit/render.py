@@ -1,0 +1,173 @@
+"""Profile -> llama-server argv -> unit file text. Pure: no files but the template are read.
+
+Quoting follows systemd.syntax(7) and systemd.service(5): every ExecStart argument is written
+in double quotes with C escapes for `\\` and `"`, `%` doubled (specifiers) and `$` doubled
+(environment expansion), so llama-server receives each argument byte for byte. Control
+characters cannot be represented safely and are refused before we get here (schema) and here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd.errors import PreflightError, ProfileError
+from specd.profiles.flags import BinaryFlags
+from specd.profiles.load import Profile
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+PROFILE_MARKER = "# specd-profile: "
+
+
+def _refuse_control(value: str, what: str) -> None:
+    if _CONTROL.search(value):
+        raise ProfileError(f"{what} contains a control character ({value!r}); it cannot go into a unit file")
+
+
+def quote_exec_arg(arg: str) -> str:
+    """One argv element as an ExecStart word that systemd parses back to exactly `arg`."""
+    _refuse_control(arg, "argument")
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def quote_environment(name: str, value: str) -> str:
+    """An Environment= assignment; values get specifier and C escaping, no `$` expansion there."""
+    _refuse_control(value, f"environment variable {name}")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'Environment="{name}={escaped}"'
+
+
+def exec_start_line(argv: list[str]) -> str:
+    return " ".join(quote_exec_arg(arg) for arg in argv)
+
+
+def _escape_specifiers(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+@dataclass(frozen=True)
+class FlagUse:
+    """A typed profile key and the llama-server spellings that express it, newest first."""
+
+    key: str
+    spellings: tuple[str, ...]
+
+
+TYPED_FLAGS = (
+    FlagUse("ctx_size", ("--ctx-size", "-c")),
+    FlagUse("n_gpu_layers", ("--n-gpu-layers", "--gpu-layers", "-ngl")),
+    FlagUse("threads", ("--threads", "-t")),
+    FlagUse("parallel", ("--parallel", "-np")),
+    FlagUse("batch_size", ("--batch-size", "-b")),
+    FlagUse("ubatch_size", ("--ubatch-size", "-ub")),
+    FlagUse("flash_attn", ("--flash-attn", "-fa")),
+    FlagUse("cache_type_k", ("--cache-type-k", "-ctk")),
+    FlagUse("cache_type_v", ("--cache-type-v", "-ctv")),
+    FlagUse("reasoning_budget", ("--reasoning-budget",)),
+)
+SPEC_FLAGS = (
+    FlagUse("draft_n_max", ("--spec-draft-n-max", "--draft-max", "--draft-n-max")),
+    FlagUse("draft_n_min", ("--spec-draft-n-min", "--draft-min", "--draft-n-min")),
+    FlagUse("draft_p_min", ("--spec-draft-p-min", "--draft-p-min")),
+    FlagUse("draft_model", ("--spec-draft-model", "--model-draft", "-md")),
+    FlagUse("draft_ngl", ("--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld")),
+)
+
+
+def _spelling(flags: BinaryFlags, use: FlagUse, profile: Profile) -> str:
+    for spelling in use.spellings:
+        if flags.has(spelling):
+            return spelling
+    raise PreflightError(
+        f"profile '{profile.name}': {use.key} needs one of {', '.join(use.spellings)}, "
+        f"but {profile.binary} offers none of them"
+    )
+
+
+def _format(value: object) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
+    """The exact argv the unit will run; every flag is checked against the binary's --help."""
+    argv = [str(profile.binary)]
+    fixed = [("--model", str(profile.model)), ("--alias", profile.alias), ("--host", profile.host),
+             ("--port", str(profile.port))]
+    for flag, value in fixed:
+        argv += [flag, value]
+    for use in TYPED_FLAGS:
+        value = getattr(profile, use.key)
+        if value is not None:
+            argv += [_spelling(flags, use, profile), _format(value)]
+    if profile.jinja:
+        argv.append("--jinja")
+    if profile.metrics:
+        argv.append("--metrics")
+    spec = profile.speculative
+    if spec.type != "none":
+        argv += ["--spec-type", flags.spec_type_spelling(spec.type, profile_name=profile.name)]
+        for use in SPEC_FLAGS:
+            value = getattr(spec, use.key)
+            if value is not None:
+                argv += [_spelling(flags, use, profile), _format(value)]
+    taken = {flags.canonical(a) for a in argv[1:] if a.startswith("-")}
+    for arg in profile.args:
+        if arg.startswith("-") and flags.canonical(arg) in taken and arg != "--metrics":
+            raise ProfileError(
+                f"{profile.path}: 'args' repeats {arg}, which the profile already sets through a typed key"
+            )
+    argv += list(profile.args)
+    unknown = [a for a in argv[1:] if a.startswith("-") and not _is_number(a) and not flags.has(a.split("=", 1)[0])]
+    if unknown:
+        raise PreflightError(
+            f"profile '{profile.name}': {profile.binary} does not accept {', '.join(unknown)} "
+            "(not in its --help)"
+        )
+    return argv
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def default_template_path() -> Path:
+    override = os.environ.get("SPECD_UNIT_TEMPLATE")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "units" / "llama-server.service.in"
+
+
+def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str) -> str:
+    environment = "".join(quote_environment(name, value) + "\n" for name, value in profile.env)
+    replacements = {
+        "@PROFILE@": profile.name,
+        "@PROFILE_FILE@": str(profile.path),
+        "@ALIAS@": _escape_specifiers(profile.alias),
+        "@ENVIRONMENT@": environment,
+        "@EXEC_START@": exec_start_line(argv),
+        "@WANTED_BY@": "default.target" if scope == "user" else "multi-user.target",
+    }
+    _refuse_control(str(profile.path), "profile path")
+    text = template
+    for marker, value in replacements.items():
+        text = text.replace(marker, value)
+    return text
+
+
+def profile_of_unit(text: str) -> str | None:
+    """The profile name specd wrote into a unit, or None for a unit specd did not render."""
+    for line in text.splitlines():
+        if line.startswith(PROFILE_MARKER):
+            return line[len(PROFILE_MARKER):].strip() or None
+    return None
