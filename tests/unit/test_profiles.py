@@ -9,7 +9,7 @@ import pytest
 from specd.errors import ProfileError
 from specd.profiles.load import list_profiles, load_profile, read_source
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD = """\
 description = "test"

@@ -31,7 +31,7 @@ from specd.emulator.model import (
 )
 from specd.errors import UsageError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SEEDS = load_model()
 CODE_ASK = [{"role": "user", "content": "Write a Python function that merges two sorted lists."}]
 

@@ -27,8 +27,8 @@ from specd.tune.workloads import (
     save_workload,
 )
 from tests.conftest import Box
-from tests.test_bench import CODE_ASK, SEEDS, shaped
-from tests.test_tune_real import repeat_workload
+from tests.system.test_bench import CODE_ASK, SEEDS, shaped
+from tests.system.test_tune_real import repeat_workload
 
 # --- rounds and replay -------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from specd.tune.stats import summarize
 from specd.tune.tuner import decide, nightly, tune
 from specd.tune.workloads import save_workload
 from tests.conftest import Box
-from tests.test_bench import CODE_ASK, CREATIVE_ASK, SEEDS, emulated_profiles, shaped
+from tests.system.test_bench import CODE_ASK, CREATIVE_ASK, SEEDS, emulated_profiles, shaped
 
 MODES = {"plain": "none", "mtp": "mtp", "dflash": "dflash"}
 

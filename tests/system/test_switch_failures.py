@@ -16,7 +16,7 @@ import pytest
 from specd.unit.render import profile_of_unit
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
-FAKE = Path(__file__).parent / "fakes" / "fake_llama_server.py"
+FAKE = Path(__file__).parents[1] / "fakes" / "fake_llama_server.py"
 
 
 def fake_binary(directory: Path) -> Path:

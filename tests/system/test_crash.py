@@ -11,7 +11,7 @@ import pytest
 from specd.unit.render import profile_of_unit
 from specd.deploy.switch import REVERT_STEPS, STEPS
 from tests.conftest import alias_answers
-from tests.test_switch_failures import add_fake_profile
+from tests.system.test_switch_failures import add_fake_profile
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
 
