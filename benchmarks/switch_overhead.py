@@ -19,7 +19,7 @@ import tomlkit
 
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port, start_private_systemd
-from specd.deploy.switch import Switcher
+from specd.context import switcher_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def main() -> None:
         (profiles / "base.toml").write_text(tomlkit.dumps(base))
         config = root / "specd.toml"
         config.write_text(f'unit = "bench-llama.service"\nscope = "user"\nprofiles_dir = "{profiles}"\n')
-        switcher = Switcher(load_config(config).deployment())
+        switcher = switcher_for(load_config(config).deployment())
         rows: list[tuple[str, float, float, float, float]] = []
         names = ["autoregressive", "ngram-simple"]
         for index in range(args.n):

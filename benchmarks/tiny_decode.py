@@ -22,7 +22,7 @@ import tomlkit
 
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port, private_systemd_env
-from specd.deploy.switch import Switcher
+from specd.context import switcher_for
 
 REPO = Path(__file__).resolve().parent.parent
 CODE = "\n\n".join(f"def f{i}(x):\n    y = x * {i} + {i * 3}\n    return y - {i}" for i in range(12))
@@ -49,7 +49,7 @@ def main() -> None:
         (profiles / "base.toml").write_text(tomlkit.dumps(base))
         config = root / "specd.toml"
         config.write_text(f'unit = "decode-bench.service"\nscope = "user"\nprofiles_dir = "{profiles}"\n')
-        switcher = Switcher(load_config(config).deployment())
+        switcher = switcher_for(load_config(config).deployment())
         print(f"machine: {os.cpu_count()} CPUs; n={args.n} per cell, max_tokens={args.max_tokens}")
         print(f"{'profile':16} {'prompt':8} {'decode tok/s':>12} {'prefill ms':>10} {'wall s':>7} {'accepted':>9}")
         for name in args.profiles:

@@ -69,16 +69,25 @@ build="$root/build"
 binary="$build/bin/llama-server"
 stamp="$root/.built"
 
-if [ -x "$binary" ] && [ -f "$stamp" ] && "$binary" --version >/dev/null 2>&1; then
-  log "cached build $key is up to date"
-  echo "$binary"
-  exit 0
-fi
-
 cmake_flags=(
   -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF
 )
+# -march=native turns on ggml's AMX kernels on CPUs that advertise AMX; where the kernel or the
+# sandbox does not grant the AMX tile state (containers, gVisor) they crash with SIGSEGV at the
+# first matrix multiply. The AVX-512 kernels are used instead.
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  cmake_flags+=("-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx")
+fi
+
+# The stamp holds the options the binary was built with: other options mean a rebuild.
+if [ -x "$binary" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${cmake_flags[*]}" ] \
+   && "$binary" --version >/dev/null 2>&1; then
+  log "cached build $key is up to date"
+  echo "$binary"
+  exit 0
+fi
 if [ "$backend" = cuda ]; then
   cmake_flags+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${cuda_arch}" "${cuda_hints[@]}")
 fi
@@ -114,5 +123,5 @@ start=$(date +%s)
 cmake --build "$build" --target llama-server -j "$jobs" >&2
 log "built in $(( $(date +%s) - start )) s"
 "$binary" --version >&2
-touch "$stamp"
+printf '%s' "${cmake_flags[*]}" > "$stamp"
 echo "$binary"

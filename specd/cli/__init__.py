@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import typer
@@ -39,12 +40,17 @@ def _register_commands() -> None:
                 raise
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     logging.basicConfig(
         level=logging.DEBUG if os.environ.get("SPECD_DEBUG") else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
     _register_commands()
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM mid-switch reverts and resumes traffic, as Ctrl-C does
     try:
         app()
     except SpecdError as exc:

@@ -17,7 +17,9 @@ from specd.deploy.preflight import run_preflight
 from specd.profiles.load import list_profiles
 from specd.deploy.status import collect_status
 from specd.store import StateDbError
-from specd.deploy.switch import Outcome, Switcher
+from specd.context import switcher_for
+from specd.daemon.control import daemon_status
+from specd.deploy.switch import Outcome
 from specd.tune.verify import unverified_warning
 
 
@@ -49,7 +51,7 @@ def switch(
         warning = None
     if warning:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    _report(Switcher(deployment).switch(profile), "switched")
+    _report(switcher_for(deployment).switch(profile), "switched")
 
 
 @app.command()
@@ -61,38 +63,62 @@ def rollback(
     """Go back to the unit as it was before the last change (repeat to walk further back)."""
     _, deployment = deployment_of(config, unit)
     try:
-        switcher = Switcher(deployment)
+        switcher = switcher_for(deployment)
     except StateDbError as exc:
         if to is not None:
             raise
         err_console.print(f"[yellow]warning:[/] {exc.message}\nrolling back from the .pre-* backups alone; "
                           "this rollback is not recorded in history", highlight=False)
-        switcher = Switcher(deployment, history=History.in_memory())
+        switcher = switcher_for(deployment, history=History.in_memory())
     _report(switcher.rollback(to), "rolled back")
+
+
+STATUS_UNHEALTHY_EXIT = 3
 
 
 @app.command()
 def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
-    """The active profile, the unit's state, the endpoint's health and the daemon."""
+    """The active profile, the unit's state, the endpoint's health and the daemon. Changes nothing.
+
+    Exit status: 0 healthy; 3 the endpoint is not healthy, the deployment is marked failed or
+    stopped, or an interrupted switch awaits `specd recover`.
+    """
     cfg, deployment = deployment_of(config, unit)
-    recovered = Switcher(deployment).recover(wait=False)
-    data = collect_status(cfg, deployment)
-    if recovered:
-        data["recovered"] = recovered
+    data = collect_status(cfg, deployment, daemon_status(deployment.unit))
+    pending = switcher_for(deployment).pending_intent()
+    if pending is not None:
+        data["pending"] = (f"an interrupted {pending.kind} to {pending.profile or 'the previous unit'} (stopped "
+                           f"after step '{pending.step}') awaits recovery: run `specd recover`")
     if json_out:
         print_json(data)
+    else:
+        table = Table(show_header=False, box=None)
+        for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "generation", "pending"):
+            if data.get(key) not in (None, ""):
+                table.add_row(key.replace("_", " "), str(data[key]))
+        daemon = data["daemon"]
+        table.add_row("daemon", str(daemon.get("detail", "")))
+        console.print(table)
+    if not data.get("healthy") or "state" in data or pending is not None:
+        raise typer.Exit(STATUS_UNHEALTHY_EXIT)
+
+
+@app.command()
+def recover(config: ConfigOption = None, unit: UnitOption = None) -> None:
+    """Finish an interrupted switch or rollback by reverting it (any switch or rollback does this too)."""
+    _, deployment = deployment_of(config, unit)
+    switcher = switcher_for(deployment)
+    if switcher.pending_intent() is None:
+        console.print(f"nothing to recover: no interrupted operation on {deployment.unit}")
         return
-    table = Table(show_header=False, box=None)
-    for key in ("unit", "active_profile", "unit_state", "endpoint", "health", "generation", "daemon", "recovered"):
-        table.add_row(key.replace("_", " "), str(data.get(key, "")))
-    console.print(table)
+    console.print(switcher.recover() or f"recovered: {deployment.unit} is back on its previous unit")
 
 
 @app.command()
 def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """Every profile in profiles_dir, whether it validates, and which one is active."""
     _, deployment = deployment_of(config, unit)
-    active = Switcher(deployment).active_profile()
+    active = switcher_for(deployment).active_profile()
     listing = list_profiles(deployment.profiles_dir)
     if json_out:
         print_json([{"name": p.name, "path": str(p.path), "description": p.description, "abstract": p.abstract,
@@ -124,7 +150,7 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> 
     """Unified diff of the installed unit against what PROFILE would install."""
     _, deployment = deployment_of(config, unit)
     pre = run_preflight(deployment, profile, current_main_pid=_main_pid(deployment))
-    installed = Switcher(deployment).installed_text() or ""
+    installed = switcher_for(deployment).installed_text() or ""
     lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
                                  fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
     typer.echo("".join(lines) or f"no difference: {deployment.unit} already holds {profile}", nl=False)
@@ -141,7 +167,7 @@ def history(
 ) -> None:
     """Every generation of the unit: when, which profile, what triggered it, how it went."""
     _, deployment = deployment_of(config, unit)
-    switcher = Switcher(deployment)
+    switcher = switcher_for(deployment)
     if events:
         rows = [dict(row) for row in switcher.history.events(deployment.unit, limit)]
         if json_out:
@@ -170,6 +196,6 @@ def _main_pid(deployment: Deployment) -> int:
     if not deployment.unit_path.exists():
         return 0
     try:
-        return Switcher(deployment).systemd.unit_state(deployment.unit).main_pid
+        return switcher_for(deployment).systemd.unit_state(deployment.unit).main_pid
     except SystemdError:
         return 0

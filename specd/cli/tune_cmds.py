@@ -19,7 +19,7 @@ from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of
 from specd.errors import UsageError
 from specd.tune.pins import clear_pin, set_pin
 from specd.profiles.load import load_profile
-from specd.deploy.switch import Switcher
+from specd.context import switcher_for
 from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
@@ -228,7 +228,7 @@ def pin(
     load_profile(deployment.profiles_dir, profile)
     set_pin(deployment.unit, profile)
     console.print(f"pinned {deployment.unit} to [bold]{profile}[/]; the tuner will not switch it", highlight=False)
-    active = Switcher(deployment).active_profile()
+    active = switcher_for(deployment).active_profile()
     if active != profile:
         console.print(f"[dim]note:[/] the active profile is {active or 'none'}; run `specd switch {profile}`",
                       highlight=False)

@@ -97,15 +97,19 @@ def daemon_request(path: str) -> dict[str, Any] | None:
 
 @contextmanager
 def drained(unit: str, timeout_s: float = DRAIN_TIMEOUT_S) -> Iterator[dict[str, Any] | None]:
-    answer = drain(unit, timeout_s)
-    if answer is not None and not answer.get("drained"):
-        log.warning("%s: %s request(s) still in flight after %.0f s; restarting anyway",
-                    unit, answer.get("active"), timeout_s)
+    """Drain around a restart. Resumes in every case, Ctrl-C or SIGTERM during the drain call
+    itself included: the daemon may already hold requests when the interrupt arrives."""
+    if socket_path().exists():
+        log.warning("draining %s's proxy: waiting for in-flight requests, up to %.0f s "
+                    "(Ctrl-C aborts the switch and resumes traffic)", unit, timeout_s)
     try:
+        answer = drain(unit, timeout_s)
+        if answer is not None and not answer.get("drained"):
+            log.warning("%s: %s request(s) still in flight after %.0f s; restarting anyway",
+                        unit, answer.get("active"), timeout_s)
         yield answer
     finally:
-        if answer is not None:
-            resume(unit)
+        resume(unit)
 
 
 class DrainingSystemd:

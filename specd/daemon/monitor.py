@@ -30,7 +30,7 @@ from specd.deploy.health import HealthResult, check_once, wait_healthy
 from specd.deploy.history import Generation, History
 from specd.deploy.lock import deployment_lock
 from specd.unit.render import profile_of_unit
-from specd.deploy.switch import Switcher, systemd_for
+from specd.context import switcher_for, systemd_for
 from specd.deploy.systemd import SystemdClient
 from specd.deploy.unitfiles import read_text
 from specd.unit.parse import parse_unit

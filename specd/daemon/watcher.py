@@ -24,7 +24,7 @@ from specd.profiles.config import Deployment
 from specd.errors import LockBusy
 from specd.deploy.history import History
 from specd.profiles.load import list_profiles
-from specd.deploy.switch import Switcher
+from specd.context import switcher_for
 from specd.deploy.unitfiles import read_text, sha256_text
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def expected_unit_sha(history: History, unit: str) -> str | None:
 
 def record_external_edit(deployment: Deployment, history: History) -> int | None:
     """Record a hand-edited unit as a generation; None when the file is what specd installed."""
-    generation = Switcher(deployment, trigger="daemon", history=history).record_external_edit()
+    generation = switcher_for(deployment, trigger="daemon", history=history).record_external_edit()
     return generation.id if generation is not None else None
 
 

@@ -16,13 +16,21 @@ from specd.deploy.unitfiles import read_text
 from specd.unit.parse import parse_unit
 
 
-def _daemon_status(deployment: Deployment) -> dict[str, Any]:
-    from specd.daemon.control import daemon_status
-
-    return daemon_status(deployment.unit)
+# Daemon events that change what the deployment *is*, newest wins (recorded by the health monitor).
+STATE_EVENTS = {"monitor-failed": "failed", "owner-stopped": "stopped by its owner", "owner-started": "running"}
 
 
-def collect_status(config: Config, deployment: Deployment) -> dict[str, Any]:
+def deployment_state(history: History, unit: str) -> str | None:
+    """'failed: why' or 'stopped by its owner: when' from the daemon's newest state event, if any."""
+    for event in history.events(unit, limit=200):
+        label = STATE_EVENTS.get(event["kind"])
+        if label is not None:
+            return None if event["kind"] == "owner-started" else f"{label}: {event['detail']}"
+    return None
+
+
+def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any]) -> dict[str, Any]:
+    """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report."""
     text = read_text(deployment.unit_path)
     data: dict[str, Any] = {
         "unit": deployment.unit,
@@ -55,8 +63,11 @@ def collect_status(config: Config, deployment: Deployment) -> dict[str, Any]:
         history = History()
         active = history.active(deployment.unit)
         data["generation"] = active.id if active else None
+        state = deployment_state(history, deployment.unit)
+        if state is not None:
+            data["state"] = state
         history.close()
     except SpecdError as exc:
         data["generation"] = f"unknown ({exc.message})"
-    data["daemon"] = _daemon_status(deployment)
+    data["daemon"] = daemon
     return data

@@ -1,9 +1,15 @@
 """The switch transaction and its inverse, rollback.
 
 Steps, each a named checkpoint (`SPECD_FAULT=<step>` kills the process there, for crash tests):
-preflight -> intent -> backup -> write -> reload -> restart -> gate -> commit. Any failure after
-`intent` restores the previous unit, restarts it, health-gates it, and raises SwitchFailed.
-A crash anywhere is undone by the next specd command that takes the lock (`recover`).
+preflight -> intent -> backup -> write -> reload -> restart -> gate -> commit. The intent record
+is rewritten with the step reached after each one. Any exception after `intent` (a health or
+systemd failure, a disk error, a bug, Ctrl-C) reverts: when the unit file was not yet replaced
+nothing is restarted; otherwise the previous unit is put back, restarted and health-gated, and
+SwitchFailed says why. A kill anywhere is undone by the next *mutating* specd command or the
+daemon (`recover`); read-only commands only report a pending intent.
+
+The seams (systemd client, history, health gate, journal reader, fault hook) are passed in;
+`specd.context` builds the real ones, tests pass fakes.
 """
 
 from __future__ import annotations
@@ -17,14 +23,11 @@ from pathlib import Path
 from specd.deploy import intent as intents
 from specd import paths
 from specd.profiles.config import Deployment
-from specd.daemon.control import DrainingSystemd
 from specd.errors import (
-    HealthError,
     LockBusy,
     ProfileError,
     SpecdError,
     SwitchFailed,
-    SystemdError,
     UsageError,
 )
 from specd.deploy.faults import checkpoint
@@ -35,6 +38,7 @@ from specd.deploy.preflight import Preflight, run_preflight
 from specd.profiles.load import load_profile
 from specd.unit.render import profile_of_unit
 from specd.deploy.systemd import SystemdClient, UnitState, connect_systemd, journal_tail
+from collections.abc import Callable
 from specd.deploy.unitfiles import (
     ContentStore,
     atomic_write,
@@ -57,9 +61,11 @@ WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
 DEFAULT_GATE_TIMEOUT_S = 600.0
 
 
-def systemd_for(deployment: Deployment) -> SystemdClient:
-    """The systemd client for a deployment; restarts drain the daemon's proxy first."""
-    return DrainingSystemd(connect_systemd(deployment.scope))
+HealthGate = Callable[..., HealthResult]
+JournalReader = Callable[[str, str], str]
+FaultHook = Callable[[str], None]
+PreflightRunner = Callable[..., Preflight]  # (deployment, profile name, *, current_main_pid) -> Preflight
+UNIT_UNTOUCHED_STEPS = ("intent", "backup")  # the unit file has not been replaced yet
 
 
 @dataclass(frozen=True)
@@ -88,19 +94,36 @@ def target_from_text(text: str, profile: str | None, *, where: str, stability_s:
 
 
 class Switcher:
+    """Switch, rollback and recovery for one deployment over the seams it is given.
+
+    `connect` builds the systemd client on first use (read-only callers may never need the bus);
+    `specd.context.switcher_for` passes one whose restarts drain the daemon's proxy.
+    """
+
     def __init__(self, deployment: Deployment, *, trigger: str = "cli", systemd: SystemdClient | None = None,
-                 history: History | None = None) -> None:
+                 history: History | None = None, connect: Callable[[], SystemdClient] | None = None,
+                 gate: HealthGate = wait_healthy, journal: JournalReader = journal_tail,
+                 fault: FaultHook = checkpoint, preflight: PreflightRunner = run_preflight) -> None:
         self.deployment = deployment
         self.trigger = trigger
         self._systemd = systemd
+        self._connect = connect or (lambda: connect_systemd(deployment.scope))
         self.history = history or History()
         self.store = ContentStore(paths.state_dir() / "units" / deployment.name)
+        self._gate = gate
+        self._journal = journal
+        self._fault = fault
+        self._preflight = preflight
 
     @property
     def systemd(self) -> SystemdClient:
         if self._systemd is None:
-            self._systemd = systemd_for(self.deployment)
+            self._systemd = self._connect()
         return self._systemd
+
+    def pending_intent(self) -> intents.Intent | None:
+        """An interrupted switch or rollback that awaits recovery (read-only)."""
+        return intents.load(self.unit)
 
     @property
     def unit(self) -> str:
@@ -126,8 +149,8 @@ class Switcher:
             started = time.monotonic()
             current = self.installed_text()
             main_pid = self._state_or_none().main_pid if current is not None else 0
-            pre: Preflight = run_preflight(self.deployment, name, current_main_pid=main_pid)
-            checkpoint("preflight")
+            pre: Preflight = self._preflight(self.deployment, name, current_main_pid=main_pid)
+            self._fault("preflight")
             state = self._state_or_none() if current is not None else None
             if current == pre.unit_text and state is not None and state.running:
                 active = self.history.active(self.unit)
@@ -220,47 +243,56 @@ class Switcher:
             backup_path=str(backup) if backup else None, new_sha256=new_sha,
         )
         intents.save(intent)
-        checkpoint("intent")
-        restart_s = health_s = 0.0
-        if current is not None and backup is not None:
-            try:
-                self.store.put(current)
-                atomic_write(backup, current.encode("utf-8"), fault_name="backup")
-            except SpecdError as exc:
-                self.history.finish(generation_id, outcome="failed", detail=f"backup not written: {exc.message}")
-                intents.clear(self.unit)
-                raise SwitchFailed(f"cannot back up {unit_path.name}: {exc.message}; nothing was changed") from exc
-        checkpoint("backup")
+        self._fault("intent")
         try:
-            atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
-            checkpoint("write")
-            t_restart = time.monotonic()
-            self.systemd.reset_failed(self.unit)
-            self.systemd.reload()
-            checkpoint("reload")
-            self.systemd.restart(self.unit)
-            restart_s = time.monotonic() - t_restart
-            checkpoint("restart")
-            health = wait_healthy(target.base_url, target.alias, timeout_s=target.timeout_s,
-                                  stability_s=target.stability_s,
-                                  unit_state=lambda: self.systemd.unit_state(self.unit))
-            health_s = health.total_s
-            checkpoint("gate")
-        except (HealthError, SystemdError) as failure:
-            self._revert(intent, reason=str(failure))
-            raise AssertionError("unreachable: _revert raises")  # pragma: no cover
+            restart_s, health = self._apply(intent, target, current, backup)
+        except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
+            self._revert(intent, reason=_reason(failure))
+            raise AssertionError("unreachable: _revert raises") from failure  # pragma: no cover
         self.history.finish(generation_id, outcome="ok", detail=" ".join(notes), preflight_s=preflight_s,
-                            restart_s=restart_s, health_s=health_s, total_s=time.monotonic() - started)
+                            restart_s=restart_s, health_s=health.total_s, total_s=time.monotonic() - started)
         intents.clear(self.unit)
-        checkpoint("commit")
+        self._fault("commit")
         prune_backups(unit_path, self.deployment.backups_keep)
         generation = self.history.get(generation_id)
         assert generation is not None
         return Outcome(generation, health, notes)
 
+    def _reached(self, intent: intents.Intent, step: str) -> None:
+        """Record in the intent that `step` is done, then pass the step's fault point."""
+        intent.step = step
+        intents.save(intent)
+        self._fault(step)
+
+    def _apply(self, intent: intents.Intent, target: Target, current: str | None,
+               backup: Path | None) -> tuple[float, HealthResult]:
+        """The steps after the intent: backup, write, reload, restart, gate. Raises on any failure."""
+        unit_path = self.deployment.unit_path
+        if current is not None and backup is not None:
+            self.store.put(current)
+            atomic_write(backup, current.encode("utf-8"), fault_name="backup")
+        self._reached(intent, "backup")
+        atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
+        self._reached(intent, "write")
+        t_restart = time.monotonic()
+        self.systemd.reset_failed(self.unit)
+        self.systemd.reload()
+        self._reached(intent, "reload")
+        self.systemd.restart(self.unit)
+        restart_s = time.monotonic() - t_restart
+        self._reached(intent, "restart")
+        health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s,
+                            stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(self.unit))
+        self._reached(intent, "gate")
+        return restart_s, health
+
     def _restore_old(self, intent: intents.Intent) -> str:
         """Put the previous unit back and bring it up; returns a sentence on the state reached."""
         unit_path = self.deployment.unit_path
+        installed = self.installed_text()
+        untouched = installed is not None and sha256_text(installed) == intent.old_sha256
+        if intent.step in UNIT_UNTOUCHED_STEPS and (untouched or (installed is None and not intent.old_existed)):
+            return f"nothing was changed: {self.unit} still runs as before"
         old_text: str | None = None
         if intent.old_existed:
             old_text = self.store.get(intent.old_sha256 or "")
@@ -277,9 +309,9 @@ class Switcher:
                 atomic_write(unit_path, old_text.encode("utf-8"), fault_name="revert-unit")
         else:
             unit_path.unlink(missing_ok=True)
-        checkpoint("revert-write")
+        self._fault("revert-write")
         self.systemd.reload()
-        checkpoint("revert-reload")
+        self._fault("revert-reload")
         if not intent.old_existed:
             self.systemd.stop(self.unit)
             self.systemd.reload()
@@ -289,20 +321,20 @@ class Switcher:
             return f"{self.unit} is back on {intent.old_profile or 'its previous unit'} (stopped, as it was)"
         self.systemd.reset_failed(self.unit)
         self.systemd.restart(self.unit)
-        checkpoint("revert-restart")
+        self._fault("revert-restart")
         assert old_text is not None
         old = target_from_text(old_text, intent.old_profile, where=str(unit_path))
-        wait_healthy(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
-                     unit_state=lambda: self.systemd.unit_state(self.unit))
-        checkpoint("revert-gate")
+        self._gate(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
+                   unit_state=lambda: self.systemd.unit_state(self.unit))
+        self._fault("revert-gate")
         return f"reverted to {intent.old_profile or 'the previous unit'}, which is healthy again"
 
     def _revert(self, intent: intents.Intent, *, reason: str) -> None:
-        journal = journal_tail(self.unit, self.deployment.scope)
+        journal = self._journal(self.unit, self.deployment.scope)
         what = f"switch to {intent.profile}" if intent.kind == "switch" else f"{intent.kind} to {intent.profile}"
         try:
             state = self._restore_old(intent)
-        except SpecdError as revert_failure:
+        except Exception as revert_failure:  # the unit is whatever the last atomic write left: whole
             self.history.finish(intent.generation_id, outcome="failed",
                                 detail=f"{reason}; revert failed: {revert_failure}")
             intents.clear(self.unit)
@@ -363,3 +395,12 @@ class Switcher:
                 return text
         raise UsageError(f"nothing to roll back to: no history and no {self.unit}.pre-* backup that differs "
                          "from the installed unit")
+
+
+def _reason(failure: BaseException) -> str:
+    """What went wrong, for history and the user: a SpecdError's message, else the exception."""
+    if isinstance(failure, SpecdError):
+        return str(failure)
+    if isinstance(failure, KeyboardInterrupt):
+        return "interrupted (Ctrl-C or SIGTERM)"
+    return f"{type(failure).__name__}: {failure}"

@@ -22,7 +22,7 @@ from specd import paths
 from specd.profiles.config import Deployment, load_config
 from specd.errors import SpecdError
 from specd.setup.sandbox import PrivateSystemd, free_port, private_systemd_env
-from specd.deploy.switch import Switcher
+from specd.context import switcher_for
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "llama-server-tiny.service"
@@ -97,7 +97,7 @@ def run_quickstart(say: Callable[[str], None], keep_running: bool) -> None:
         config_path = write_demo_config(port)
         say(f"config: {config_path} (unit {UNIT}, alias 'tiny', port {port})")
         deployment = load_config(config_path).deployment()
-        switcher = Switcher(deployment, trigger="cli")
+        switcher = switcher_for(deployment, trigger="cli")
         prompt = "Repeat exactly: def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
         for name in ("autoregressive", "ngram-simple"):
             say(f"$ specd switch {name}")

@@ -24,7 +24,7 @@ from specd.profiles.config import Deployment
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
 from specd.errors import HealthError, UsageError
 from specd.profiles.load import load_profile
-from specd.deploy.switch import Switcher
+from specd.context import switcher_for
 from specd.traffic.taskclass import classify, last_user_text
 
 REQUEST_TIMEOUT_S = 600.0
@@ -66,10 +66,10 @@ class DeploymentTarget:
         self._main_pid = 0
 
     def active(self) -> str | None:
-        return Switcher(self.deployment, trigger=self.trigger).active_profile()
+        return switcher_for(self.deployment, trigger=self.trigger).active_profile()
 
     def activate(self, profile: str) -> None:
-        switcher = Switcher(self.deployment, trigger=self.trigger)
+        switcher = switcher_for(self.deployment, trigger=self.trigger)
         switcher.switch(profile)
         loaded = load_profile(self.deployment.profiles_dir, profile)
         self._url, self._alias = loaded.base_url, loaded.alias

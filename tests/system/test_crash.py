@@ -20,6 +20,22 @@ def intent_files(box) -> list[str]:
     return [p.name for p in (box.root / "state" / "specd" / "intents").glob("*.json")]
 
 
+def temp_files(box) -> list[str]:
+    """Every specd temp file beside the unit: its own and its backups' (`.<unit>.pre-....specd-tmp-*`)."""
+    return [p.name for p in box.unit_path.parent.glob(".*specd-tmp-*")]
+
+
+def read_only_status(box) -> dict:
+    """`specd status` after a kill: reports, exits 3 while an intent is pending, changes nothing."""
+    pid_before = box.manager.systemctl("show", "-p", "MainPID", "--value", box.unit).stdout.strip()
+    text_before = box.unit_path.read_text()
+    result = box.specd("status", "--json")
+    assert result.returncode in (0, 3), result.stderr
+    assert box.manager.systemctl("show", "-p", "MainPID", "--value", box.unit).stdout.strip() == pid_before
+    assert box.unit_path.read_text() == text_before
+    return json.loads(result.stdout)
+
+
 @pytest.mark.parametrize("step", STEPS)
 def test_kill_during_switch_recovers(box, step: str) -> None:
     box.specd("switch", "autoregressive", check=True)
@@ -28,31 +44,35 @@ def test_kill_during_switch_recovers(box, step: str) -> None:
     killed = box.specd("switch", "ngram-simple", env={"SPECD_FAULT": step})
     assert killed.returncode == -signal.SIGKILL
 
-    status = json.loads(box.specd("status", "--json", check=True).stdout)
-    assert intent_files(box) == []
-    text = box.unit_path.read_text()
+    status = read_only_status(box)
     if step in ("preflight", "commit"):
+        assert "pending" not in status and intent_files(box) == []
         expected = "autoregressive" if step == "preflight" else "ngram-simple"
-        assert profile_of_unit(text) == expected
-        assert "recovered" not in status
+        assert profile_of_unit(box.unit_path.read_text()) == expected
     else:
-        assert text == old_text, f"killed at {step}: the unit is not the old one"
-        assert "recovered" in status
+        assert "pending" in status and f"'{step}'" in status["pending"]
+        box.specd("recover", check=True)
+        assert intent_files(box) == []
+        assert box.unit_path.read_text() == old_text, f"killed at {step}: the unit is not the old one"
         history = json.loads(box.specd("history", "--json", check=True).stdout)
         assert history[0]["profile"] == "ngram-simple" and history[0]["outcome"] == "reverted"
+    assert temp_files(box) == []
+    status = json.loads(box.specd("status", "--json", check=True).stdout)
     assert status["healthy"] and alias_answers(box.port)
     again = box.specd("switch", "ngram-simple")
     assert again.returncode == 0, again.stderr
 
 
-@pytest.mark.parametrize("step", ("intent", "write", "restart", "gate"))
+@pytest.mark.parametrize("step", ("intent", "backup", "write", "reload", "restart", "gate"))
 def test_kill_during_rollback_recovers(box, step: str) -> None:
     box.specd("switch", "autoregressive", check=True)
     box.specd("switch", "ngram-simple", check=True)
     current = box.unit_path.read_text()
     killed = box.specd("rollback", env={"SPECD_FAULT": step})
     assert killed.returncode == -signal.SIGKILL
-    box.specd("status", "--json", check=True)
+    assert "pending" in read_only_status(box)
+    box.specd("recover", check=True)
+    assert intent_files(box) == [] and temp_files(box) == []
     assert box.unit_path.read_text() == current
     assert alias_answers(box.port)
     box.specd("rollback", check=True)
@@ -66,7 +86,8 @@ def test_kill_during_revert_recovers(box, step: str) -> None:
     add_fake_profile(box, "broken", "exit-at-start")
     killed = box.specd("switch", "broken", env={"SPECD_FAULT": step})
     assert killed.returncode == -signal.SIGKILL
-    box.specd("status", "--json", check=True)
+    read_only_status(box)
+    box.specd("recover", check=True)
     assert box.unit_path.read_text() == old_text
     assert alias_answers(box.port)
     assert intent_files(box) == []

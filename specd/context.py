@@ -1,0 +1,27 @@
+"""The composition root: builds the real seams a deployment's operations run over.
+
+Library code (`specd.deploy`, `specd.daemon`, `specd.tune`) takes its systemd client, history and
+health gate as arguments; the CLI, the daemon and the tuner get them here. Restarts made through
+`systemd_for` first drain the daemon's proxy for the unit (the drain is the caller's concern,
+not the transaction's).
+"""
+
+from __future__ import annotations
+
+from specd.daemon.control import DrainingSystemd
+from specd.deploy.history import History
+from specd.deploy.switch import Switcher
+from specd.deploy.systemd import SystemdClient, connect_systemd
+from specd.profiles.config import Deployment
+
+
+def systemd_for(deployment: Deployment) -> SystemdClient:
+    """The systemd client for a deployment; its restarts and stops drain the daemon's proxy."""
+    return DrainingSystemd(connect_systemd(deployment.scope))
+
+
+def switcher_for(deployment: Deployment, *, trigger: str = "cli", history: History | None = None,
+                 systemd: SystemdClient | None = None) -> Switcher:
+    """A Switcher over the real seams: the bus is connected on first use, restarts drain."""
+    return Switcher(deployment, trigger=trigger, history=history, systemd=systemd,
+                    connect=lambda: systemd_for(deployment))
