@@ -134,6 +134,9 @@ class DrainingSystemd:
     def reset_failed(self, unit: str) -> None:
         self.inner.reset_failed(unit)
 
+    def kill(self, unit: str, signum: int) -> None:
+        self.inner.kill(unit, signum)
+
     def unit_state(self, unit: str) -> UnitState:
         return self.inner.unit_state(unit)
 

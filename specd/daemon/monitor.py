@@ -1,21 +1,29 @@
-"""The daemon's health monitor: notices a dead or wedged llama-server and brings it back.
+"""The daemon's health monitor: notices a dead or wedged llama-server and brings it back, or
+says clearly that it could not.
 
-One round checks the alias endpoint (health + alias listed; no completion, so a round costs the
-server nothing). After `failures_before_restart` failed rounds in a row it acts, under the
-deployment lock taken without waiting, so it never fights a switch in progress (a busy lock means
-someone else owns the unit right now: the round is skipped and the count starts over):
+One round reads the unit's state, then checks the alias endpoint (health + alias listed; no
+completion, so a round costs the server nothing). The policy (`decide`, pure) always ends in a
+healthy endpoint or a clear alarm:
 
-- if the unit's newest generation is younger than `rollback_grace_s` (and not the daemon's own),
-  the new profile is the likely culprit: roll back (a generation with trigger "daemon");
-- otherwise restart the unit (draining the proxy first) and wait for it to turn healthy.
+- a unit its owner stopped (`systemctl stop`, `specd`'s own stop: inactive with result success) is
+  left stopped and reported as such (`owner-stopped`), until it runs again (`owner-started`);
+- after `failures_before_restart` failed rounds in a row, if the newest generation is a change
+  younger than `rollback_grace_s` (and not the daemon's own), roll back once;
+- otherwise, or when that rollback is impossible or fails, restart: a server that does not answer
+  is killed first (SIGKILL), not waited on for its stop timeout;
+- after `MAX_ATTEMPTS` actions that did not bring it back, stop trying, record `monitor-failed`
+  (shown by `specd status`) and wait for the endpoint to answer again or the owner to act.
 
-Every action lands in the history's event log and the journal.
+Actions run under the deployment lock taken without waiting, so the monitor never fights a switch
+in progress (a busy lock skips the round). Every action lands in the history's event log and the
+journal.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,23 +39,44 @@ from specd.deploy.history import Generation, History
 from specd.deploy.lock import deployment_lock
 from specd.unit.render import profile_of_unit
 from specd.context import switcher_for, systemd_for
-from specd.deploy.systemd import SystemdClient
+from specd.deploy.systemd import SystemdClient, UnitState
 from specd.deploy.unitfiles import read_text
 from specd.unit.parse import parse_unit
 
 log = logging.getLogger(__name__)
 
-Action = Literal["none", "wait", "restart", "rollback"]
+Action = Literal["none", "wait", "restart", "rollback", "give-up", "alarmed", "owner-stopped"]
+MAX_ATTEMPTS = 3  # restarts/rollbacks in one episode of failures before the monitor raises the alarm
 
 
-def decide(failures: int, threshold: int, newest: Generation | None, grace_s: float, now: datetime) -> Action:
+@dataclass
+class Episode:
+    """One run of failed checks, from the first failure to the next healthy answer."""
+
+    attempts: int = 0
+    rolled_back: bool = False  # a rollback was tried (done or failed): never twice in one episode
+    alarmed: bool = False
+
+
+def owner_stopped(state: UnitState) -> bool:
+    """Stopped on purpose: inactive after a clean stop. A crash leaves `failed` or a restart loop."""
+    return state.active_state == "inactive" and state.result == "success"
+
+
+def decide(failures: int, threshold: int, newest: Generation | None, grace_s: float, now: datetime,
+           episode: Episode | None = None) -> Action:
     """What to do after `failures` failed rounds in a row (pure; the monitor's whole policy)."""
+    episode = episode or Episode()
     if failures == 0:
         return "none"
     if failures < threshold:
         return "wait"
+    if episode.alarmed:
+        return "alarmed"
+    if episode.attempts >= MAX_ATTEMPTS:
+        return "give-up"
     recent_change = newest is not None and newest.outcome == "ok" and newest.previous_id is not None
-    if newest is not None and recent_change and newest.trigger != "daemon":  # never walk back twice
+    if newest is not None and recent_change and newest.trigger != "daemon" and not episode.rolled_back:
         age_s = (now - datetime.fromisoformat(newest.created_at)).total_seconds()
         if age_s <= grace_s:
             return "rollback"
@@ -61,6 +90,8 @@ class MonitorState:
     last_checked: float | None = None
     last_action: str | None = None
     last_action_at: float | None = None
+    episode: Episode = dataclasses.field(default_factory=Episode)
+    stopped_by_owner: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -70,6 +101,8 @@ class MonitorState:
             "consecutive_failures": self.failures,
             "last_action": self.last_action,
             "last_action_at": self.last_action_at,
+            "failed": self.episode.alarmed,
+            "stopped_by_owner": self.stopped_by_owner,
         }
 
 
@@ -84,7 +117,11 @@ class HealthMonitor:
         self.history = history or History()
         self.state = MonitorState()
         self._on_result, self._on_action = on_result, on_action
-        self._http = httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0))
+        # A hung server accepts connections and never answers: the read timeout bounds each round, so a
+        # hang is acted on within failures_before_restart x (interval + timeout).
+        probe_timeout_s = max(1.0, min(10.0, settings.health_interval_s))
+        self._http = httpx.Client(timeout=httpx.Timeout(probe_timeout_s, connect=min(2.0, probe_timeout_s)))
+        self._stop_rounds = 0
 
     @property
     def systemd(self) -> SystemdClient:
@@ -110,8 +147,35 @@ class HealthMonitor:
             return HealthResult(False, str(exc))
         return check_once(self._http, command.base_url, command.alias or "")
 
+    def _owner_stop_seen(self) -> bool:
+        """Notice (and record once) a deliberate stop, and the start that ends it."""
+        try:
+            state = self.systemd.unit_state(self.unit)
+        except SpecdError as exc:
+            log.warning("%s: cannot read the unit's state: %s", self.unit, exc.message)
+            return False
+        stopped = owner_stopped(state)
+        # A restart passes through `inactive` for an instant: believe a stop seen on two rounds in a row.
+        self._stop_rounds = self._stop_rounds + 1 if stopped else 0
+        if stopped and self._stop_rounds < 2:
+            return self.state.stopped_by_owner
+        if stopped != self.state.stopped_by_owner:
+            kind, detail = (("owner-stopped", f"{self.unit} was stopped on purpose; the daemon leaves it stopped "
+                             "until it is started again") if stopped else
+                            ("owner-started", f"{self.unit} runs again; the daemon watches it"))
+            self.history.event(self.unit, kind, detail)
+            log.warning("%s: %s", self.unit, detail)
+            self.state.stopped_by_owner = stopped
+            self.state = dataclasses.replace(self.state, failures=0, episode=Episode())
+        return stopped
+
     def tick(self) -> Action:
         """One round: check, count, and act when the count says so."""
+        if read_text(self.deployment.unit_path) is None:
+            self.state = MonitorState()
+            return "none"
+        if self._owner_stop_seen():
+            return "owner-stopped"
         result = self.check()
         if result is None:
             self.state = MonitorState()
@@ -119,16 +183,34 @@ class HealthMonitor:
         self.state.last, self.state.last_checked = result, time.time()
         self._on_result(result)
         self.state.failures = 0 if result.ok else self.state.failures + 1
-        if not result.ok:
-            log.warning("%s: health check failed (%d in a row): %s", self.unit, self.state.failures, result.detail)
+        if result.ok:
+            if self.state.episode.alarmed:
+                self.history.event(self.unit, "owner-started", f"{self.unit} answers again; the alarm is cleared")
+            self.state.episode = Episode()
+            return "none"
+        log.warning("%s: health check failed (%d in a row): %s", self.unit, self.state.failures, result.detail)
         newest = next(iter(self.history.list(self.unit, limit=1)), None)
         action = decide(self.state.failures, self.settings.failures_before_restart, newest,
-                        self.settings.rollback_grace_s, datetime.now(UTC))
+                        self.settings.rollback_grace_s, datetime.now(UTC), self.state.episode)
         if action in ("restart", "rollback"):
             self._act(action, result.detail)
+        elif action == "give-up":
+            self._give_up(result.detail)
         return action
 
+    def _give_up(self, reason: str) -> None:
+        detail = (f"{self.unit} is still unhealthy after {self.state.episode.attempts} restarts/rollbacks "
+                  f"({reason}); the daemon stopped trying — fix the profile or the box, then `specd switch` "
+                  "or `systemctl start` it")
+        self.state.episode.alarmed = True
+        log.error("%s: %s", self.unit, detail)
+        self.history.event(self.unit, "monitor-failed", detail)
+        self._on_action("failed", detail)
+        self.state.last_action, self.state.last_action_at = f"give-up: {detail}", time.time()
+
     def _act(self, action: Action, reason: str) -> None:
+        if action == "rollback":
+            self.state.episode.rolled_back = True
         try:
             detail = self._rollback(reason) if action == "rollback" else self._restart(reason)
         except LockBusy as busy:
@@ -140,9 +222,14 @@ class HealthMonitor:
             log.error("%s: %s", self.unit, detail)
             self.history.event(self.unit, f"daemon-{action}-failed", detail)
             self._on_action(f"{action}-failed", detail)
+            if action == "rollback":  # nothing to roll back to, or it failed: restart right away
+                self.state.last_action, self.state.last_action_at = f"{action}: {detail}", time.time()
+                self._act("restart", reason)
+                return
         else:
             log.warning("%s: %s", self.unit, detail)
             self._on_action(action, detail)
+        self.state.episode.attempts += 1
         self.state.failures = 0
         self.state.last_action, self.state.last_action_at = f"{action}: {detail}", time.time()
 
@@ -152,6 +239,8 @@ class HealthMonitor:
             if text is None:
                 return "unit file is gone; nothing to restart"
             command = parse_unit(text, str(self.deployment.unit_path))
+            if self.systemd.unit_state(self.unit).running:
+                self.systemd.kill(self.unit, signal.SIGKILL)  # it does not answer: don't wait out its stop timeout
             self.systemd.reset_failed(self.unit)
             self.systemd.restart(self.unit)
             try:
@@ -170,7 +259,7 @@ class HealthMonitor:
 
     def _rollback(self, reason: str) -> str:
         no_wait = dataclasses.replace(self.deployment, lock_timeout_s=0.0)
-        outcome = Switcher(no_wait, trigger="daemon", systemd=self.systemd, history=self.history).rollback()
+        outcome = switcher_for(no_wait, trigger="daemon", systemd=self.systemd, history=self.history).rollback()
         generation = outcome.generation
         detail = (f"rolled back to {generation.profile} (generation {generation.id}) after "
                   f"{self.settings.failures_before_restart} failed checks within "

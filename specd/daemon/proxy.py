@@ -3,10 +3,13 @@
 A switch restarts llama-server; a client talking to it directly sees refused connections and
 "Loading model" 503s. Through the proxy it sees latency instead: a request that cannot reach a
 healthy backend waits at a gate (the *hold*) until the backend answers `/health` or the hold
-timeout passes. A request is re-sent only when no byte of a response reached the proxy (refused
-connection, connection dropped before the status line, a 503 while loading): completions have no
-side effects, so a re-send costs compute, never correctness. Once response bytes flowed to the
-client nothing is re-sent. `pause`/`wait_idle`/`resume` let a switch drain in-flight streams
+timeout passes. A request is re-sent only when it provably never reached the server: a refused
+connection, or a 503 while loading. A connection the backend accepted and then dropped may mean
+the server crashed *on this request* (a GGML_ASSERT on some input): it is re-sent at most once,
+and only when the backend still answers /health at once (a stale keep-alive connection after a
+restart); otherwise the client gets a 502 right away and the traffic row says why, so one poison
+request costs one server restart, not a crash loop. Once response bytes flowed to the client
+nothing is re-sent. `pause`/`wait_idle`/`resume` let a switch drain in-flight streams
 before the restart (the daemon serves them on its control socket; see `specd.daemon.control`).
 
 Streams are relayed event by event (whole SSE events, never split), so a stream cut at shutdown
@@ -53,9 +56,10 @@ HOP_BY_HOP = frozenset({
     "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding",
 })
 _METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD")
-# Raised before any response byte arrived: the request can be sent again without a client noticing.
-_RESENDABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-               httpx.WriteError, httpx.PoolTimeout)
+# The request never reached a server: sending it again is always safe.
+_NEVER_REACHED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# The server accepted the connection, then dropped it before a status line: perhaps it crashed on it.
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,15 @@ class Proxy:
         if self._poller is None or self._poller.done():
             self._poller = asyncio.get_running_loop().create_task(self._poll_health())
 
+    async def _answers_health_now(self) -> bool:
+        """One quick /health probe on a fresh connection: is the server that dropped us still up?"""
+        try:
+            async with httpx.AsyncClient(timeout=1.0) as probe:
+                response = await probe.get(f"{self.backend.url}/health")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
     async def _poll_health(self) -> None:
         assert self._client is not None
         while self._unhealthy and not self.shutting_down:
@@ -297,6 +310,7 @@ class Proxy:
         idle_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         timeout = httpx.Timeout(connect=2.0, read=idle_s, write=60.0, pool=None)
         last: tuple[int, bytes] | None = None
+        dropped_once = False
         while True:
             if self.shutting_down:
                 return self._reject(exchange, _error(503, "specd proxy is shutting down"))
@@ -313,9 +327,21 @@ class Proxy:
                                                content=body, timeout=timeout),
                     stream=True,
                 )
-            except _RESENDABLE:
+            except _NEVER_REACHED:
                 self._end_active()
                 self._note_retry()
+                continue
+            except _DROPPED as exc:
+                self._end_active()
+                if dropped_once or not await self._answers_health_now():
+                    self.mark_unhealthy()
+                    exchange.error = (f"the backend dropped the connection after accepting the request "
+                                      f"({type(exc).__name__}); it may have crashed on it: not re-sent")
+                    log.warning("%s %s: %s", request.method, target, exchange.error)
+                    return self._reject(exchange, _error(502, exchange.error, "api_error"))
+                dropped_once = True  # a stale keep-alive connection to a live server: once more
+                if self._metrics is not None:
+                    self._metrics.retries.inc()
                 continue
             except httpx.HTTPError as exc:  # a hung backend (read timeout) or a request httpx refuses
                 self._end_active()

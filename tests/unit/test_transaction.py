@@ -70,6 +70,10 @@ class FakeSystemdClient:
     def reset_failed(self, unit: str) -> None:
         self.calls.append("reset_failed")
 
+    def kill(self, unit: str, signum: int) -> None:
+        self._call("kill")
+        self.active = False
+
     def unit_state(self, unit: str) -> UnitState:
         return UnitState(unit, "loaded", "active" if self.active else "inactive", "running" if self.active else "dead",
                          "success", self.main_pid if self.active else 0, 0, 0, "")

@@ -1,0 +1,141 @@
+"""A request that crashes the server costs one restart, not a crash loop (issue: the proxy re-sent
+it each time the server came back, and other clients got nothing for two minutes).
+
+The backend is a FAKE (`FakeCrashingBackend`): llama-server cannot be made to abort on demand
+here, so this one drops the connection after reading a request that contains POISON and stops
+listening for a moment, the way a GGML_ASSERT abort followed by systemd's restart looks from
+outside.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.traffic.records import Recorder, fetch_records, open_db
+from tests.proxy_fakes import ServerThread, chat_body, free_port
+
+
+class FakeCrashingBackend:
+    """Answers like llama-server; "crashes" (drops the connection, then is down `down_s`) on POISON."""
+
+    def __init__(self, down_s: float = 0.6) -> None:
+        self.port = free_port()
+        self.down_s = down_s
+        self.poison_seen = 0
+        self.served = 0
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeCrashingBackend:
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def _send(self, document: dict[str, Any]) -> None:
+                payload = json.dumps(document).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._send({"status": "ok"} if self.path == "/health" else {"data": [{"id": "fake"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if b"POISON" in body:
+                    with backend._lock:
+                        backend.poison_seen += 1
+                    self.close_connection = True
+                    self.connection.close()  # no status line: the abort
+                    threading.Thread(target=backend._crash_and_restart, daemon=True).start()
+                    return
+                with backend._lock:
+                    backend.served += 1
+                self._send({"choices": [{"message": {"role": "assistant", "content": "ok"}}],
+                            "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+
+        self._handler = Handler
+        self._serve()
+        return self
+
+    def _serve(self) -> None:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
+        server.daemon_threads = True
+        self._server = server
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def _crash_and_restart(self) -> None:
+        server = self._server
+        assert server is not None
+        server.shutdown()
+        server.server_close()
+        time.sleep(self.down_s)
+        self._serve()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[tuple[FakeCrashingBackend, str, Recorder, Path]]:
+    backend = FakeCrashingBackend().start()
+    db = tmp_path / "state.db"
+    recorder = Recorder(db)
+    proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", hold_timeout_s=20),
+                  lambda: Backend(backend.url, "plain"), recorder=recorder)
+    front = ServerThread(proxy.app, free_port()).start()
+    yield backend, front.url, recorder, db
+    front.stop()
+    backend.stop()
+
+
+def test_a_poison_request_crashes_the_server_once_and_is_answered_502(
+        rig: tuple[FakeCrashingBackend, str, Recorder, Path]) -> None:
+    backend, url, recorder, db = rig
+    with httpx.Client(timeout=30) as client:
+        assert client.post(f"{url}/v1/chat/completions", json=chat_body()).status_code == 200
+        started = time.monotonic()
+        poisoned = client.post(f"{url}/v1/chat/completions", json=chat_body("POISON please"))
+        answered_in = time.monotonic() - started
+        assert poisoned.status_code == 502 and "may have crashed on it" in poisoned.text
+        assert answered_in < 5, "the poison request was held instead of answered"
+        others = [client.post(f"{url}/v1/chat/completions", json=chat_body(f"fine {i}")) for i in range(5)]
+    assert [r.status_code for r in others] == [200] * 5  # served once the server is back
+    time.sleep(backend.down_s * 2)  # had the proxy re-sent it, the server would crash again meanwhile
+    assert backend.poison_seen == 1
+    recorder.flush()
+    rows = fetch_records(open_db(db), 0.0)
+    failed = [r for r in rows if r.status == 502]
+    assert len(failed) == 1 and "not re-sent" in (failed[0].error or "")
+
+
+def test_a_stale_keep_alive_connection_to_a_live_server_is_retried_once(
+        rig: tuple[FakeCrashingBackend, str, Recorder, Path]) -> None:
+    backend, url, _, _ = rig
+    with httpx.Client(timeout=30) as client:
+        assert client.post(f"{url}/v1/chat/completions", json=chat_body()).status_code == 200
+        backend._crash_and_restart()  # a planned restart: the proxy's pooled connection is now dead
+        assert client.post(f"{url}/v1/chat/completions", json=chat_body("after restart")).status_code == 200
+    assert backend.poison_seen == 0
