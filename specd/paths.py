@@ -46,3 +46,22 @@ def user_unit_dir() -> Path:
 
 
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
+
+
+# Files that ship with specd: in a wheel they are the packages specd.units / specd.scripts /
+# specd.examples (see pyproject's package-dir); in a source checkout they are the top-level folders.
+SHIPPED = {"units": "specd.units", "scripts": "specd.scripts", "profiles": "specd.examples"}
+
+
+def shipped(folder: str, *parts: str) -> Path:
+    """A file or folder that ships with specd: `shipped("units", "llama-server.service.in")`."""
+    from importlib.resources import files
+
+    checkout = Path(__file__).resolve().parents[1] / folder
+    if checkout.is_dir():
+        return checkout.joinpath(*parts)
+    package = SHIPPED[folder]
+    if parts and folder == "profiles":  # package names cannot hold dots: profiles/qwen3.6-27b is qwen3_6_27b
+        package = f"{package}.{parts[0].replace('.', '_').replace('-', '_')}"
+        parts = parts[1:]
+    return Path(str(files(package).joinpath(*parts)))

@@ -16,6 +16,17 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _HOLD_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+
+# Label values come from this fixed set, never from the client's path: a client that sends
+# /v1/chat/completions?x=1, /a/b/c/... or random paths must not create new time series.
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/completion", "/health",
+          "/metrics", "/props", "/slots", "/tokenize", "/detokenize", "/infill", "/v1/rerank")
+
+
+def route_label(path: str) -> str:
+    """The route template a request path belongs to, or "other"."""
+    return path if path in ROUTES else "other"
+
 class SpecdMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)

@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from specd.traffic.capture import BodyCapture
-from specd.daemon.metrics import SpecdMetrics
+from specd.daemon.metrics import SpecdMetrics, route_label
 from specd.daemon.relay import (
     CUT,
     REDACT_QUERY_STRINGS,
@@ -424,8 +424,8 @@ class Proxy:
         error = exchange.error or error
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
-            self._metrics.requests.labels(exchange.endpoint, str(status)).inc()
-            self._metrics.latency.labels(exchange.endpoint).observe(total_s)
+            self._metrics.requests.labels(route_label(exchange.endpoint), str(status)).inc()
+            self._metrics.latency.labels(route_label(exchange.endpoint)).observe(total_s)
             if exchange.ttft_ms is not None:
                 self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
         if self._recorder is None or not exchange.recorded:

@@ -12,7 +12,6 @@ from specd.profiles.config import load_config
 from specd.errors import SpecdError
 from specd.profiles.load import list_profiles
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

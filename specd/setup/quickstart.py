@@ -24,13 +24,12 @@ from specd.errors import SpecdError
 from specd.setup.sandbox import PrivateSystemd, free_port, private_systemd_env
 from specd.context import switcher_for
 
-REPO = Path(__file__).resolve().parents[2]
 UNIT = "llama-server-tiny.service"
 
 
 def run_script(name: str, say: Callable[[str], None]) -> Path:
-    script = REPO / "scripts" / name
-    say(f"$ {script.relative_to(REPO)}")
+    script = paths.shipped("scripts", name)
+    say(f"$ bash {script}")
     result = subprocess.run(["bash", str(script)], stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode != 0:
         raise SpecdError(f"{script.name} failed with exit status {result.returncode}")
@@ -60,7 +59,7 @@ def write_demo_config(port: int) -> Path:
     root = paths.config_home() / "specd"
     profiles_dir = root / "profiles" / "tiny"
     profiles_dir.mkdir(parents=True, exist_ok=True)
-    for source in sorted((REPO / "profiles" / "tiny").glob("*.toml")):
+    for source in sorted(paths.shipped("profiles", "tiny").glob("*.toml")):
         document = tomlkit.parse(source.read_text())
         if "port" in document:
             document["port"] = port

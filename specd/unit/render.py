@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specd import paths
 from specd.errors import PreflightError, ProfileError
 from specd.profiles.flags import BinaryFlags
 from specd.profiles.load import Profile
@@ -145,7 +146,7 @@ def default_template_path() -> Path:
     override = os.environ.get("SPECD_UNIT_TEMPLATE")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "units" / "llama-server.service.in"
+    return paths.shipped("units", "llama-server.service.in")
 
 
 def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str) -> str:

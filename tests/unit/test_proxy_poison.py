@@ -139,3 +139,24 @@ def test_a_stale_keep_alive_connection_to_a_live_server_is_retried_once(
         backend._crash_and_restart()  # a planned restart: the proxy's pooled connection is now dead
         assert client.post(f"{url}/v1/chat/completions", json=chat_body("after restart")).status_code == 200
     assert backend.poison_seen == 0
+
+
+def test_metric_labels_stay_bounded_whatever_paths_clients_send(tmp_path: Path) -> None:
+    from specd.daemon.metrics import SpecdMetrics
+
+    backend = FakeCrashingBackend().start()
+    metrics = SpecdMetrics()
+    proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t"), lambda: Backend(backend.url, "plain"), metrics=metrics)
+    front = ServerThread(proxy.app, free_port()).start()
+    try:
+        with httpx.Client(timeout=10) as client:
+            for i in range(40):
+                client.get(f"{front.url}/probe/{i}/x?token={i}")
+            client.post(f"{front.url}/v1/chat/completions", json=chat_body())
+    finally:
+        front.stop()
+        backend.stop()
+    exposition = metrics.render().decode()
+    endpoints = {line.split('endpoint="')[1].split('"')[0] for line in exposition.splitlines()
+                 if line.startswith("specd_proxy_requests_total{")}
+    assert endpoints == {"other", "/v1/chat/completions"}
