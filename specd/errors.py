@@ -9,7 +9,10 @@
     ├── LockBusy               another specd operation holds the lock (exit 75)
     ├── SystemdError           the service manager refused or is unreachable
     ├── HealthError            the endpoint did not turn healthy
-    └── SwitchFailed           a switch or rollback failed; says what state the box is in
+    ├── SwitchFailed           a switch or rollback failed; says what state the box is in
+    ├── StateDbError           the state database is locked too long or is not a database
+    ├── FidelityError          a profile answers structured prompts differently from the reference
+    └── Abandoned              a bench request not sent because another of its round failed
 """
 
 from __future__ import annotations
@@ -61,3 +64,15 @@ class HealthError(SpecdError):
 
 class SwitchFailed(SpecdError):
     pass
+
+
+class Abandoned(SpecdError):
+    """A request not sent because another one of its round had failed."""
+
+
+class FidelityError(SpecdError):
+    """A profile answers structured prompts differently from the reference."""
+
+
+class StateDbError(SpecdError):
+    """The state DB is locked for too long or is not a database."""

@@ -11,11 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from specd import paths
-from specd.errors import SpecdError
-
-
-class StateDbError(SpecdError):
-    """The state DB is locked for too long or is not a database."""
+from specd.errors import StateDbError
 
 
 def connect(db_path: Path | None = None, *, timeout_s: float | None = None) -> sqlite3.Connection:

@@ -16,7 +16,7 @@ from specd.deploy.history import History
 from specd.deploy.preflight import run_preflight
 from specd.profiles.load import list_profiles
 from specd.deploy.status import collect_status
-from specd.store import StateDbError
+from specd.errors import StateDbError
 from specd.context import switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.switch import Outcome

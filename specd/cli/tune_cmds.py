@@ -21,9 +21,9 @@ from specd.tune.pins import clear_pin, set_pin
 from specd.profiles.load import load_profile
 from specd.context import switcher_for
 from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
+from specd.errors import FidelityError
 from specd.tune.verify import (
     BUILTIN_PROBES,
-    FidelityError,
     reference_profile,
     save_verification,
     traffic_probes,

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specd.store import StateDbError, connect, ensure_schema
+from specd.errors import StateDbError
+from specd.store import connect, ensure_schema
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (

@@ -18,15 +18,11 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from specd.errors import SpecdError, UsageError
+from specd.errors import Abandoned, UsageError
 from specd.tune.targets import Reply, Target
 from specd.tune.workloads import Workload, WorkloadRequest
 
 MAX_OPEN_LOOP_WORKERS = 64
-
-
-class Abandoned(SpecdError):
-    """A request not sent because another one of its round had failed."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from specd import store
 from specd.profiles.config import Deployment
-from specd.errors import SpecdError, UsageError
+from specd.errors import UsageError
 from specd.tune.fidelity import STRUCTURED, Check, Kind, answer_of, compare
 from specd.profiles.load import list_profiles, load_profile
 from specd.tune.targets import Target
@@ -42,10 +42,6 @@ CREATE TABLE IF NOT EXISTS verifications (
 );
 CREATE INDEX IF NOT EXISTS verifications_profile ON verifications(unit, profile, at);
 """
-
-
-class FidelityError(SpecdError):
-    """A profile answers structured prompts differently from the reference."""
 
 
 @dataclass(frozen=True)
