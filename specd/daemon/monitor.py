@@ -148,17 +148,20 @@ class HealthMonitor:
         return check_once(self._http, command.base_url, command.alias or "")
 
     def _owner_stop_seen(self) -> bool:
-        """Notice (and record once) a deliberate stop, and the start that ends it."""
+        """Notice (and record once) a deliberate stop, and the start that ends it. True while the
+        unit is stopping or stopped on purpose: such a round checks nothing and counts no failure."""
         try:
             state = self.systemd.unit_state(self.unit)
         except SpecdError as exc:
             log.warning("%s: cannot read the unit's state: %s", self.unit, exc.message)
             return False
+        if state.active_state == "deactivating":
+            return True  # a stop (or a restart's stop half) is under way: not a failure of the server
         stopped = owner_stopped(state)
         # A restart passes through `inactive` for an instant: believe a stop seen on two rounds in a row.
         self._stop_rounds = self._stop_rounds + 1 if stopped else 0
         if stopped and self._stop_rounds < 2:
-            return self.state.stopped_by_owner
+            return True
         if stopped != self.state.stopped_by_owner:
             kind, detail = (("owner-stopped", f"{self.unit} was stopped on purpose; the daemon leaves it stopped "
                              "until it is started again") if stopped else
