@@ -6,7 +6,9 @@ table, Environment= the [env] table, and everything else stays in `args`, in ord
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
 from typing import Any
 
 import tomlkit
@@ -15,9 +17,11 @@ from specd.errors import UsageError
 from specd.profiles.flags import SPEC_TYPE_SPELLINGS
 from specd.profiles.load import PROFILE_SCHEMA, SPECULATIVE_SCHEMA, profile_path
 from specd.unit.render import SPEC_FLAGS, TYPED_FLAGS
-from specd.profiles.schema import validate
+from specd.profiles.schema import Table, validate
 from specd.deploy.unitfiles import atomic_write
-from specd.unit.parse import parse_unit
+from specd.unit.parse import read_unit
+from specd.unit.syntax import Scope, UnitContext, read_unit_text
+from specd.unit.wrappers import unwrap
 
 _FIXED = {"--model": "model", "-m": "model", "--alias": "alias", "-a": "alias", "--host": "host", "--port": "port"}
 _BOOLEAN = {"--jinja": "jinja", "--metrics": "metrics"}
@@ -45,71 +49,171 @@ def _convert(value: str, kind: Any) -> Any:
     return value
 
 
-def profile_from_unit(text: str, where: str, description: str) -> dict[str, Any]:
-    command = parse_unit(text, where)
+LLAMA_SERVER_DEFAULT_HOST = "127.0.0.1"  # llama-server's own defaults, for units that leave them out
+LLAMA_SERVER_DEFAULT_PORT = 8080
+
+
+@dataclass(frozen=True)
+class ImportRow:
+    """One line of what import did: a piece of the unit and what it became."""
+
+    source: str
+    became: str
+
+
+@dataclass
+class ImportResult:
+    data: dict[str, Any]
+    rows: list[ImportRow] = field(default_factory=list)
+
+    def row(self, source: str, became: str) -> None:
+        self.rows.append(ImportRow(source, became))
+
+
+def _accepts(schema: Table, key: str, value: Any) -> bool:
+    return not validate({key: value}, schema, path=Path("import"), text="")
+
+
+def _is_value(word: str | None) -> bool:
+    """A word that is a flag's value, not the next flag (negative numbers are values)."""
+    return word is not None and (not word.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", word) is not None)
+
+
+# Units that a manager other than systemd's own unit loader reads differently are refused above;
+# these directives are what real units carry besides ExecStart/Environment. specd renders its own
+# [Unit]/[Service]/[Install]; the rest is reported so the owner can keep it in a drop-in.
+_RENDERED = {("Unit", "Description"), ("Unit", "After"), ("Service", "Type"), ("Service", "Restart"),
+             ("Service", "RestartSec"), ("Install", "WantedBy")}
+
+
+def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None) -> ImportResult:
+    parsed = read_unit(text, where, context)
+    unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where)
+    environment = {**parsed.command.environment, **unwrapped.environment}
     typed = {spelling: use.key for use in TYPED_FLAGS for spelling in use.spellings}
     spec_flags = {spelling: use.key for use in SPEC_FLAGS for spelling in use.spellings}
-    data: dict[str, Any] = {"description": description, "binary": command.argv[0]}
+    result = ImportResult({"description": description, "binary": unwrapped.argv[0]})
+    for note in (*parsed.notes, *unwrapped.notes):
+        result.row("unit", note)
+    data = result.data
     speculative: dict[str, Any] = {}
     rest: list[str] = []
-    argv = command.argv[1:]
+    argv = unwrapped.argv[1:]
     index = 0
     while index < len(argv):
         arg = argv[index]
         flag, has_inline, inline = arg.partition("=")
-        name = flag if has_inline and flag.startswith("--") else arg
-        value = inline if has_inline and flag.startswith("--") else (argv[index + 1] if index + 1 < len(argv) else None)
-        step = 1 if has_inline and flag.startswith("--") else 2
+        inline_form = has_inline and flag.startswith("--")
+        name = flag if inline_form else arg
+        value: str | None = inline if inline_form else (argv[index + 1] if index + 1 < len(argv) else None)
+        step = 1 if inline_form else 2
         if name in _BOOLEAN:
             data[_BOOLEAN[name]] = True
+            result.row(arg, f"{_BOOLEAN[name]} = true")
             index += 1
             continue
-        target: tuple[dict[str, Any], str, Any] | None = None
+        target: tuple[dict[str, Any], Table, str, str] | None = None
         if name in _FIXED:
-            key = _FIXED[name]
-            target = (data, key, PROFILE_SCHEMA.keys[key].kind)
+            target = (data, PROFILE_SCHEMA, _FIXED[name], "")
         elif name in typed:
-            target = (data, typed[name], PROFILE_SCHEMA.keys[typed[name]].kind)
+            target = (data, PROFILE_SCHEMA, typed[name], "")
         elif name == "--spec-type":
-            target = (speculative, "type", str)
+            target = (speculative, SPECULATIVE_SCHEMA, "type", "speculative.")
         elif name in spec_flags:
-            target = (speculative, spec_flags[name], SPECULATIVE_SCHEMA.keys[spec_flags[name]].kind)
-        if target is not None and value is not None:
-            table, key, kind = target
-            table[key] = _spec_type(value) if key == "type" else _convert(value, kind)
+            target = (speculative, SPECULATIVE_SCHEMA, spec_flags[name], "speculative.")
+        if target is not None and (inline_form or _is_value(value)):
+            assert value is not None
+            table, schema, key, prefix = target
+            converted = _spec_type(value) if key == "type" else _convert(value, schema.keys[key].kind)
             if key == "alias":
-                table[key] = value.split(",")[0]
+                converted = value.split(",")[0]
+            if _accepts(schema, key, converted):
+                table[key] = converted
+                result.row(" ".join(argv[index:index + step]), f"{prefix}{key} = {converted!r}")
+                index += step
+                continue
+            result.row(" ".join(argv[index:index + step]),
+                       f"args (kept as written: {value!r} is not a value specd checks for {prefix}{key})")
+            rest += argv[index:index + step]
             index += step
             continue
         rest.append(arg)
+        result.row(arg, "args")
         index += 1
+    if "model" not in data:
+        raise UsageError(f"{where}: the llama-server command has no -m/--model (router mode with --models-dir, or a "
+                         "Hugging Face model with -hf): specd profiles need a local model file today; keep this "
+                         "unit by hand")
+    if speculative and "type" not in speculative and "draft_model" in speculative:
+        speculative["type"] = "draft"
+        result.row("-md without --spec-type", "speculative.type = 'draft' (the classic draft-model form)")
+    if "host" not in data:
+        data["host"] = LLAMA_SERVER_DEFAULT_HOST
+        result.row("no --host", f"host = {LLAMA_SERVER_DEFAULT_HOST!r} (llama-server's default)")
+    if "port" not in data:
+        data["port"] = LLAMA_SERVER_DEFAULT_PORT
+        result.row("no --port", f"port = {LLAMA_SERVER_DEFAULT_PORT} (llama-server's default)")
+    if "alias" not in data:
+        data["alias"] = PurePath(str(data["model"])).name
+        result.row("no --alias", f"alias = {data['alias']!r} (the id llama-server reports: the model file's name); "
+                                 "the profile renders it as --alias")
     if "metrics" not in data:
         data["metrics"] = False
     if rest:
         data["args"] = rest
     if speculative:
         data["speculative"] = speculative
-    if command.environment:
-        data["env"] = dict(command.environment)
-    return data
+    if environment:
+        data["env"] = dict(environment)
+        for name in sorted(environment):
+            result.row(f"{name}=...", "env")
+    for directive in parsed.directives:
+        if (directive.section, directive.key) not in _RENDERED:
+            result.row(f"{directive.key}={directive.value} ([{directive.section}] line {directive.line})",
+                       "NOT carried: keep it in a drop-in (systemctl edit) — specd renders the unit file only")
+    return result
 
 
-def import_unit(unit_path: Path, profiles_dir: Path, name: str, *, force: bool = False) -> Path:
-    try:
-        text = unit_path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{unit_path}: cannot read: {exc.strerror}") from exc
+def resolve_source(source: str, scope: str) -> Path:
+    """`--from`: a path, or the name of an installed unit (template instances included)."""
+    path = Path(source)
+    if path.exists() or "/" in source:
+        return path
+    from specd import paths
+
+    directories = ([paths.user_unit_dir(), Path("/etc/systemd/user"), Path("/usr/lib/systemd/user")] if scope == "user"
+                   else [paths.SYSTEM_UNIT_DIR, Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")])
+    names = [source]
+    if "@" in source:  # llama-server@qwen.service is read from llama-server@.service
+        stem, _, suffix = source.rpartition(".")
+        names.append(stem.split("@", 1)[0] + "@." + suffix)
+    for directory in directories:
+        for name in names:
+            if (directory / name).is_file():
+                return directory / name
+    raise UsageError(f"no unit file {source} in {', '.join(map(str, directories))}; pass its path to --from")
+
+
+def import_unit(unit_path: Path, profiles_dir: Path, name: str, *, force: bool = False,
+                unit_name: str | None = None, scope: Scope = "user") -> Path:
+    return import_unit_report(unit_path, profiles_dir, name, force=force, unit_name=unit_name, scope=scope)[0]
+
+
+def import_unit_report(unit_path: Path, profiles_dir: Path, name: str, *, force: bool = False,
+                       unit_name: str | None = None, scope: Scope = "user") -> tuple[Path, ImportResult]:
+    text = read_unit_text(unit_path)
     target = profile_path(profiles_dir, name)
     if target.exists() and not force:
         raise UsageError(f"{target} exists; pick another name or pass --force")
-    data = profile_from_unit(text, str(unit_path), f"imported from {unit_path}")
+    context = UnitContext.for_unit(unit_name or unit_path.name, scope)
+    result = profile_from_unit(text, str(unit_path), f"imported from {unit_name or unit_path}", context)
     document = tomlkit.document()
     document.add(tomlkit.comment(f"Imported by `specd import` from {unit_path}"))
-    for key, value in data.items():
+    for key, value in result.data.items():
         document[key] = value
     rendered = tomlkit.dumps(document)
-    problems = validate(data, PROFILE_SCHEMA, path=target, text=rendered)
+    problems = validate(result.data, PROFILE_SCHEMA, path=target, text=rendered)
     if problems:
-        raise UsageError(f"{unit_path} cannot become a valid profile:\n" + "\n".join(problems))
+        raise UsageError(f"{unit_path} cannot become a valid profile (nothing was written):\n" + "\n".join(problems))
     atomic_write(target, rendered.encode("utf-8"))
-    return target
+    return target, result

@@ -6,10 +6,21 @@ Used by `specd import`, and to find the alias and port of a unit whose profile f
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from specd.errors import UsageError
+from specd.unit.syntax import (
+    UnitContext,
+    expand_variables,
+    logical_lines,
+    parse_assignments,
+    parse_environment_file,
+    read_unit_text,
+    referenced_variables,
+    resolve_specifiers,
+    split_words,
+)
 
 
 @dataclass(frozen=True)
@@ -39,57 +50,86 @@ class UnitCommand:
         return f"http://{host}:{port}"
 
 
-def _logical_lines(text: str) -> list[str]:
-    lines: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not pending and (stripped.startswith(("#", ";"))):
+@dataclass(frozen=True)
+class Directive:
+    section: str
+    key: str
+    value: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ParsedUnit:
+    """A unit as systemd reads it: the resolved command, its environment, and everything else."""
+
+    command: UnitCommand
+    directives: tuple[Directive, ...]
+    notes: tuple[str, ...]  # where each resolved value came from (specifiers, variables, files)
+
+
+def _exec_words(value: str, where: str) -> list[str]:
+    words = split_words(value, where)
+    while words and words[0][:1] in "-@+!:|" and not words[0].startswith("/"):
+        words[0] = words[0][1:] or words.pop(0)
+    return words
+
+
+def read_unit(text: str, where: str = "unit", context: UnitContext | None = None) -> ParsedUnit:
+    """Parse a unit's text with systemd's rules: specifiers, Environment=, EnvironmentFile=
+    (read from disk, `-` prefix optional), variables in ExecStart=, quoting and C escapes."""
+    context = context or UnitContext.for_unit(Path(where).name if where.endswith(".service") else "unit.service",
+                                              "user")
+    section = ""
+    exec_start: list[str] | None = None
+    exec_line = 0
+    environment: dict[str, str] = {}
+    directives: list[Directive] = []
+    notes: list[str] = []
+    for line in logical_lines(text):
+        here = f"{where} line {line.line}"
+        if line.text.startswith("[") and line.text.endswith("]"):
+            section = line.text[1:-1]
             continue
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
+        if "=" not in line.text:
+            notes.append(f"{here}: {line.text[:60]!r} is neither a [Section] nor KEY=value; systemd ignores it")
             continue
-        lines.append(pending + stripped)
-        pending = ""
-    if pending:
-        lines.append(pending)
-    return lines
-
-
-def _unescape(word: str) -> str:
-    return word.replace("%%", "\0pct\0").replace("$$", "$").replace("\0pct\0", "%")
-
-
-def _split(value: str, where: str) -> list[str]:
-    try:
-        return [_unescape(word) for word in shlex.split(value, posix=True)]
-    except ValueError as exc:
-        raise UsageError(f"{where}: cannot parse {value[:80]!r}: {exc}") from exc
+        key, value = (part.strip() for part in line.text.split("=", 1))
+        if section == "Service" and key == "ExecStart":
+            if not value:
+                exec_start = None
+                continue
+            exec_start = [resolve_specifiers(word, context, here) for word in _exec_words(value, here)]
+            exec_line = line.line
+        elif section == "Service" and key == "Environment":
+            for name, env_value in parse_assignments(resolve_specifiers(value, context, here), here).items():
+                environment[name] = env_value
+        elif section == "Service" and key == "EnvironmentFile":
+            optional = value.startswith("-")
+            path = Path(resolve_specifiers(value.removeprefix("-"), context, here))
+            try:
+                file_text = read_unit_text(path)
+            except UsageError:
+                if optional:
+                    notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
+                    continue
+                raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
+                                 "the unit too (prefix it with - if it is optional)") from None
+            loaded = parse_environment_file(file_text, str(path))
+            environment.update(loaded)
+            if loaded:
+                notes.append(f"{', '.join(sorted(loaded))} from EnvironmentFile={path}")
+        else:
+            directives.append(Directive(section, key, value, line.line))
+    if not exec_start:
+        raise UsageError(f"{where}: no ExecStart= in its [Service] section")
+    used = referenced_variables(exec_start)
+    for name in sorted(used):
+        source = "unset: expands to nothing" if name not in environment else "from the unit's environment"
+        notes.append(f"ExecStart (line {exec_line}) uses ${name}: {source}")
+    argv = expand_variables(exec_start, environment)
+    return ParsedUnit(UnitCommand(argv, environment), tuple(directives), tuple(notes))
 
 
 def parse_unit(text: str, where: str = "unit") -> UnitCommand:
-    section = ""
-    exec_start: list[str] = []
-    environment: dict[str, str] = {}
-    for line in _logical_lines(text):
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        if section != "Service" or "=" not in line:
-            continue
-        key, value = (part.strip() for part in line.split("=", 1))
-        if key == "ExecStart":
-            if not value:
-                exec_start = []
-                continue
-            words = _split(value, where)
-            while words and words[0][:1] in "-@+!:" and not words[0].startswith("/"):
-                words[0] = words[0][1:] or words.pop(0)
-            exec_start = words
-        elif key == "Environment":
-            for assignment in _split(value, where):
-                name, _, env_value = assignment.partition("=")
-                environment[name] = env_value
-    if not exec_start:
-        raise UsageError(f"{where}: no ExecStart= in its [Service] section")
-    return UnitCommand(exec_start, environment)
+    """The command of a unit (specd's own or a hand-written one), read with systemd's rules."""
+    return read_unit(text, where).command

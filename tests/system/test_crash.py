@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 
 import pytest
 
@@ -25,13 +26,18 @@ def temp_files(box) -> list[str]:
     return [p.name for p in box.unit_path.parent.glob(".*specd-tmp-*")]
 
 
+def main_pid(box) -> str:
+    return subprocess.run(["systemctl", "--user", "show", "-p", "MainPID", "--value", box.unit], env=box.env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def read_only_status(box) -> dict:
     """`specd status` after a kill: reports, exits 3 while an intent is pending, changes nothing."""
-    pid_before = box.manager.systemctl("show", "-p", "MainPID", "--value", box.unit).stdout.strip()
+    pid_before = main_pid(box)
     text_before = box.unit_path.read_text()
     result = box.specd("status", "--json")
     assert result.returncode in (0, 3), result.stderr
-    assert box.manager.systemctl("show", "-p", "MainPID", "--value", box.unit).stdout.strip() == pid_before
+    assert main_pid(box) == pid_before
     assert box.unit_path.read_text() == text_before
     return json.loads(result.stdout)
 

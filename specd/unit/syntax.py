@@ -1,0 +1,251 @@
+"""systemd's unit-file syntax, as systemd itself reads it (systemd.syntax(7), systemd.unit(5),
+systemd.service(5), systemd.exec(5)). Pure functions over text; no systemd needed.
+
+- Logical lines: a trailing backslash continues a line; comment lines (# or ;) inside a
+  continuation are skipped, as systemd skips them.
+- Words (ExecStart=, Environment=): whitespace separates; single and double quotes group; C escapes
+  (\\n \\t \\xHH \\NNN \\uXXXX \\s ...) are decoded inside and outside quotes.
+- Specifiers (%h %u %U %i %I %n %N %p %t %S %C %E %%): resolved for the unit's name and scope.
+- Variables in ExecStart=: `${VAR}` is replaced inside its word; a word that is exactly `$VAR`
+  becomes as many words as the value has (split at whitespace); `$$` is a literal `$`.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from specd.errors import UsageError
+
+Scope = Literal["user", "system"]
+_C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\",
+              '"': '"', "'": "'", "s": " "}
+
+
+@dataclass(frozen=True)
+class LogicalLine:
+    line: int  # where it starts in the file, 1-based
+    text: str
+
+
+def read_unit_text(path: Path) -> str:
+    """A unit file's text; a clear error for unreadable or non-UTF-8 files."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); systemd reads unit files "
+                         "as UTF-8: convert it (iconv -t UTF-8) and import again") from exc
+
+
+def logical_lines(text: str) -> list[LogicalLine]:
+    """Lines as systemd sees them: continuations joined, comments (also inside continuations) dropped."""
+    result: list[LogicalLine] = []
+    pending: list[str] | None = None
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith(("#", ";")):
+            continue
+        if pending is None:
+            if not stripped:
+                continue
+            pending, start = [], number
+        if stripped.endswith("\\"):
+            pending.append(stripped[:-1].rstrip())
+            continue
+        pending.append(stripped)
+        result.append(LogicalLine(start, " ".join(part for part in pending).strip()))
+        pending = None
+    if pending is not None:
+        result.append(LogicalLine(start, " ".join(pending).strip()))
+    return result
+
+
+def _c_escape(text: str, index: int, where: str) -> tuple[str, int]:
+    """Decode the escape starting at text[index] == '\\'; returns (char, next index)."""
+    if index + 1 >= len(text):
+        raise UsageError(f"{where}: a lone backslash at the end of {text[:60]!r}")
+    code = text[index + 1]
+    if code in _C_ESCAPES:
+        return _C_ESCAPES[code], index + 2
+    if code == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[index + 2:index + 4]):
+        return chr(int(text[index + 2:index + 4], 16)), index + 4
+    if code in "01234567" and re.fullmatch(r"[0-7]{3}", text[index + 1:index + 4]):
+        return chr(int(text[index + 1:index + 4], 8)), index + 4
+    if code == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[index + 2:index + 6]):
+        return chr(int(text[index + 2:index + 6], 16)), index + 6
+    if code == "U" and re.fullmatch(r"[0-9a-fA-F]{8}", text[index + 2:index + 10]):
+        return chr(int(text[index + 2:index + 10], 16)), index + 10
+    if code in " ;":
+        return code, index + 2
+    raise UsageError(f"{where}: unknown escape \\{code} in {text[:60]!r}")
+
+
+def split_words(value: str, where: str) -> list[str]:
+    """Split a value into words the way systemd splits ExecStart= and Environment=."""
+    words: list[str] = []
+    index, length = 0, len(value)
+    while index < length:
+        while index < length and value[index] in " \t":
+            index += 1
+        if index >= length:
+            break
+        word: list[str] = []
+        quote: str | None = None
+        while index < length:
+            char = value[index]
+            if char == "\\":
+                decoded, index = _c_escape(value, index, where)
+                word.append(decoded)
+                continue
+            if quote is not None:
+                if char == quote:
+                    quote = None
+                else:
+                    word.append(char)
+                index += 1
+                continue
+            if char in "\"'":
+                quote = char
+                index += 1
+                continue
+            if char in " \t":
+                break
+            word.append(char)
+            index += 1
+        if quote is not None:
+            raise UsageError(f"{where}: unbalanced {quote} quote in {value[:80]!r}")
+        words.append("".join(word))
+    return words
+
+
+@dataclass(frozen=True)
+class UnitContext:
+    """What specifiers resolve against: the unit's own name and the manager that runs it."""
+
+    unit_name: str
+    scope: Scope = "user"
+    home: str = field(default_factory=lambda: str(Path.home()))
+    user: str = field(default_factory=lambda: pwd.getpwuid(os.getuid()).pw_name)
+    uid: int = field(default_factory=os.getuid)
+
+    @classmethod
+    def for_unit(cls, unit_name: str, scope: Scope) -> UnitContext:
+        if scope == "system":  # the system manager runs as root: %h is /root, %u root
+            return cls(unit_name, scope, home="/root", user="root", uid=0)
+        return cls(unit_name, scope)
+
+    @property
+    def prefix(self) -> str:
+        stem = self.unit_name.rsplit(".", 1)[0]
+        return stem.split("@", 1)[0]
+
+    @property
+    def instance(self) -> str:
+        stem = self.unit_name.rsplit(".", 1)[0]
+        return stem.split("@", 1)[1] if "@" in stem else ""
+
+    def directory(self, kind: str) -> str:
+        if self.scope == "system":
+            return {"t": "/run", "S": "/var/lib", "C": "/var/cache", "E": "/etc", "L": "/var/log"}[kind]
+        runtime = os.environ.get("XDG_RUNTIME_DIR", f"/run/user/{self.uid}")
+        xdg = {"t": ("XDG_RUNTIME_DIR", runtime), "S": ("XDG_STATE_HOME", f"{self.home}/.local/state"),
+               "C": ("XDG_CACHE_HOME", f"{self.home}/.cache"), "E": ("XDG_CONFIG_HOME", f"{self.home}/.config"),
+               "L": ("XDG_STATE_HOME", f"{self.home}/.local/state")}
+        name, default = xdg[kind]
+        value = os.environ.get(name, default) if kind == "t" else default
+        return f"{value}/log" if kind == "L" else value
+
+    def specifier(self, code: str) -> str | None:
+        table = {
+            "%": "%", "n": self.unit_name, "N": self.unit_name.rsplit(".", 1)[0], "p": self.prefix,
+            "P": unescape_name(self.prefix), "i": self.instance, "I": unescape_name(self.instance),
+            "j": self.prefix.rsplit("-", 1)[-1], "J": unescape_name(self.prefix.rsplit("-", 1)[-1]),
+            "h": self.home, "u": self.user, "U": str(self.uid), "g": "root" if self.scope == "system" else self.user,
+            "G": "0" if self.scope == "system" else str(os.getgid()),
+        }
+        if code in "tSCEL":
+            return self.directory(code)
+        return table.get(code)
+
+
+def unescape_name(text: str) -> str:
+    """systemd-escape's inverse for %I and %P: `-` is `/`, `\\xHH` a byte."""
+    text = re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), text.replace("-", "/"))
+    return text
+
+
+def resolve_specifiers(text: str, context: UnitContext, where: str) -> str:
+    """Replace %X specifiers; an unknown one is refused as systemd refuses it."""
+    def replace(match: re.Match[str]) -> str:
+        value = context.specifier(match.group(1))
+        if value is None:
+            raise UsageError(f"{where}: unknown specifier %{match.group(1)} in {text[:80]!r}")
+        return value
+
+    return re.sub(r"%(.)", replace, text)
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\$")
+_BARE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def expand_variables(words: list[str], environment: dict[str, str]) -> list[str]:
+    """ExecStart='s variable expansion: `${VAR}` in place, a lone `$VAR` word split at whitespace."""
+    expanded: list[str] = []
+    for word in words:
+        bare = _BARE.match(word)
+        if bare:
+            expanded.extend(environment.get(bare.group(1), "").split())
+            continue
+        expanded.append(_VARIABLE.sub(lambda m: "$" if m.group(0) == "$$" else environment.get(m.group(1), ""),
+                                      word))
+    return expanded
+
+
+def referenced_variables(words: list[str]) -> set[str]:
+    names: set[str] = set()
+    for word in words:
+        bare = _BARE.match(word)
+        if bare:
+            names.add(bare.group(1))
+        names.update(m.group(1) for m in _VARIABLE.finditer(word) if m.group(1))
+    return names
+
+
+def parse_assignments(value: str, where: str) -> dict[str, str]:
+    """Environment='s `NAME=value` words (quoted as ExecStart= words are)."""
+    result: dict[str, str] = {}
+    for word in split_words(value, where):
+        name, equals, env_value = word.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UsageError(f"{where}: {word!r} is not a NAME=value assignment")
+        result[name] = env_value
+    return result
+
+
+def parse_environment_file(text: str, where: str) -> dict[str, str]:
+    """An EnvironmentFile=: NAME=value lines, # and ; comments, optional `export`, shell-style quotes."""
+    result: dict[str, str] = {}
+    for line in logical_lines(text):
+        content = line.text.removeprefix("export ").strip()
+        name, equals, raw = content.partition("=")
+        name = name.strip()
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UsageError(f"{where} line {line.line}: {content[:60]!r} is not NAME=value")
+        raw = raw.strip()
+        if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+            raw = raw[1:-1]
+            if line.text.split("=", 1)[1].strip()[0] == '"':
+                raw = re.sub(r'\\(["\\$`])', r"\1", raw)
+        result[name] = raw
+    return result

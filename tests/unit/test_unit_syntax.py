@@ -1,0 +1,149 @@
+"""Units read as systemd reads them, and imported as their owner runs them.
+
+The fixtures are shapes taken from real units (specifiers, EnvironmentFile, wrappers, comment lines
+inside continuations); the property test at the end checks the parser against real systemd's own
+parse in tests/system/test_unit_roundtrip.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specd.errors import UsageError
+from specd.unit.importer import profile_from_unit, resolve_source
+from specd.unit.parse import read_unit
+from specd.unit.syntax import UnitContext, expand_variables, logical_lines, split_words
+
+CTX = UnitContext("llama-server@qwen.service", "user", home="/home/ann", user="ann", uid=1000)
+
+
+def argv_of(text: str, context: UnitContext = CTX) -> list[str]:
+    return read_unit(text, "test.service", context).command.argv
+
+
+def test_comment_lines_inside_a_continuation_are_skipped() -> None:
+    text = "[Service]\nExecStart=/opt/llama-server \\\n  -m /m.gguf \\\n#  --old-flag \\\n  --port 9000\n"
+    assert argv_of(text) == ["/opt/llama-server", "-m", "/m.gguf", "--port", "9000"]
+
+
+def test_specifiers_resolve_for_the_unit_and_its_instance() -> None:
+    text = "[Service]\nExecStart=%h/llama.cpp/llama-server -m %h/models/%i.gguf --alias %i --slot-save-path %t/x 100%%\n"
+    assert argv_of(text) == ["/home/ann/llama.cpp/llama-server", "-m", "/home/ann/models/qwen.gguf", "--alias",
+                             "qwen", "--slot-save-path", argv_of("[Service]\nExecStart=%t/x\n")[0], "100%"]
+    system = UnitContext.for_unit("llama.service", "system")
+    assert argv_of("[Service]\nExecStart=%h/bin/llama-server -m %E/m.gguf\n", system) == [
+        "/root/bin/llama-server", "-m", "/etc/m.gguf"]
+
+
+def test_an_unknown_specifier_is_refused_naming_the_line() -> None:
+    with pytest.raises(UsageError, match=r"line 2: unknown specifier %Q"):
+        argv_of("[Service]\nExecStart=/opt/llama-server -m /m/%Q.gguf\n")
+
+
+def test_variables_expand_as_systemd_does() -> None:
+    text = ('[Service]\nEnvironment="ARGS=-c 4096 -ngl 99" MODEL=/m/q.gguf\n'
+            "ExecStart=/opt/llama-server -m ${MODEL} $ARGS --alias x${MODEL} $$HOME\n")
+    assert argv_of(text) == ["/opt/llama-server", "-m", "/m/q.gguf", "-c", "4096", "-ngl", "99", "--alias",
+                             "x/m/q.gguf", "$HOME"]
+    assert expand_variables(["${ARGS}"], {"ARGS": "a b"}) == ["a b"]  # ${VAR} never splits
+    assert expand_variables(["$NOPE", "x"], {}) == ["x"]  # unset bare $VAR vanishes
+
+
+def test_environment_files_are_read_and_optional_ones_may_be_missing(tmp_path: Path) -> None:
+    env = tmp_path / "llama.env"
+    env.write_text('# models\nMODEL="/m/with space.gguf"\nexport PORT=8123\nFLAGS=\'-fa on\'\n')
+    text = (f"[Service]\nEnvironmentFile={env}\nEnvironmentFile=-{tmp_path}/absent.env\n"
+            "ExecStart=/opt/llama-server -m ${MODEL} --port ${PORT} $FLAGS\n")
+    parsed = read_unit(text, "test.service", CTX)
+    assert parsed.command.argv == ["/opt/llama-server", "-m", "/m/with space.gguf", "--port", "8123", "-fa", "on"]
+    assert any("from EnvironmentFile=" in note for note in parsed.notes)
+    assert any("absent.env (optional)" in note for note in parsed.notes)
+    with pytest.raises(UsageError, match="EnvironmentFile=.*cannot be read"):
+        read_unit(f"[Service]\nEnvironmentFile={tmp_path}/absent.env\nExecStart=/opt/llama-server\n", "t", CTX)
+
+
+def test_c_escapes_work_in_both_quote_kinds_and_quotes_group() -> None:
+    assert split_words(r"""a "b c" 'd\te' f\x41 "g\"h" \s""", "t") == ["a", "b c", "d\te", "fA", 'g"h', " "]
+    with pytest.raises(UsageError, match="unbalanced"):
+        split_words('"open', "t")
+
+
+def test_a_non_utf8_unit_gets_a_clear_error(tmp_path: Path) -> None:
+    unit = tmp_path / "latin1.service"
+    unit.write_bytes("[Unit]\nDescription=caf\xe9\n".encode("latin-1"))
+    from specd.unit.syntax import read_unit_text
+
+    with pytest.raises(UsageError, match=r"latin1.service line 2: not UTF-8"):
+        read_unit_text(unit)
+
+
+def test_logical_lines_keep_the_line_each_starts_on() -> None:
+    lines = logical_lines("[Service]\n\nExecStart=/a \\\n  b\nUser=x\n")
+    assert [(line.line, line.text) for line in lines] == [(1, "[Service]"), (3, "ExecStart=/a b"), (5, "User=x")]
+
+
+# --- import: wrappers, defaults, values the binary takes --------------------------------------------------------
+
+
+def imported(exec_start: str, extra: str = "") -> dict[str, object]:
+    return profile_from_unit(f"[Service]\n{extra}ExecStart={exec_start}\nUser=llama\n", "t.service", "d", CTX).data
+
+
+def test_bash_c_and_env_wrappers_import_the_inner_command() -> None:
+    data = imported("/bin/bash -lc 'cd /srv && exec /opt/llama-server -m /m.gguf -c 2048 --port 9001'")
+    assert data["binary"] == "/opt/llama-server" and data["ctx_size"] == 2048 and data["port"] == 9001
+    data = imported("/usr/bin/env CUDA_VISIBLE_DEVICES=1 /opt/llama-server -m /m.gguf")
+    assert data["binary"] == "/opt/llama-server" and data["env"] == {"CUDA_VISIBLE_DEVICES": "1"}
+    data = imported("/bin/sh -c 'exec /opt/llama-server -m ${MODEL} $ARGS'",
+                    'Environment=MODEL=/m.gguf "ARGS=-ngl 99 --jinja"\n')
+    assert data["model"] == "/m.gguf" and data["n_gpu_layers"] == 99 and data["jinja"] is True
+
+
+@pytest.mark.parametrize(("exec_start", "says"), [
+    ("/usr/bin/docker run --rm -p 8080:8080 ghcr.io/ggml-org/llama.cpp:server -m /m.gguf", "in a container"),
+    ("/usr/local/bin/start-llama.sh", "wrapper script specd cannot see into"),
+    ("/bin/bash /usr/local/bin/start-llama.sh", "without -c"),
+    ("/bin/bash -c '/opt/llama-server -m $UNSET'", "neither the unit nor the script sets"),
+])
+def test_wrappers_specd_cannot_carry_are_refused_naming_them(exec_start: str, says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        imported(exec_start)
+
+
+def test_missing_host_port_and_alias_get_llama_servers_defaults_and_say_so() -> None:
+    result = profile_from_unit("[Service]\nExecStart=/opt/llama-server -m /models/qwen-Q4.gguf\n", "t", "d", CTX)
+    assert (result.data["host"], result.data["port"], result.data["alias"]) == ("127.0.0.1", 8080, "qwen-Q4.gguf")
+    said = " ".join(row.became for row in result.rows)
+    assert "llama-server's default" in said and "the id llama-server reports" in said
+
+
+def test_classic_draft_flags_become_a_draft_profile() -> None:
+    data = imported("/opt/llama-server -m /m.gguf -md /d.gguf --draft-max 16 -ngld 99")
+    assert data["speculative"] == {"draft_model": "/d.gguf", "draft_n_max": 16, "draft_ngl": 99, "type": "draft"}
+
+
+def test_values_specd_does_not_check_stay_in_args_as_written() -> None:
+    data = imported("/opt/llama-server -m /m.gguf -ngl all --flash-attn --metrics -ctk turbo4")
+    args = data["args"]
+    assert isinstance(args, list)
+    assert args[:2] == ["-ngl", "all"] and "--flash-attn" in args and data["metrics"] is True
+    assert "n_gpu_layers" not in data
+
+
+def test_directives_specd_does_not_render_are_reported() -> None:
+    result = profile_from_unit("[Service]\nExecStart=/opt/llama-server -m /m.gguf\nUser=llama\nLimitMEMLOCK=infinity\n",
+                               "t", "d", CTX)
+    dropped = [row.source for row in result.rows if row.became.startswith("NOT carried")]
+    assert any(s.startswith("User=llama") for s in dropped) and any("LimitMEMLOCK" in s for s in dropped)
+
+
+def test_from_takes_an_installed_template_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    unit_dir = tmp_path / "systemd" / "user"
+    unit_dir.mkdir(parents=True)
+    (unit_dir / "llama-server@.service").write_text("[Service]\nExecStart=/opt/llama-server -m /m/%i.gguf\n")
+    assert resolve_source("llama-server@qwen.service", "user") == unit_dir / "llama-server@.service"
+    with pytest.raises(UsageError, match="no unit file nosuch.service"):
+        resolve_source("nosuch.service", "user")
