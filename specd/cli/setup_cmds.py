@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,7 +10,7 @@ from rich.table import Table
 from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.setup.doctor import run_doctor
-from specd.unit.importer import import_unit
+from specd.unit.importer import import_unit_report, resolve_source
 
 
 @app.command()
@@ -33,17 +32,30 @@ def doctor(config: ConfigOption = None, json_out: JsonOption = False) -> None:
 @app.command("import")
 def import_(
     name: Annotated[str, typer.Argument(help="name of the new profile")],
-    unit_file: Annotated[Path | None, typer.Option("--from", help="unit file to read (default: the installed unit)")]
-    = None,
+    source: Annotated[str | None, typer.Option(
+        "--from", metavar="UNIT|PATH",
+        help="an installed unit's name (llama-server@qwen.service for a template instance) or a unit file's "
+             "path; default: the deployment's unit")] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing profile")] = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
+    json_out: JsonOption = False,
 ) -> None:
-    """Turn a hand-written llama-server unit's ExecStart/Environment into profile NAME."""
+    """Turn an existing llama-server unit into profile NAME, read as systemd reads it, and say what
+    became of each part (typed key, args, env, a default filled in, or not carried)."""
     _, deployment = deployment_of(config, unit)
-    source = unit_file or deployment.unit_path
-    target = import_unit(source, deployment.profiles_dir, name, force=force)
-    console.print(f"wrote {target}; check it with `specd show {name}`", highlight=False)
+    unit_name = source if source and "/" not in source else None
+    path = resolve_source(source, deployment.scope) if source else deployment.unit_path
+    target, result = import_unit_report(path, deployment.profiles_dir, name, force=force,
+                                        unit_name=unit_name or path.name, scope=deployment.scope)
+    if json_out:
+        print_json({"profile": str(target), "rows": [row.__dict__ for row in result.rows]})
+        return
+    table = Table("from the unit", "became", title=f"specd import {name} <- {path}")
+    for row in result.rows:
+        table.add_row(row.source, row.became)
+    console.print(table)
+    console.print(f"wrote {target}; compare with `specd diff {name}`, then `specd switch {name}`", highlight=False)
 
 
 @app.command()

@@ -82,8 +82,7 @@ def _is_value(word: str | None) -> bool:
 # Units that a manager other than systemd's own unit loader reads differently are refused above;
 # these directives are what real units carry besides ExecStart/Environment. specd renders its own
 # [Unit]/[Service]/[Install]; the rest is reported so the owner can keep it in a drop-in.
-_RENDERED = {("Unit", "Description"), ("Unit", "After"), ("Service", "Type"), ("Service", "Restart"),
-             ("Service", "RestartSec"), ("Install", "WantedBy")}
+_RENDERED = {("Unit", "Description"), ("Unit", "After"), ("Service", "Type"), ("Install", "WantedBy")}
 
 
 def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None) -> ImportResult:
@@ -168,9 +167,11 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
         for name in sorted(environment):
             result.row(f"{name}=...", "env")
     for directive in parsed.directives:
-        if (directive.section, directive.key) not in _RENDERED:
-            result.row(f"{directive.key}={directive.value} ([{directive.section}] line {directive.line})",
-                       "NOT carried: keep it in a drop-in (systemctl edit) — specd renders the unit file only")
+        source = f"{directive.key}={directive.value} ([{directive.section}] line {directive.line})"
+        if (directive.section, directive.key) in _RENDERED:
+            result.row(source, f"replaced by the {directive.key}= specd renders")
+        else:
+            result.row(source, "NOT carried: keep it in a drop-in (systemctl edit) — specd renders the unit file only")
     return result
 
 
