@@ -60,10 +60,20 @@ def import_(
 
 @app.command()
 def quickstart(
-    stop_after: Annotated[bool, typer.Option("--stop-after", help="stop the demo server at the end")] = False,
+    stop_after: Annotated[bool, typer.Option("--stop-after", help="stop the demo server (and a private systemd) at the end")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="only stop the private systemd an earlier quickstart left running")] = False,
 ) -> None:
-    """Build llama-server and the tiny model, then switch, check, and roll back for real."""
-    from specd.setup.quickstart import run_quickstart
+    """Build llama-server and the tiny model, then switch, ask, and roll back for real.
 
-    run_quickstart(lambda line: console.print(line, highlight=False, markup=False), keep_running=not stop_after)
-    typer.echo("next: `specd status`, `specd profiles`, `specd doctor`")
+    Writes specd.toml (when there is none) and quickstart.toml under $XDG_CONFIG_HOME/specd. Without a
+    systemd --user manager it keeps a private one running and says how to reach and stop it.
+    """
+    from specd.setup import quickstart as qs
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    if stop:
+        qs.stop_demo(say)
+        return
+    qs.run_quickstart(say, keep_running=not stop_after)

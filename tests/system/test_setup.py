@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specd.setup.sandbox import start_private_systemd
 from tests.conftest import CACHE, REPO
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
@@ -43,18 +44,103 @@ def test_backups_are_pruned_to_backups_keep(box) -> None:
     assert len(backups) == 2 and backups[-1].name.endswith("-autoregressive")
 
 
-def test_quickstart_end_to_end_on_a_private_systemd(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
+# The tiny build cached on some hosts was compiled with -march=native including Intel AMX, whose
+# kernels crash at the first decode where the host does not grant the tile state; LLAMA_ARG_REPACK=0
+# keeps llama-server off them. The managers below hand this environment to the units they start.
+NO_AMX = {"LLAMA_ARG_REPACK": "0"}
+EXPECTED_ANSWERS = ("France", "100 degrees", "return a + b")
+
+
+def _fresh_env(home: Path, tmp: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
                           "XDG_CACHE_HOME", "SPECD_CONFIG")}
-    env.update(HOME=str(home), SPECD_CACHE=str(CACHE))
-    result = subprocess.run([sys.executable, "-m", "specd", "quickstart", "--stop-after"], env=env,
-                            capture_output=True, text=True, timeout=600, check=False)
+    tmp.mkdir()
+    env.update(HOME=str(home), SPECD_CACHE=str(CACHE), TMPDIR=str(tmp), **NO_AMX)
+    return env
+
+
+def _specd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specd", *args], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def _assert_demo_answers(out: str) -> None:
+    assert "is a base model" in out and "/v1/completions" in out
+    for prompt in ("The capital of France is", "Water boils at a temperature of", "def add(a, b):"):
+        assert f"prompt: {prompt}" in out
+    answers = [line for line in out.splitlines() if line.startswith("  answer:")]
+    assert len(answers) == 6, out  # three prompts on each of the two profiles
+    for word in EXPECTED_ANSWERS:
+        assert sum(word in line for line in answers) == 2, (word, answers)
+
+
+def _assert_next_commands_work(env: dict[str, str]) -> None:
+    status = _specd(env, "status")
+    assert status.returncode == 0 and "autoregressive" in status.stdout and "healthy" in status.stdout, status
+    profiles = _specd(env, "profiles")
+    assert profiles.returncode == 0 and "ngram-mod" in profiles.stdout, profiles
+    history = _specd(env, "history")
+    assert history.returncode == 0 and "rollback" in history.stdout, history
+
+
+def _exports(env_sh: Path) -> dict[str, str]:
+    lines = [line.removeprefix("export ") for line in env_sh.read_text().splitlines()]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_quickstart_without_a_user_manager_keeps_a_private_one_until_stop(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = _fresh_env(home, tmp_path / "tmp")
+    result = _specd(env, "quickstart")
+    env_sh = home / ".local" / "state" / "specd" / "quickstart-systemd" / "env.sh"
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        out = result.stdout
+        assert "starting a private one" in out and "specd quickstart --stop" in out and f"source {env_sh}" in out
+        _assert_demo_answers(out)
+        assert "back on autoregressive" in out
+        assert (home / ".config" / "specd" / "specd.toml").exists()
+        _assert_next_commands_work({**env, **_exports(env_sh)})
+    finally:
+        stopped = _specd(env, "quickstart", "--stop")
+    assert stopped.returncode == 0 and "stopped the private systemd" in stopped.stdout, stopped
+    assert not env_sh.parent.exists() and not (home / ".config" / "specd" / "specd.toml").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_quickstart_with_a_user_manager_installs_the_demo_there(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    for key in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in NO_AMX.items():
+        monkeypatch.setenv(key, value)
+    manager = start_private_systemd(tmp_path / "manager", home=home)  # stands in for the login session's
+    try:
+        env = _fresh_env(home, tmp_path / "tmp")
+        env.update({key: manager.env[key] for key in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")})
+        result = _specd(env, "quickstart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        out = result.stdout
+        assert "using your systemd --user manager" in out and "private" not in out
+        _assert_demo_answers(out)
+        assert (home / ".config" / "systemd" / "user" / "llama-server-tiny.service").exists()
+        _assert_next_commands_work(env)
+    finally:
+        manager.stop()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_quickstart_stop_after_leaves_the_box_as_it_was(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = _fresh_env(home, tmp_path / "tmp")
+    result = _specd(env, "quickstart", "--stop-after")
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "starting a private one" in out
-    assert "$ specd switch autoregressive" in out and "$ specd switch ngram-simple" in out
-    assert "tok/s" in out and "back on autoregressive" in out
-    assert (home / ".config" / "specd" / "specd.toml").exists()
+    assert "starting a private one" in out and "back on autoregressive" in out
+    assert "nothing is left running" in out
+    assert not (home / ".config" / "specd" / "specd.toml").exists()
+    assert (home / ".config" / "specd" / "quickstart.toml").exists()
+    assert not (home / ".local" / "state" / "specd" / "quickstart-systemd").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
