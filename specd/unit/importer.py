@@ -140,12 +140,24 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
         result.row(arg, "args")
         index += 1
     if "model" not in data:
-        raise UsageError(f"{where}: the llama-server command has no -m/--model (router mode with --models-dir, or a "
-                         "Hugging Face model with -hf): specd profiles need a local model file today; keep this "
-                         "unit by hand")
+        present = set(rest)
+        if present & {"--models-dir", "--models-preset", "--models-max"}:
+            why = "it runs llama-server in router mode (--models-dir/--models-preset), which specd profiles cannot express yet"
+        elif present & {"-hf", "--hf-repo", "-hfr", "--hf-file", "-hff"}:
+            why = "its model comes from Hugging Face (-hf), which specd profiles cannot express yet"
+        else:
+            why = "its llama-server command has no -m/--model"
+        raise UsageError(f"{where}: {why}; specd profiles need a local model file (-m): keep this unit by hand")
+    host = data.get("host")
+    if isinstance(host, str) and (host.startswith("/") or host.endswith(".sock")):
+        raise UsageError(f"{where}: --host {host} is a Unix socket; specd's health gate and proxy speak TCP: "
+                         "listen on 127.0.0.1 and a port, then import")
     if speculative and "type" not in speculative and "draft_model" in speculative:
         speculative["type"] = "draft"
         result.row("-md without --spec-type", "speculative.type = 'draft' (the classic draft-model form)")
+    if "--host" in rest:
+        raise UsageError(f"{where}: --host {rest[rest.index('--host') + 1] if rest[-1] != '--host' else ''} is not a "
+                         "host name or address specd can gate; listen on an address and a port, then import")
     if "host" not in data:
         data["host"] = LLAMA_SERVER_DEFAULT_HOST
         result.row("no --host", f"host = {LLAMA_SERVER_DEFAULT_HOST!r} (llama-server's default)")
@@ -215,6 +227,6 @@ def import_unit_report(unit_path: Path, profiles_dir: Path, name: str, *, force:
     rendered = tomlkit.dumps(document)
     problems = validate(result.data, PROFILE_SCHEMA, path=target, text=rendered)
     if problems:
-        raise UsageError(f"{unit_path} cannot become a valid profile (nothing was written):\n" + "\n".join(problems))
+        raise UsageError(f"{unit_path} cannot become a valid profile (nothing was written): " + "; ".join(problems))
     atomic_write(target, rendered.encode("utf-8"))
     return target, result

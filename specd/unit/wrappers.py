@@ -28,8 +28,11 @@ class Unwrapped:
 
 
 def is_llama_server(program: str) -> bool:
+    """llama-server itself (also a renamed build such as llama-server-cuda), never a script around it."""
     name = PurePath(program).name
-    return "llama-server" in name or "llama_server" in name or name == "server"
+    if name.endswith((".sh", ".bash", ".py")) or "start" in name or "wrapper" in name:
+        return False
+    return name == "server" or re.fullmatch(r"(ik_)?llama[-_]server([-_.][\w.]+)?", name) is not None
 
 
 def _shell_script(script: str, where: str, environment: dict[str, str]) -> tuple[list[str], list[str]]:
