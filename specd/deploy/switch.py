@@ -200,6 +200,8 @@ class Switcher:
             return self._record_edit_locked()
 
     def _record_edit_locked(self) -> Generation | None:
+        if intents.load(self.unit) is not None:
+            return None  # a half-done switch, not a hand edit: recovery owns that state
         text = self.installed_text()
         active = self.history.active(self.unit)
         expected = active.unit_sha256 if active else None

@@ -278,3 +278,15 @@ def test_a_kill_during_rollback_is_recovered_to_the_unit_before_it(world: World,
     assert intents.load(UNIT) is None and world.temp_files() == []
     world.switcher().rollback()
     assert world.unit_path.read_text() == unit_text("old")
+
+
+@pytest.mark.parametrize("step", ["write", "reload", "restart"])
+def test_an_interrupted_switch_is_never_recorded_as_a_hand_edit(world: World, step: str) -> None:
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt(step)).switch("new")
+    assert world.unit_path.read_text() == unit_text("new")  # the unit already names the aborted profile
+    assert world.switcher().record_external_edit() is None  # what the daemon's watcher calls
+    assert all(g.kind != "external-edit" for g in world.history.list(UNIT))
+    world.switcher().recover()
+    assert world.unit_path.read_text() == unit_text("old")
+    assert world.switcher().record_external_edit() is None
