@@ -101,7 +101,7 @@ def test_hand_edit_becomes_a_generation_and_rollback_returns_to_it(box) -> None:
 
 
 def test_first_switch_on_a_hand_written_unit_can_be_rolled_back(box) -> None:
-    from tests.test_import import HAND_WRITTEN
+    from tests.system.test_import import HAND_WRITTEN
 
     box.unit_path.parent.mkdir(parents=True, exist_ok=True)
     hand = HAND_WRITTEN.replace("--port 8099", f"--port {box.port}").replace('"tiny,tiny-alt"', "tiny")
