@@ -147,6 +147,7 @@ def start_private_manager(say: Say) -> dict[str, str]:
     manager = start_private_systemd(root, home=Path.home())
     exports = {key: manager.env[key] for key in EXPORTED}
     record = {"pid": manager.process.pid, "exports": exports, "cgroups": [str(c) for c in manager.cgroups]}
+    root.mkdir(parents=True, exist_ok=True)
     _record_path().write_text(json.dumps(record, indent=2) + "\n")
     (root / "env.sh").write_text("".join(f"export {key}={value}\n" for key, value in exports.items()))
     os.environ.update(exports)
@@ -176,6 +177,9 @@ def stop_private_manager(say: Say, *, quiet: bool = False) -> bool:
             _rmdir_quietly(directory)
         _rmdir_quietly(cgroup)
     shutil.rmtree(private_root(), ignore_errors=True)
+    runtime = Path(record.get("exports", {}).get("XDG_RUNTIME_DIR", ""))
+    if runtime.name.startswith("specd-run-"):  # a short socket dir the sandbox made under /tmp
+        shutil.rmtree(runtime, ignore_errors=True)
     if not quiet:
         say(f"stopped the private systemd (pid {pid}) and the demo server with it; removed {private_root()}")
     return True

@@ -96,6 +96,9 @@ def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
     Path("/run/systemd/system").mkdir(parents=True, exist_ok=True)
     base = root or Path(tempfile.mkdtemp(prefix="specd-systemd-"))
     runtime = base / "runtime"
+    if len(str(runtime / "systemd" / "inaccessible" / "private")) > 100:
+        # AF_UNIX socket paths hold ~107 bytes: a deep base dir gets its sockets under /tmp instead.
+        runtime = Path(tempfile.mkdtemp(prefix="specd-run-"))
     keep_xdg = home is not None
     home = home or base / "home"
     runtime.mkdir(parents=True, exist_ok=True)
