@@ -10,16 +10,15 @@ from rich.table import Table
 
 from specd.cli import app, console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.profiles.config import Deployment
-from specd.errors import SystemdError
-from specd.deploy.history import History
-from specd.deploy.preflight import run_preflight
-from specd.profiles.load import list_profiles
-from specd.deploy.status import collect_status
-from specd.errors import StateDbError
 from specd.context import switcher_for
 from specd.daemon.control import daemon_status
+from specd.deploy.history import History
+from specd.deploy.preflight import run_preflight
+from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
+from specd.errors import StateDbError, SystemdError
+from specd.profiles.config import Deployment
+from specd.profiles.load import list_profiles
 from specd.tune.verify import unverified_warning
 
 

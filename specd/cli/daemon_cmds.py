@@ -11,8 +11,8 @@ from rich.table import Table
 
 from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.profiles.config import load_config
 from specd.errors import UsageError
+from specd.profiles.config import load_config
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_SECONDS = {"s": 1, "": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -47,7 +47,8 @@ def import_(
     unit_name = source if source and "/" not in source else None
     path = resolve_source(source, deployment.scope) if source else deployment.unit_path
     target, result = import_unit_report(path, deployment.profiles_dir, name, force=force,
-                                        unit_name=unit_name or path.name, scope=deployment.scope)
+                                        unit_name=unit_name or path.name,
+                                        scope="system" if deployment.scope == "system" else "user")
     if json_out:
         print_json({"profile": str(target), "rows": [row.__dict__ for row in result.rows]})
         return

@@ -11,17 +11,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
-from specd.tune.bench import Progress as ProgressFn
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.errors import UsageError
-from specd.tune.pins import clear_pin, set_pin
-from specd.profiles.load import load_profile
 from specd.context import switcher_for
+from specd.errors import FidelityError, UsageError
+from specd.profiles.load import load_profile
+from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
+from specd.tune.bench import Progress as ProgressFn
+from specd.tune.pins import clear_pin, set_pin
 from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
-from specd.errors import FidelityError
 from specd.tune.verify import (
     BUILTIN_PROBES,
     reference_profile,

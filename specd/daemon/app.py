@@ -35,21 +35,21 @@ from apscheduler.triggers.cron import CronTrigger
 
 from specd import paths
 from specd.daemon import control
-from specd.traffic import records as traffic
-from specd.traffic.capture import BodyCapture
-from specd.profiles.config import Config, Deployment
 from specd.daemon.control import daemon_status, status_path
-from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
-from specd.deploy.health import HealthResult
-from specd.deploy.history import History
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
-from specd.unit.render import profile_of_unit
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
-from specd.deploy.unitfiles import prune_backups, read_text
-from specd.unit.parse import parse_unit
 from specd.daemon.watcher import DeploymentWatcher
+from specd.deploy.health import HealthResult
+from specd.deploy.history import History
+from specd.deploy.unitfiles import prune_backups, read_text
+from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
+from specd.profiles.config import Config, Deployment
+from specd.traffic import records as traffic
+from specd.traffic.capture import BodyCapture
+from specd.unit.parse import parse_unit
+from specd.unit.render import profile_of_unit
 
 __all__ = ["Daemon", "daemon_status", "notify", "run_daemon"]
 

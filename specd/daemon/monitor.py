@@ -32,16 +32,16 @@ from typing import Literal
 
 import httpx
 
-from specd.profiles.config import DaemonConfig, Deployment
-from specd.errors import HealthError, LockBusy, SpecdError, UsageError
+from specd.context import switcher_for, systemd_for
 from specd.deploy.health import HealthResult, check_once, wait_healthy
 from specd.deploy.history import Generation, History
 from specd.deploy.lock import deployment_lock
-from specd.unit.render import profile_of_unit
-from specd.context import switcher_for, systemd_for
 from specd.deploy.systemd import SystemdClient, UnitState
 from specd.deploy.unitfiles import read_text
+from specd.errors import HealthError, LockBusy, SpecdError, UsageError
+from specd.profiles.config import DaemonConfig, Deployment
 from specd.unit.parse import parse_unit
+from specd.unit.render import profile_of_unit
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +163,11 @@ class HealthMonitor:
         if stopped and self._stop_rounds < 2:
             return True
         if stopped != self.state.stopped_by_owner:
-            kind, detail = (("owner-stopped", f"{self.unit} was stopped on purpose; the daemon leaves it stopped "
-                             "until it is started again") if stopped else
-                            ("owner-started", f"{self.unit} runs again; the daemon watches it"))
+            if stopped:
+                kind = "owner-stopped"
+                detail = f"{self.unit} was stopped on purpose; the daemon leaves it stopped until it is started again"
+            else:
+                kind, detail = "owner-started", f"{self.unit} runs again; the daemon watches it"
             self.history.event(self.unit, kind, detail)
             log.warning("%s: %s", self.unit, detail)
             self.state.stopped_by_owner = stopped

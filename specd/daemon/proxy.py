@@ -33,7 +33,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specd.traffic.capture import BodyCapture
 from specd.daemon.metrics import SpecdMetrics, route_label
 from specd.daemon.relay import (
     CUT,
@@ -47,6 +46,7 @@ from specd.daemon.relay import (
     relay_events,
     task_class_of,
 )
+from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
 
 log = logging.getLogger(__name__)

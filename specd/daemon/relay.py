@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from specd.traffic.taskclass import classify
 from specd.traffic.records import TrafficRecord
+from specd.traffic.taskclass import classify
 
 CUT = object()
 """Put on a relay's queue to end its stream cleanly now (shutdown past its grace period)."""

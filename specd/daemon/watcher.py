@@ -20,12 +20,12 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from specd.profiles.config import Deployment
-from specd.errors import LockBusy
-from specd.deploy.history import History
-from specd.profiles.load import list_profiles
 from specd.context import switcher_for
+from specd.deploy.history import History
 from specd.deploy.unitfiles import read_text, sha256_text
+from specd.errors import LockBusy
+from specd.profiles.config import Deployment
+from specd.profiles.load import list_profiles
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from specd.errors import HealthError
 from specd.deploy.systemd import UnitState
+from specd.errors import HealthError
 
 _POLL_S = 0.25
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import psutil
 
-from specd.profiles.config import Deployment
 from specd.errors import PreflightError
-from specd.profiles.flags import binary_flags, check_executable
 from specd.gpu.gguf import GgufInfo, read_gguf_info
+from specd.profiles.config import Deployment
+from specd.profiles.flags import binary_flags, check_executable
 from specd.profiles.load import Profile, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit
 

@@ -6,15 +6,14 @@ from typing import Any
 
 import httpx
 
-from specd.profiles.config import Config, Deployment
-from specd.errors import SpecdError, UsageError
 from specd.deploy.health import check_once
 from specd.deploy.history import History
-from specd.unit.render import profile_of_unit
 from specd.deploy.systemd import connect_systemd
 from specd.deploy.unitfiles import read_text
+from specd.errors import SpecdError, UsageError
+from specd.profiles.config import Config, Deployment
 from specd.unit.parse import parse_unit
-
+from specd.unit.render import profile_of_unit
 
 # Daemon events that change what the deployment *is*, newest wins (recorded by the health monitor).
 STATE_EVENTS = {"monitor-failed": "failed", "owner-stopped": "stopped by its owner", "owner-started": "running"}
@@ -63,9 +62,9 @@ def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any
         history = History()
         active = history.active(deployment.unit)
         data["generation"] = active.id if active else None
-        state = deployment_state(history, deployment.unit)
-        if state is not None:
-            data["state"] = state
+        marked = deployment_state(history, deployment.unit)
+        if marked is not None:
+            data["state"] = marked
         history.close()
     except SpecdError as exc:
         data["generation"] = f"unknown ({exc.message})"

@@ -16,29 +16,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.deploy import intent as intents
 from specd import paths
-from specd.profiles.config import Deployment
-from specd.errors import (
-    LockBusy,
-    ProfileError,
-    SpecdError,
-    SwitchFailed,
-    UsageError,
-)
+from specd.deploy import intent as intents
 from specd.deploy.faults import checkpoint
 from specd.deploy.health import HealthResult, wait_healthy
 from specd.deploy.history import Generation, History
 from specd.deploy.lock import deployment_lock
 from specd.deploy.preflight import Preflight, run_preflight
-from specd.profiles.load import load_profile
-from specd.unit.render import profile_of_unit
 from specd.deploy.systemd import SystemdClient, UnitState, connect_systemd, journal_tail
-from collections.abc import Callable
 from specd.deploy.unitfiles import (
     ContentStore,
     atomic_write,
@@ -51,7 +41,17 @@ from specd.deploy.unitfiles import (
     sha256_text,
     write_backup,
 )
+from specd.errors import (
+    LockBusy,
+    ProfileError,
+    SpecdError,
+    SwitchFailed,
+    UsageError,
+)
+from specd.profiles.config import Deployment
+from specd.profiles.load import load_profile
 from specd.unit.parse import parse_unit
+from specd.unit.render import profile_of_unit
 
 log = logging.getLogger("specd.deploy.switch")
 STEPS = ("preflight", "intent", "backup", "write", "reload", "restart", "gate", "commit")

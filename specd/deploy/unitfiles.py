@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specd.errors import PreflightError, SpecdError
 from specd.deploy.faults import checkpoint
+from specd.errors import PreflightError, SpecdError
 
 BACKUP_INFIX = ".pre-"
 TMP_INFIX = ".specd-tmp-"

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specd import paths
-from specd.profiles.config import load_config
 from specd.errors import SpecdError
+from specd.profiles.config import load_config
 from specd.profiles.load import list_profiles
-
 
 
 @dataclass(frozen=True)

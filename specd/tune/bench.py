@@ -26,11 +26,11 @@ from typing import Any
 
 from specd import store
 from specd.errors import SpecdError, UsageError
+from specd.traffic.taskclass import TaskClass
 from specd.tune.perfmodel import Sample
 from specd.tune.replay import Done, plan_rounds, replay_round
 from specd.tune.stats import Summary, cis_separated, summarize
 from specd.tune.targets import DeploymentTarget, ModelTarget, Reply, Target
-from specd.traffic.taskclass import TaskClass
 from specd.tune.workloads import Workload, WorkloadRequest
 
 __all__ = ["DeploymentTarget", "ModelTarget", "Reply", "Report", "Result", "Settings", "Target", "bench_profiles",
@@ -278,7 +278,7 @@ def _results(profile: str, done: Sequence[Done], target: Target) -> list[Result]
     return [measure(profile, d.item.index, d.item.request, d.reply, vram, d.in_flight) for d in done]
 
 
-def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
+def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,  # noqa: C901 - predates the complexity gate
                    progress: Progress | None = None) -> Report:
     """Bench without restoring, profiles interleaved round by round; the caller decides where the box ends up."""
     if not profiles:

@@ -73,7 +73,7 @@ class Crossover:
 
 
 def _interp(points: Points, x: float) -> float:
-    xs, ys = zip(*points)
+    xs, ys = zip(*points, strict=True)
     return float(np.interp(x, xs, ys))
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from specd.tune.bench import Result
 from specd.errors import UsageError
+from specd.tune.bench import Result
 
 
 def plot_wall_vs_output(results: Mapping[str, Sequence[Result]], path: Path, *, title: str = "") -> Path:

@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 import httpx
 
-from specd.gpu import nvml as gpu
-from specd.profiles.config import Deployment
+from specd.context import switcher_for
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
 from specd.errors import HealthError, UsageError
+from specd.gpu import nvml as gpu
+from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
-from specd.context import switcher_for
 from specd.traffic.taskclass import classify, last_user_text
 
 REQUEST_TIMEOUT_S = 600.0

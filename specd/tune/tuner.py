@@ -19,7 +19,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specd import paths
+from specd.deploy.history import History
+from specd.errors import SpecdError, UsageError
+from specd.profiles.config import Config, Deployment
+from specd.profiles.load import list_profiles
 from specd.traffic import records as traffic
+from specd.traffic.capture import CAPTURE_NAME
+from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 from specd.tune.bench import (
     DeploymentTarget,
     Progress,
@@ -30,15 +36,9 @@ from specd.tune.bench import (
     restoring,
     save_report,
 )
-from specd.traffic.capture import CAPTURE_NAME
-from specd.profiles.config import Config, Deployment
-from specd.errors import SpecdError, UsageError
-from specd.deploy.history import History
 from specd.tune.perfmodel import MixItem, crossover_output_tokens, expected_wall_ms, fit_all
 from specd.tune.pins import get_pin
-from specd.profiles.load import list_profiles
 from specd.tune.stats import Summary, cis_separated
-from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 from specd.tune.verify import Guard, tuner_guard
 from specd.tune.workloads import (
     Workload,

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specd import store
-from specd.profiles.config import Deployment
 from specd.errors import UsageError
-from specd.tune.fidelity import STRUCTURED, Check, Kind, answer_of, compare
+from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
+from specd.tune.fidelity import STRUCTURED, Check, Kind, answer_of, compare
 from specd.tune.targets import Target
 
 SEED = 42

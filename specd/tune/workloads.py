@@ -109,7 +109,7 @@ def _line_error(path: Path, line: int, problem: str) -> UsageError:
                       hint="each line is one JSON chat-completion body with 'messages' and 'max_tokens'")
 
 
-def parse_line(text: str, path: Path, line: int) -> WorkloadRequest:
+def parse_line(text: str, path: Path, line: int) -> WorkloadRequest:  # noqa: C901 - predates the complexity gate; split when next changed
     """Validate one JSONL line; every problem names the file and line."""
     try:
         body = json.loads(text)

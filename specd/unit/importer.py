@@ -13,13 +13,13 @@ from typing import Any
 
 import tomlkit
 
+from specd.deploy.unitfiles import atomic_write
 from specd.errors import UsageError
 from specd.profiles.flags import SPEC_TYPE_SPELLINGS
 from specd.profiles.load import PROFILE_SCHEMA, SPECULATIVE_SCHEMA, profile_path
-from specd.unit.render import SPEC_FLAGS, TYPED_FLAGS
 from specd.profiles.schema import Table, validate
-from specd.deploy.unitfiles import atomic_write
-from specd.unit.parse import read_unit
+from specd.unit.parse import ParsedUnit, read_unit
+from specd.unit.render import SPEC_FLAGS, TYPED_FLAGS
 from specd.unit.syntax import Scope, UnitContext, read_unit_text
 from specd.unit.wrappers import unwrap
 
@@ -85,60 +85,59 @@ def _is_value(word: str | None) -> bool:
 _RENDERED = {("Unit", "Description"), ("Unit", "After"), ("Service", "Type"), ("Install", "WantedBy")}
 
 
-def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None) -> ImportResult:
-    parsed = read_unit(text, where, context)
-    unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where)
-    environment = {**parsed.command.environment, **unwrapped.environment}
+def _flag_target(name: str, data: dict[str, Any],
+                 speculative: dict[str, Any]) -> tuple[dict[str, Any], Table, str, str] | None:
+    """Where a flag's value goes: (table, its schema, key, prefix for the report), or None for `args`."""
     typed = {spelling: use.key for use in TYPED_FLAGS for spelling in use.spellings}
     spec_flags = {spelling: use.key for use in SPEC_FLAGS for spelling in use.spellings}
-    result = ImportResult({"description": description, "binary": unwrapped.argv[0]})
-    for note in (*parsed.notes, *unwrapped.notes):
-        result.row("unit", note)
-    data = result.data
-    speculative: dict[str, Any] = {}
-    rest: list[str] = []
-    argv = unwrapped.argv[1:]
-    index = 0
+    if name in _FIXED:
+        return data, PROFILE_SCHEMA, _FIXED[name], ""
+    if name in typed:
+        return data, PROFILE_SCHEMA, typed[name], ""
+    if name == "--spec-type":
+        return speculative, SPECULATIVE_SCHEMA, "type", "speculative."
+    if name in spec_flags:
+        return speculative, SPECULATIVE_SCHEMA, spec_flags[name], "speculative."
+    return None
+
+
+def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any]) -> list[str]:
+    """Typed keys for the flags specd knows with values it checks; everything else, as written, to args."""
+    data, rest, index = result.data, [], 0
     while index < len(argv):
         arg = argv[index]
         flag, has_inline, inline = arg.partition("=")
         inline_form = has_inline and flag.startswith("--")
         name = flag if inline_form else arg
-        value: str | None = inline if inline_form else (argv[index + 1] if index + 1 < len(argv) else None)
+        value = inline if inline_form else (argv[index + 1] if index + 1 < len(argv) else None)
         step = 1 if inline_form else 2
         if name in _BOOLEAN:
             data[_BOOLEAN[name]] = True
             result.row(arg, f"{_BOOLEAN[name]} = true")
             index += 1
             continue
-        target: tuple[dict[str, Any], Table, str, str] | None = None
-        if name in _FIXED:
-            target = (data, PROFILE_SCHEMA, _FIXED[name], "")
-        elif name in typed:
-            target = (data, PROFILE_SCHEMA, typed[name], "")
-        elif name == "--spec-type":
-            target = (speculative, SPECULATIVE_SCHEMA, "type", "speculative.")
-        elif name in spec_flags:
-            target = (speculative, SPECULATIVE_SCHEMA, spec_flags[name], "speculative.")
-        if target is not None and (inline_form or _is_value(value)):
-            assert value is not None
-            table, schema, key, prefix = target
-            converted = _spec_type(value) if key == "type" else _convert(value, schema.keys[key].kind)
-            if key == "alias":
-                converted = value.split(",")[0]
-            if _accepts(schema, key, converted):
-                table[key] = converted
-                result.row(" ".join(argv[index:index + step]), f"{prefix}{key} = {converted!r}")
-                index += step
-                continue
-            result.row(" ".join(argv[index:index + step]),
-                       f"args (kept as written: {value!r} is not a value specd checks for {prefix}{key})")
-            rest += argv[index:index + step]
-            index += step
+        target = _flag_target(name, data, speculative)
+        if target is None or value is None or not (inline_form or _is_value(value)):
+            rest.append(arg)
+            result.row(arg, "args")
+            index += 1
             continue
-        rest.append(arg)
-        result.row(arg, "args")
-        index += 1
+        table, schema, key, prefix = target
+        converted = _spec_type(value) if key == "type" else _convert(value, schema.keys[key].kind)
+        if key == "alias":
+            converted = value.split(",")[0]
+        written = " ".join(argv[index:index + step])
+        if _accepts(schema, key, converted):
+            table[key] = converted
+            result.row(written, f"{prefix}{key} = {converted!r}")
+        else:
+            rest += argv[index:index + step]
+            result.row(written, f"args (kept as written: {value!r} is not a value specd checks for {prefix}{key})")
+        index += step
+    return rest
+
+
+def _refuse_what_profiles_cannot_express(data: dict[str, Any], rest: list[str], where: str) -> None:
     if "model" not in data:
         present = set(rest)
         if present & {"--models-dir", "--models-preset", "--models-max"}:
@@ -152,12 +151,17 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
     if isinstance(host, str) and (host.startswith("/") or host.endswith(".sock")):
         raise UsageError(f"{where}: --host {host} is a Unix socket; specd's health gate and proxy speak TCP: "
                          "listen on 127.0.0.1 and a port, then import")
+    if "--host" in rest:
+        raise UsageError(f"{where}: its --host is not a host name or address specd can gate; listen on an address "
+                         "and a port, then import")
+
+
+def _fill_defaults(result: ImportResult, speculative: dict[str, Any]) -> None:
+    """What llama-server does when a flag is absent, written down, and said."""
+    data = result.data
     if speculative and "type" not in speculative and "draft_model" in speculative:
         speculative["type"] = "draft"
         result.row("-md without --spec-type", "speculative.type = 'draft' (the classic draft-model form)")
-    if "--host" in rest:
-        raise UsageError(f"{where}: --host {rest[rest.index('--host') + 1] if rest[-1] != '--host' else ''} is not a "
-                         "host name or address specd can gate; listen on an address and a port, then import")
     if "host" not in data:
         data["host"] = LLAMA_SERVER_DEFAULT_HOST
         result.row("no --host", f"host = {LLAMA_SERVER_DEFAULT_HOST!r} (llama-server's default)")
@@ -166,24 +170,41 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
         result.row("no --port", f"port = {LLAMA_SERVER_DEFAULT_PORT} (llama-server's default)")
     if "alias" not in data:
         data["alias"] = PurePath(str(data["model"])).name
-        result.row("no --alias", f"alias = {data['alias']!r} (the id llama-server reports: the model file's name); "
-                                 "the profile renders it as --alias")
-    if "metrics" not in data:
-        data["metrics"] = False
-    if rest:
-        data["args"] = rest
-    if speculative:
-        data["speculative"] = speculative
-    if environment:
-        data["env"] = dict(environment)
-        for name in sorted(environment):
-            result.row(f"{name}=...", "env")
+        result.row("no --alias", f"alias = {data['alias']!r} (the model file's name; llama-server reports the "
+                                 "model path without --alias): the profile renders it as --alias")
+    data.setdefault("metrics", False)
+
+
+def _report_directives(parsed: ParsedUnit, result: ImportResult) -> None:
     for directive in parsed.directives:
         source = f"{directive.key}={directive.value} ([{directive.section}] line {directive.line})"
         if (directive.section, directive.key) in _RENDERED:
             result.row(source, f"replaced by the {directive.key}= specd renders")
         else:
             result.row(source, "NOT carried: keep it in a drop-in (systemctl edit) — specd renders the unit file only")
+
+
+def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None) -> ImportResult:
+    """The profile a unit's llama-server command becomes, and a row for each part of the unit."""
+    parsed = read_unit(text, where, context)
+    unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where)
+    environment = {**parsed.command.environment, **unwrapped.environment}
+    result = ImportResult({"description": description, "binary": unwrapped.argv[0]})
+    for note in (*parsed.notes, *unwrapped.notes):
+        result.row("unit", note)
+    speculative: dict[str, Any] = {}
+    rest = _map_flags(unwrapped.argv[1:], result, speculative)
+    _refuse_what_profiles_cannot_express(result.data, rest, where)
+    _fill_defaults(result, speculative)
+    if rest:
+        result.data["args"] = rest
+    if speculative:
+        result.data["speculative"] = speculative
+    if environment:
+        result.data["env"] = dict(environment)
+        for name in sorted(environment):
+            result.row(f"{name}=...", "env")
+    _report_directives(parsed, result)
     return result
 
 

@@ -74,6 +74,24 @@ def _exec_words(value: str, where: str) -> list[str]:
     return words
 
 
+def _environment_file(value: str, context: UnitContext, here: str, notes: list[str]) -> dict[str, str]:
+    """An EnvironmentFile= line's variables; `-path` may be missing, as systemd allows."""
+    optional = value.startswith("-")
+    path = Path(resolve_specifiers(value.removeprefix("-"), context, here))
+    try:
+        file_text = read_unit_text(path)
+    except UsageError:
+        if optional:
+            notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
+            return {}
+        raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
+                         "the unit too (prefix it with - if it is optional)") from None
+    loaded = parse_environment_file(file_text, str(path))
+    if loaded:
+        notes.append(f"{', '.join(sorted(loaded))} from EnvironmentFile={path}")
+    return loaded
+
+
 def read_unit(text: str, where: str = "unit", context: UnitContext | None = None) -> ParsedUnit:
     """Parse a unit's text with systemd's rules: specifiers, Environment=, EnvironmentFile=
     (read from disk, `-` prefix optional), variables in ExecStart=, quoting and C escapes."""
@@ -104,20 +122,7 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
             for name, env_value in parse_assignments(resolve_specifiers(value, context, here), here).items():
                 environment[name] = env_value
         elif section == "Service" and key == "EnvironmentFile":
-            optional = value.startswith("-")
-            path = Path(resolve_specifiers(value.removeprefix("-"), context, here))
-            try:
-                file_text = read_unit_text(path)
-            except UsageError:
-                if optional:
-                    notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
-                    continue
-                raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
-                                 "the unit too (prefix it with - if it is optional)") from None
-            loaded = parse_environment_file(file_text, str(path))
-            environment.update(loaded)
-            if loaded:
-                notes.append(f"{', '.join(sorted(loaded))} from EnvironmentFile={path}")
+            environment.update(_environment_file(value, context, here, notes))
         else:
             directives.append(Directive(section, key, value, line.line))
     if not exec_start:

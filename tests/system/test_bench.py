@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specd.tune.bench import ModelTarget, Result, Settings, measure, request_body, run_bench
-from specd.tune.bench import Reply as BenchReply
 from specd.emulator.model import load_model
 from specd.errors import UsageError
+from specd.tune.bench import ModelTarget, Result, Settings, measure, request_body, run_bench
+from specd.tune.bench import Reply as BenchReply
 from specd.tune.workloads import Workload, WorkloadRequest, filler_text
 from tests.conftest import TINY_MODEL, Box
 

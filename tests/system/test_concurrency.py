@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from specd.errors import HealthError
+from specd.profiles.config import Deployment
 from specd.traffic import records as traffic
 from specd.tune.bench import ModelTarget, Settings, measure, run_bench
-from specd.profiles.config import Deployment
-from specd.errors import HealthError
 from specd.tune.replay import plan_rounds, replay_round
 from specd.tune.targets import Reply
 from specd.tune.tuner import recent_workload, tune

@@ -26,8 +26,6 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
-
 from specd.deploy.systemd import connect_systemd
 from specd.errors import SpecdError
 from specd.profiles.flags import BinaryFlags, binary_flags
@@ -93,7 +91,7 @@ def test_every_corpus_unit_round_trips_or_is_refused_by_name(box: Box, tmp_path:
         profiles.mkdir()
         outcome = {"file": source.name}
         try:
-            target, result = import_unit_report(source, profiles, "imported", unit_name="llama-server.service")
+            import_unit_report(source, profiles, "imported", unit_name="llama-server.service")
             profile = load_profile(profiles, "imported")
             profile_binary = profile.binary
             rendered = build_argv(dataclasses.replace(profile, binary=LLAMA_SERVER), flags)

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from specd.unit.render import profile_of_unit
 from specd.deploy.switch import REVERT_STEPS, STEPS
+from specd.unit.render import profile_of_unit
 from tests.conftest import alias_answers
 from tests.system.test_switch_failures import add_fake_profile
 

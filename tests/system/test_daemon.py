@@ -22,11 +22,11 @@ import httpx
 import pytest
 
 from specd.daemon.app import daemon_status
-from specd.deploy.history import Generation, History
 from specd.daemon.monitor import decide
-from specd.unit.render import profile_of_unit
-from specd.setup.sandbox import free_port
 from specd.daemon.service import notify
+from specd.deploy.history import Generation, History
+from specd.setup.sandbox import free_port
+from specd.unit.render import profile_of_unit
 from tests.conftest import REPO, Box
 from tests.proxy_fakes import read_stream
 

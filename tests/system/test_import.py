@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specd.profiles.config import Deployment
-from specd.unit.importer import import_unit
 from specd.deploy.preflight import run_preflight
+from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
+from specd.unit.importer import import_unit
 from tests.conftest import LLAMA_SERVER, TINY_MODEL
 
 pytestmark = pytest.mark.usefixtures("real_server")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from specd.profiles.config import Deployment
-from specd.errors import PreflightError
-from specd.profiles.flags import parse_help
-from specd.gpu.gguf import read_gguf_info
 from specd.deploy.preflight import check_strict_modes, run_preflight
+from specd.errors import PreflightError
+from specd.gpu.gguf import read_gguf_info
+from specd.profiles.config import Deployment
+from specd.profiles.flags import parse_help
 from tests.conftest import LLAMA_SERVER, REPO, TINY_MODEL
 from tests.gguf_factory import write_gguf
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from specd.errors import PreflightError, SwitchFailed, SystemdError
-from specd.unit.render import profile_of_unit
-from specd.setup.sandbox import start_private_systemd
 from specd.deploy.switch import WRITE_STEPS, Switcher
 from specd.deploy.systemd import PydbusSystemd
 from specd.deploy.unitfiles import atomic_write
+from specd.errors import PreflightError, SwitchFailed, SystemdError
+from specd.setup.sandbox import start_private_systemd
+from specd.unit.render import profile_of_unit
 from tests.conftest import alias_answers
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specd.deploy.systemd import connect_systemd
 from specd.errors import PreflightError, ProfileError
 from specd.profiles.flags import binary_flags
 from specd.profiles.load import load_profile
 from specd.unit.render import build_argv, exec_start_line, quote_environment, quote_exec_arg, render_unit
-from specd.deploy.systemd import connect_systemd
 from tests.conftest import LLAMA_SERVER, REPO
 
 SAFE_TEXT = st.text(

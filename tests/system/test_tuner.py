@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from specd.deploy.history import History
+from specd.profiles.config import load_config
 from specd.traffic import records as traffic
 from specd.tune.bench import ModelTarget, Settings
-from specd.profiles.config import load_config
-from specd.deploy.history import History
 from specd.tune.stats import summarize
 from specd.tune.tuner import decide, nightly, tune
 from specd.tune.workloads import save_workload
@@ -199,8 +199,8 @@ def test_nightly_waits_for_idle_traffic_then_tunes_and_records(box: Box, tmp_pat
 
 def test_recent_workload_replays_captures_else_synthesizes_else_explains(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from specd.profiles.config import Deployment
     from specd.errors import UsageError
+    from specd.profiles.config import Deployment
     from specd.tune.tuner import recent_workload
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from specd.tune.bench import restoring
 from specd.profiles.config import Deployment
+from specd.tune.bench import restoring
 from specd.tune.fidelity import Answer, ToolCall, answer_of, compare, edit_distance, json_shape
 from specd.tune.stats import summarize
 from specd.tune.targets import DeploymentTarget, Reply

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specd.profiles.config import load_config, resolve_config_path
 from specd.errors import ConfigError
+from specd.profiles.config import load_config, resolve_config_path
 
 
 def test_shorthand_keys_work_as_written(tmp_path: Path) -> None:

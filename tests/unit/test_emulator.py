@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from specd.emulator.server import parse_args
 from specd.emulator.model import (
     OPTIONS,
     asks_to_repeat,
@@ -29,6 +28,7 @@ from specd.emulator.model import (
     mode_for_spec_types,
     plan_request,
 )
+from specd.emulator.server import parse_args
 from specd.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specd.profiles.config import load_config
 from specd.errors import SpecdError
+from specd.profiles.config import load_config
 from specd.profiles.load import PROFILE_SCHEMA, load_profile
 from specd.unit.render import render_unit
 from tests.conftest import REPO

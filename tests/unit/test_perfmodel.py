@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specd.errors import UsageError
+from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 from specd.tune.perfmodel import (
     MixItem,
     PerfModel,
@@ -18,7 +19,6 @@ from specd.tune.perfmodel import (
     fit_all,
     predict_wall_ms,
 )
-from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 
 PROMPTS = (128, 512, 2048, 8192, 32768)
 OUTPUTS = (64, 128, 256, 512, 1024, 2048)

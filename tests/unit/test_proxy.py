@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specd.traffic.capture import BodyCapture
 from specd.daemon.metrics import SpecdMetrics
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
 

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specd.traffic.capture import BodyCapture
-from specd.profiles.config import load_config
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.daemon.service import make_server
+from specd.profiles.config import load_config
+from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import LLAMA_SERVER, REPO, TINY_MODEL, require_real_server
 from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream

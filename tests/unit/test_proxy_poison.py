@@ -57,10 +57,10 @@ class FakeCrashingBackend:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 self._send({"status": "ok"} if self.path == "/health" else {"data": [{"id": "fake"}]})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if b"POISON" in body:
                     with backend._lock:

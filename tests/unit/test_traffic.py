@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from specd.traffic import records as traffic
 from specd.cli.daemon_cmds import parse_duration
 from specd.errors import HealthError, UsageError
+from specd.traffic import records as traffic
 from specd.traffic.records import Recorder, TrafficRecord
 from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, free_port
 

@@ -160,7 +160,7 @@ def test_a_good_switch_commits_and_leaves_nothing_behind(world: World) -> None:
     assert outcome.generation.outcome == "ok" and outcome.generation.profile == "new"
     assert world.unit_path.read_text() == unit_text("new")
     assert intents.load(UNIT) is None and world.temp_files() == []
-    assert [b.path.read_text() for b in unitfiles.list_backups(world.unit_path)][0] == unit_text("old")
+    assert next(b.path.read_text() for b in unitfiles.list_backups(world.unit_path)) == unit_text("old")
 
 
 @pytest.mark.parametrize("failure", [

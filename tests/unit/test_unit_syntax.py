@@ -116,7 +116,7 @@ def test_missing_host_port_and_alias_get_llama_servers_defaults_and_say_so() -> 
     result = profile_from_unit("[Service]\nExecStart=/opt/llama-server -m /models/qwen-Q4.gguf\n", "t", "d", CTX)
     assert (result.data["host"], result.data["port"], result.data["alias"]) == ("127.0.0.1", 8080, "qwen-Q4.gguf")
     said = " ".join(row.became for row in result.rows)
-    assert "llama-server's default" in said and "the id llama-server reports" in said
+    assert "llama-server's default" in said and "the model file's name" in said
 
 
 def test_classic_draft_flags_become_a_draft_profile() -> None:
