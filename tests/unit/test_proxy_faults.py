@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -33,7 +32,7 @@ from specd.daemon.service import make_server
 from specd.profiles.config import load_config
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
-from tests.conftest import LLAMA_SERVER, REPO, TINY_MODEL, require_real_server
+from tests.conftest import REPO
 from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
 
 SECRET = "sk-test-0123456789abcdef"
@@ -150,49 +149,6 @@ def test_a_backend_that_accepts_and_never_answers_gets_a_504_not_a_hang(make_rig
     assert works(rig)
 
 
-@pytest.mark.llama
-def test_a_stopped_llama_server_ends_the_stream_and_serves_again_after_it_resumes(tmp_path: Path) -> None:
-    """The real llama-server frozen with SIGSTOP mid-stream (its socket stays open, nothing comes)."""
-    require_real_server()
-    port = free_port()
-    server = subprocess.Popen([str(LLAMA_SERVER), "-m", str(TINY_MODEL), "--host", "127.0.0.1", "--port", str(port),
-                               "-c", "4096", "-np", "1", "-t", "2", "--alias", "tiny"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    recorder = Recorder(tmp_path / "state.db")
-    proxy = Proxy(ProxySettings(health_poll_s=0.05, stream_idle_timeout_s=1.5),
-                  lambda: Backend(f"http://127.0.0.1:{port}", "real"), recorder=recorder)
-    front = ServerThread(proxy.app, free_port()).start()
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "Count from one to ten thousand."}],
-            "max_tokens": 3000, "temperature": 0, "stream": True, "ignore_eos": True}
-    try:
-        with httpx.Client(timeout=120) as client:
-            assert client.post(f"{front.url}/v1/chat/completions",  # the proxy holds until it has loaded
-                               json={**body, "stream": False, "max_tokens": 2}).status_code == 200
-            with client.stream("POST", f"{front.url}/v1/chat/completions", json=body) as response:
-                text = ""
-                for chunk in response.iter_text():
-                    if not text:
-                        server.send_signal(signal.SIGSTOP)
-                    text += chunk
-            assert text.endswith("\n\n")
-            last = json.loads(text.strip().split("\n\n")[-1][6:])
-            assert last["error"]["code"] == 504
-            server.send_signal(signal.SIGCONT)
-            eventually(lambda: proxy.active == 0, "the proxy to let go of the backend")
-            # the frozen request's slot is freed (the proxy hung up), so llama-server's only slot serves again
-            slots = f"http://127.0.0.1:{port}/slots"
-            eventually(lambda: not any(s["is_processing"] for s in httpx.get(slots, timeout=5).json()),
-                       "llama-server to drop the abandoned generation", timeout_s=30)
-            again = client.post(f"{front.url}/v1/chat/completions", json={**body, "stream": False, "max_tokens": 4})
-            assert again.status_code == 200 and again.json()["choices"][0]["message"]["content"] is not None
-    finally:
-        server.send_signal(signal.SIGCONT)
-        front.stop()
-        recorder.close()
-        server.terminate()
-        server.wait(20)
-
-
 # ---- bad input: bodies ---------------------------------------------------------------------------
 
 
@@ -225,11 +181,16 @@ def test_hostile_bodies_get_an_answer_and_leave_the_proxy_working(make_rig: Call
     assert works(rig)
 
 
+# Any JSON document, nested a few levels (st.deferred: st.recursive's "does extend use its argument"
+# check fires at random on this correct strategy under recent hypothesis, and warnings are errors here).
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+JSON_KEYS = st.sampled_from(["messages", "stream", "content", "role", "usage", "x"])
+JSON_DOCUMENTS: st.SearchStrategy[Any] = st.deferred(
+    lambda: JSON_SCALARS | st.lists(JSON_DOCUMENTS, max_size=4) | st.dictionaries(JSON_KEYS, JSON_DOCUMENTS, max_size=4))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(document=st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-                             lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-                                 st.sampled_from(["messages", "stream", "content", "role", "usage", "x"]), inner,
-                                 max_size=4), max_leaves=20))
+@given(document=JSON_DOCUMENTS)
 def test_any_json_document_is_forwarded_never_a_proxy_error(shared_rig: Rig, document: Any) -> None:
     with httpx.Client(timeout=30) as client:
         response = client.post(chat_url(shared_rig), json=document)
