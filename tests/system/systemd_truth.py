@@ -19,6 +19,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specd.setup.sandbox import PrivateSystemd
 
@@ -53,7 +54,7 @@ class Executed:
     failure: str = ""  # why systemd would not start it (the probe's Result=)
 
 
-def _busctl(manager: PrivateSystemd, *args: str) -> list[object]:
+def _busctl(manager: PrivateSystemd, *args: str) -> list[Any]:  # busctl's JSON, read right below
     result = subprocess.run(["busctl", "--user", "--json=short", *args], env=manager.env, capture_output=True,
                             text=True, timeout=30, check=False)
     if result.returncode != 0:
@@ -86,21 +87,21 @@ def remove(manager: PrivateSystemd, file_name: str) -> None:
 def read_loaded(manager: PrivateSystemd, unit: str) -> Loaded:
     [loaded] = _busctl(manager, "call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
                        "org.freedesktop.systemd1.Manager", "LoadUnit", "s", unit)
-    path = str(loaded["data"][0])  # type: ignore[index]
+    path = str(loaded["data"][0])
     state, error = _busctl(manager, "get-property", "org.freedesktop.systemd1", path, "org.freedesktop.systemd1.Unit",
                            "LoadState", "LoadError")
-    load_error = state["data"]  # type: ignore[index]
-    error_text = str(error["data"][1]) if error["data"][0] else ""  # type: ignore[index]
+    load_error = state["data"]
+    error_text = str(error["data"][1]) if error["data"][0] else ""
     if load_error != "loaded":
         return Loaded(unit, str(load_error), error_text, (), (), ())
     exec_start, environment, files = _busctl(manager, "get-property", "org.freedesktop.systemd1", path,
                                              "org.freedesktop.systemd1.Service", "ExecStart", "Environment",
                                              "EnvironmentFiles")
-    commands = tuple((str(entry[0]), tuple(str(a) for a in entry[1]))  # type: ignore[index]
-                     for entry in exec_start["data"])  # type: ignore[index, union-attr]
+    commands = tuple((str(entry[0]), tuple(str(a) for a in entry[1]))
+                     for entry in exec_start["data"])
     return Loaded(unit, "loaded", error_text, commands,
-                  tuple(str(e) for e in environment["data"]),  # type: ignore[index, union-attr]
-                  tuple((str(p), bool(ok)) for p, ok in files["data"]))  # type: ignore[index, union-attr]
+                  tuple(str(e) for e in environment["data"]),
+                  tuple((str(p), bool(ok)) for p, ok in files["data"]))
 
 
 def _quote(arg: str) -> str:

@@ -193,8 +193,8 @@ def _refusal_needles(attempt: Attempt, executed: truth.Executed | None,
                      command: ServerCommand | NotAServerCommand | None) -> list[str]:
     if executed is not None and executed.argv is None:
         files = [p for p, optional in attempt.original.environment_files if not optional]
-        words = " ".join(a for _, argv in attempt.original.exec_start for a in argv)
-        return [*files, *(Path(p).name for p in files), *(a or b for a, b in _VARIABLE.findall(words)),
+        command_line = " ".join(a for _, argv in attempt.original.exec_start for a in argv)
+        return [*files, *(Path(p).name for p in files), *(a or b for a, b in _VARIABLE.findall(command_line)),
                 "EnvironmentFile"]
     if isinstance(command, NotAServerCommand):
         return [*command.names, "script", "shell", "wrapper", "bash -c", "sh -c"]
@@ -355,7 +355,8 @@ def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: Private
     ordered = [rows[f.name] for f in UNITS]
     counts = Counter(r.outcome for r in ordered)
     figure = counts["round-trips"] / len(ordered)
-    summary = {"units": len(ordered), **dict(sorted(counts.items())), "round_trip_share": round(figure, 3),
+    summary: dict[str, object] = {"units": len(ordered), **dict(sorted(counts.items())),
+                                  "round_trip_share": round(figure, 3),
                "bar": ROUND_TRIP_BAR}
     _write_results("units", ordered, summary)
     report = f"{summary}\n{_table(ordered)}"
@@ -397,5 +398,6 @@ def test_every_llama_swap_model_becomes_a_profile(systemd_manager: PrivateSystem
         rows.append(Row(config.name, source, "silently-wrong" if problems else "round-trips",
                         "; ".join(problems) or f"{len(models)} models -> {len(listing)} profiles"))
     counts = Counter(r.outcome for r in rows)
-    _write_results("llama_swap", rows, {"configs": len(rows), **dict(sorted(counts.items()))})
+    swap_summary: dict[str, object] = {"configs": len(rows), **dict(sorted(counts.items()))}
+    _write_results("llama_swap", rows, swap_summary)
     assert counts["round-trips"] == len(rows), _table(rows)
