@@ -1,146 +1,403 @@
-"""Every real unit in tests/corpus/units is imported and rendered back; the result is one of:
+"""`specd import` on real units and llama-swap configs from public repositories (tests/corpus).
 
-- round-trip: the rendered llama-server argv equals the original's as systemd itself parses it
-  (the ExecStart property of the unit loaded into the private manager, variables expanded from
-  the unit's own Environment=), compared as a multiset of flag/value pairs with short and long
-  spellings equal (from the real binary's --help). The defaults import fills in and says so
-  (--host 127.0.0.1, --port 8080, --alias <model file name>) are llama-server's own behaviour and
-  are not counted as a difference;
-- refused: a SpecdError whose message names the cause (a wrapper script, a container, a missing
-  EnvironmentFile, router mode, a Hub model, a relative binary ...);
-- silently wrong (a failure): imported and rendered, but the command differs.
+For every unit: systemd itself says what the unit runs (tests/system/systemd_truth.py: load it
+into the private manager, then let systemd do its exec-time expansion in a probe). `specd import`
+turns the unit into a profile; the profile is rendered back into a unit (`specd show --json`, or
+the same render without the box checks when `show` refuses only because the unit's binary or
+model is not on this machine), and that unit goes through the same systemd truth. Outcomes:
 
-With SPECD_WRITE_RESULTS=1 the per-file table goes to benchmarks/results/import-corpus.{json,md}.
+- round-trips: the llama-server argv is the same multiset of (flag, value) pairs, short and long
+  spellings equal (aliases from the real llama-server's --help); same wrapper (toolbox, ...) and
+  binary; every environment variable that llama-server or its libraries can see is kept.
+- refused: import exits non-zero, writes nothing, and its message names the cause (for a command
+  with no llama-server command line: the script or shell; for a missing EnvironmentFile=: that
+  file or its variables; otherwise the unit file or a word of the unit).
+- refused-unclear / accepted-then-refused / silently-wrong / traceback: failures.
+
+The issue's bar (issue 11): >= 90% of the units round-trip, none silently wrong, no traceback,
+every other unit refused clearly; every llama-swap model becomes a profile.
+`SPECD_WRITE_RESULTS=1` writes benchmarks/results/import-corpus.{json,md}.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import json
 import os
 import platform
-import shutil
+import re
 import subprocess
 import sys
+import tomllib
 from collections import Counter
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
-from specd.deploy.systemd import connect_systemd
-from specd.errors import SpecdError
-from specd.profiles.flags import BinaryFlags, binary_flags
-from specd.profiles.load import load_profile
-from specd.unit.importer import import_unit_report
-from specd.unit.render import build_argv
-from specd.unit.syntax import expand_variables, parse_assignments
-from tests.conftest import LLAMA_SERVER, REPO, Box
+import pytest
+import yaml
 
-CORPUS = sorted((REPO / "tests" / "corpus" / "units").glob("*.service"))
-DEFAULTS = {("--host", "127.0.0.1"), ("--port", "8080")}
+from specd.setup.sandbox import PrivateSystemd
+from tests.conftest import LLAMA_SERVER, REPO, require_real_server
+from tests.system import systemd_truth as truth
+from tests.system.server_argv import (
+    Aliases,
+    NotAServerCommand,
+    ServerCommand,
+    compare_args,
+    flag_pairs,
+    read_aliases,
+    server_command,
+)
+
+pytestmark = pytest.mark.systemd
+
+CORPUS = REPO / "tests" / "corpus"
+UNITS = sorted((CORPUS / "units").iterdir())
+SWAP_CONFIGS = sorted((CORPUS / "llama-swap").iterdir())
+MANIFEST = tomllib.loads((CORPUS / "manifest.toml").read_text())
+RESULTS = REPO / "benchmarks" / "results"
+ROUND_TRIP_BAR = 0.90
+Outcome = Literal["round-trips", "refused", "refused-unclear", "accepted-then-refused", "silently-wrong",
+                  "traceback"]
+_SOURCE_ROW = re.compile(r"^\| `([^`]+)` \| \[([^\]]+)\]\([^)]*\) \| `([^`]+)` \| `([0-9a-f]{40})` \|", re.MULTILINE)
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
-def pairs(argv: list[str], flags: BinaryFlags) -> Counter[tuple[str, str | None]]:
-    """Flag/value pairs with every spelling made canonical (-c and --ctx-size are one flag)."""
-    counted: Counter[tuple[str, str | None]] = Counter()
-    index = 0
-    while index < len(argv):
-        word = argv[index]
-        if word.startswith("-") and not word.lstrip("-").replace(".", "").isdigit():
-            name, equals, inline = word.partition("=")
-            canonical = flags.canonical(name) if flags.has(name) else name
-            if equals and name.startswith("--"):
-                counted[(canonical, inline)] += 1
-                index += 1
-                continue
-            following = argv[index + 1] if index + 1 < len(argv) else None
-            if following is not None and (not following.startswith("-") or following.lstrip("-").isdigit()):
-                counted[(canonical, following)] += 1
-                index += 2
-                continue
-            counted[(canonical, None)] += 1
+@dataclass(frozen=True)
+class Row:
+    file: str
+    source: str
+    outcome: Outcome
+    detail: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One corpus unit on its way through import and render."""
+
+    file: Path
+    unit: str  # the name systemd knows it by
+    import_from: str
+    profile: str
+    original: truth.Loaded
+
+
+def _sources() -> dict[str, str]:
+    text = (CORPUS / "SOURCES.md").read_text()
+    return {m.group(1): f"{m.group(2)}:{m.group(3)}@{m.group(4)[:12]}" for m in _SOURCE_ROW.finditer(text)}
+
+
+def test_every_corpus_file_is_listed_with_its_source() -> None:
+    listed = _sources()
+    on_disk = {p.name for folder in ("units", "llama-swap", "support") for p in (CORPUS / folder).iterdir()}
+    assert on_disk == set(listed), f"not in SOURCES.md: {on_disk - set(listed)}; listed but absent: {set(listed) - on_disk}"
+    assert len(UNITS) >= 25 and len(SWAP_CONFIGS) >= 3
+
+
+def _specd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specd", *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def _crashed(result: subprocess.CompletedProcess[str]) -> bool:
+    output = result.stdout + result.stderr
+    return "Traceback (most recent call last)" in output or "internal error" in output
+
+
+def _deployment(tmp_path: Path, name: str) -> tuple[dict[str, str], Path]:
+    profiles = tmp_path / name / "profiles"
+    profiles.mkdir(parents=True)
+    config = tmp_path / name / "specd.toml"
+    config.write_text(f'unit = "specd-corpus-target.service"\nscope = "user"\nprofiles_dir = "{profiles}"\n')
+    env = {**os.environ, "SPECD_CONFIG": str(config), "XDG_STATE_HOME": str(tmp_path / name / "state")}
+    return env, profiles
+
+
+def _install_originals(manager: PrivateSystemd) -> list[tuple[Path, str, str]]:
+    """(corpus file, unit name, what to pass to --from) for each corpus unit, installed in the manager."""
+    home = manager.env["HOME"]
+    installed = []
+    for index, file in enumerate(UNITS):
+        meta = MANIFEST.get(file.name, {})
+        for support in meta.get("support", []):
+            target = Path(str(support["to"]).replace("%h", home))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((CORPUS / support["file"]).read_bytes())
+        if file.name.endswith("@.service"):
+            template = f"specd-corpus-{index}@.service"
+            truth.install(manager, template, file.read_bytes())
+            unit = f"specd-corpus-{index}@{meta['instance']}.service"
+            installed.append((file, unit, unit))
         else:
-            counted[("(positional)", word)] += 1
-        index += 1
-    return counted
+            unit = f"specd-corpus-{index}.service"
+            path = truth.install(manager, unit, file.read_bytes())
+            installed.append((file, unit, str(path)))
+    truth.daemon_reload(manager)
+    return installed
 
 
-def systemd_argv(box: Box, source: Path, number: int) -> list[str]:
-    """What systemd itself runs for this unit: its ExecStart property, $VARs from Environment=."""
-    name = f"corpus-{os.getpid()}-{number}.service"
-    box.manager.unit_dir.mkdir(parents=True, exist_ok=True)
-    target = box.manager.unit_dir / name
-    shutil.copyfile(source, target)
+def _render(env: dict[str, str], profiles: Path, name: str, original_args: tuple[str, ...]) -> tuple[str | None, str]:
+    """The unit text the profile renders to, or the refusal. `show` first; its render alone when the
+    only objection is that the unit's binary or model file is not on this machine."""
+    shown = _specd(env, "show", name, "--json")
+    if shown.returncode == 0:
+        return str(json.loads(shown.stdout)["unit"]), ""
+    message = (shown.stderr or shown.stdout).strip()
+    if _crashed(shown):
+        raise _Crash(message)
+    if not re.search(r"no such binary|no such model file|not executable|cannot read", message):
+        return None, message
+    from specd.errors import SpecdError
+    from specd.profiles.flags import BinaryFlags, binary_flags
+    from specd.profiles.load import load_profile
+    from specd.unit.render import build_argv, default_template_path, render_unit
+
     try:
-        subprocess.run(["systemctl", "--user", "daemon-reload"], env=box.env, check=True, timeout=60)
-        client = connect_systemd("user")
-        [argv] = client.exec_start_argv(name)[:1] or [[]]
-        shown = subprocess.run(["systemctl", "--user", "show", "-p", "Environment", "--value", name], env=box.env,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    finally:
-        target.unlink(missing_ok=True)
-    environment = parse_assignments(shown, name) if shown else {}
-    return expand_variables(list(argv), environment)
+        profile = load_profile(profiles, name)
+        reference = binary_flags(LLAMA_SERVER)
+        # The unit ran with its own binary, so that binary accepts every flag the unit passed.
+        extra = tuple((arg.split("=", 1)[0],) for arg in original_args
+                      if arg.startswith("-") and not reference.has(arg.split("=", 1)[0]))
+        spec_types = [v for flag, value in itertools.pairwise(original_args)
+                      if flag == "--spec-type" for v in value.split(",")]
+        flags = BinaryFlags(str(profile.binary), reference.groups + extra,
+                            reference.spec_types + tuple(spec_types))
+        argv = build_argv(profile, flags)
+        return render_unit(profile, argv, scope="user", template=default_template_path().read_text()), ""
+    except SpecdError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        raise _Crash(f"{type(exc).__name__}: {exc}") from exc
 
 
-def test_every_corpus_unit_round_trips_or_is_refused_by_name(box: Box, tmp_path: Path) -> None:
-    assert len(CORPUS) >= 25, "the corpus needs at least 25 real units"
-    flags = binary_flags(LLAMA_SERVER)
-    outcomes: list[dict[str, str]] = []
-    for number, source in enumerate(CORPUS):
-        profiles = tmp_path / f"profiles-{number}"
-        profiles.mkdir()
-        outcome = {"file": source.name}
-        try:
-            import_unit_report(source, profiles, "imported", unit_name="llama-server.service")
-            profile = load_profile(profiles, "imported")
-            profile_binary = profile.binary
-            rendered = build_argv(dataclasses.replace(profile, binary=LLAMA_SERVER), flags)
-        except SpecdError as refusal:
-            outcome.update(outcome="refused", detail=str(refusal).splitlines()[0])
-            outcomes.append(outcome)
-            continue
-        original = systemd_argv(box, source, number)
-        inner = list(rendered[1:])
-        want = pairs([a for a in original if a != original[0]] if original else [], flags)
-        got = pairs(inner, flags)
-        extra = got - want
-        for default in list(extra):
-            is_default = default in {(flags.canonical(f), v) for f, v in DEFAULTS} or (
-                default[0] == flags.canonical("--alias") and default[1] == profile.alias)
-            if is_default and not any(key[0] == default[0] for key in want):
-                del extra[default]
-        missing = want - got
-        same_binary = str(profile_binary) == original[0] or Path(original[0]).name != "bash"
-        if not extra and not missing and same_binary:
-            outcome.update(outcome="round-trip", detail=f"{len(inner)} args")
-        else:
-            outcome.update(outcome="silently wrong", detail=f"missing {dict(missing)} extra {dict(extra)}")
-        outcomes.append(outcome)
-    wrong = [o for o in outcomes if o["outcome"] == "silently wrong"]
-    round_trips = sum(o["outcome"] == "round-trip" for o in outcomes)
-    if os.environ.get("SPECD_WRITE_RESULTS"):
-        write_results(outcomes, round_trips)
-    assert not wrong, json.dumps(wrong, indent=1)
-    for refused in (o for o in outcomes if o["outcome"] == "refused"):
-        assert "Traceback" not in refused["detail"] and len(refused["detail"]) > 20, refused
-    assert round_trips >= len(CORPUS) // 2, outcomes
+class _Crash(Exception):
+    pass
 
 
-def write_results(outcomes: list[dict[str, str]], round_trips: int) -> None:
-    results = REPO / "benchmarks" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    header = {
-        "command": "SPECD_WRITE_RESULTS=1 .venv/bin/python -m pytest tests/system/test_corpus.py",
-        "machine": f"{platform.node()} {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+def _unit_vars(loaded: truth.Loaded, executed: truth.Executed, base: dict[str, str]) -> dict[str, str]:
+    """Variables the unit sets that llama-server (or CUDA, ROCm, ...) sees, minus those only used
+    to build the command line (a profile may inline them)."""
+    referenced = {a or b for word in (loaded.exec_start[0][1] if loaded.exec_start else ())
+                  for a, b in _VARIABLE.findall(word)}
+    return {k: v for k, v in executed.env.items() if base.get(k) != v and k not in referenced}
+
+
+def _explains(message: str, needles: list[str]) -> bool:
+    lowered = message.lower()
+    return any(needle and needle.lower() in lowered for needle in needles)
+
+
+def _refusal_needles(attempt: Attempt, executed: truth.Executed | None,
+                     command: ServerCommand | NotAServerCommand | None) -> list[str]:
+    if executed is not None and executed.argv is None:
+        files = [p for p, optional in attempt.original.environment_files if not optional]
+        command_line = " ".join(a for _, argv in attempt.original.exec_start for a in argv)
+        return [*files, *(Path(p).name for p in files), *(a or b for a, b in _VARIABLE.findall(command_line)),
+                "EnvironmentFile"]
+    if isinstance(command, NotAServerCommand):
+        return [*command.names, "script", "shell", "wrapper", "bash -c", "sh -c"]
+    words = [w for _, argv in attempt.original.exec_start for w in argv if len(w) > 2]
+    return [attempt.import_from, attempt.file.name, *words, "ExecStart", "Environment"]
+
+
+def _compare(original: truth.Executed, original_loaded: truth.Loaded, rendered: truth.Executed,
+             rendered_loaded: truth.Loaded, aliases: Aliases, base: dict[str, str]) -> list[str]:
+    problems: list[str] = []
+    if original.argv is None:
+        # systemd would not start the original (a required EnvironmentFile= is missing): the render
+        # must keep the same unexpanded command line and the same environment files.
+        before = flag_pairs(original_loaded.exec_start[0][1][1:], aliases)
+        after = flag_pairs(rendered_loaded.exec_start[0][1][1:], aliases) if rendered_loaded.exec_start else []
+        if sorted(map(str, before)) != sorted(map(str, after)):
+            problems.append(f"unexpanded argv differs: {before} -> {after}")
+        missing = set(original_loaded.environment_files) - set(rendered_loaded.environment_files)
+        if missing:
+            problems.append(f"lost EnvironmentFile= {sorted(missing)}")
+        return problems
+    if rendered.argv is None:
+        return [f"the rendered unit would not start: {rendered.failure}"]
+    before_command = server_command(original.path, original.argv)
+    after_command = server_command(rendered.path, rendered.argv)
+    if isinstance(before_command, NotAServerCommand) or isinstance(after_command, NotAServerCommand):
+        if (original.path, original.argv) != (rendered.path, rendered.argv):
+            problems.append(f"command differs: {[original.path, *original.argv]} -> {[rendered.path, *rendered.argv]}")
+    else:
+        if before_command.wrapper != after_command.wrapper:
+            problems.append(f"wrapper {list(before_command.wrapper)} -> {list(after_command.wrapper)}")
+        same_binary = (before_command.binary == after_command.binary
+                       or (not before_command.binary.startswith("/")
+                           and Path(after_command.binary).name == before_command.binary))
+        if not same_binary:
+            problems.append(f"binary {before_command.binary} -> {after_command.binary}")
+        problems += compare_args(before_command.args, after_command.args, aliases)
+    wanted = _unit_vars(original_loaded, original, base)
+    for key, value in sorted(wanted.items()):
+        if rendered.env.get(key) != value:
+            problems.append(f"environment {key}={value!r} -> {rendered.env.get(key)!r}")
+    for key in sorted(set(rendered.env) - set(original.env)):
+        if key.startswith("LLAMA_ARG_"):
+            problems.append(f"added environment {key}={rendered.env[key]!r}")
+    return problems
+
+
+def _write_results(section: str, rows: list[Row], summary: dict[str, object]) -> None:
+    if os.environ.get("SPECD_WRITE_RESULTS") != "1":
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "import-corpus.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=False).stdout.strip()
+    data.update({
+        "command": "SPECD_WRITE_RESULTS=1 .venv/bin/python -m pytest -p no:cacheprovider -q tests/system/test_corpus.py",
+        "machine": f"{platform.node()}: {platform.platform()}, {os.cpu_count()} CPUs, systemd "
+                   + subprocess.run(["systemctl", "--version"], capture_output=True, text=True,
+                                    check=False).stdout.split()[1],
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "truth": "systemd's own parse of each original unit (ExecStart property in a private systemd --user)",
-        "units": len(outcomes), "round_trip": round_trips,
-        "refused": sum(o["outcome"] == "refused" for o in outcomes),
-        "silently_wrong": sum(o["outcome"] == "silently wrong" for o in outcomes),
-    }
-    (results / "import-corpus.json").write_text(json.dumps({**header, "files": outcomes}, indent=1) + "\n")
-    lines = [f"# Import corpus: {round_trips} of {len(outcomes)} real units round-trip", "",
-             *(f"- {key}: {value}" for key, value in header.items()), "",
-             "| file | outcome | detail |", "|---|---|---|",
-             *(f"| {o['file']} | {o['outcome']} | {o['detail'].replace('|', '/')} |" for o in outcomes)]
-    (results / "import-corpus.md").write_text("\n".join(lines) + "\n")
+        "specd_commit": commit,
+    })
+    data[section] = {"summary": summary, "rows": [asdict(r) for r in rows]}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    lines = ["# `specd import` on the real-world corpus (tests/corpus)", "",
+             f"- command: `{data['command']}`", f"- machine: {data['machine']}", f"- date: {data['date']}",
+             f"- specd commit: {commit}",
+             ("- in-sample: the corpus is the test; truth is the real systemd's parse "
+              "and exec-time expansion of each original unit; see tests/system/test_corpus.py"), ""]
+    for name in ("units", "llama_swap"):
+        if name not in data:
+            continue
+        lines += [f"## {name}", "", "summary: " + json.dumps(data[name]["summary"]), "",
+                  "| file | source | outcome | detail |", "| --- | --- | --- | --- |"]
+        for row in data[name]["rows"]:
+            detail = str(row["detail"]).replace("|", "\\|").replace("\n", " ")[:300]
+            lines.append(f"| `{row['file']}` | {row['source']} | {row['outcome']} | {detail} |")
+        lines.append("")
+    (RESULTS / "import-corpus.md").write_text("\n".join(lines))
+
+
+def _table(rows: list[Row]) -> str:
+    return "\n".join(f"{r.outcome:22} {r.file}: {r.detail[:240]}" for r in rows)
+
+
+def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: PrivateSystemd, tmp_path: Path) -> None:
+    require_real_server()
+    aliases = read_aliases(LLAMA_SERVER)
+    sources = _sources()
+    attempts = [Attempt(file, unit, source, f"corpus{index}", truth.read_loaded(systemd_manager, unit))
+                for index, (file, unit, source) in enumerate(_install_originals(systemd_manager))]
+    env, profiles = _deployment(tmp_path, "units")
+    runnable = [a.original for a in attempts if a.original.load_state == "loaded" and len(a.original.exec_start) == 1]
+    base_probe = truth.Loaded("base", "loaded", "", (("/bin/true", ("/bin/true",)),), (), ())
+    executions = truth.execute_all(systemd_manager, [*runnable, base_probe], tmp_path)
+    base = executions.pop().env
+    original_exec = {loaded.unit: executed for loaded, executed in zip(runnable, executions, strict=True)}
+
+    rows: dict[str, Row] = {}
+    rendered_units: dict[str, str] = {}
+    for index, attempt in enumerate(attempts):
+        executed = original_exec.get(attempt.unit)
+        command = server_command(executed.path, executed.argv) if executed and executed.argv is not None else None
+        imported = _specd(env, "import", attempt.profile, "--from", attempt.import_from)
+        message = (imported.stderr or imported.stdout).strip()
+        source = sources.get(attempt.file.name, "?")
+        if _crashed(imported):
+            rows[attempt.file.name] = Row(attempt.file.name, source, "traceback", message[-400:])
+            continue
+        if imported.returncode != 0:
+            written = (profiles / f"{attempt.profile}.toml").exists()
+            clear = (not written and str(profiles / attempt.profile) not in message
+                     and _explains(message, _refusal_needles(attempt, executed, command)))
+            rows[attempt.file.name] = Row(attempt.file.name, source, "refused" if clear else "refused-unclear",
+                                          message[:400])
+            continue
+        original_args = command.args if isinstance(command, ServerCommand) else ()
+        try:
+            text, refusal = _render(env, profiles, attempt.profile, original_args)
+        except _Crash as crash:
+            rows[attempt.file.name] = Row(attempt.file.name, source, "traceback", f"at render: {crash}")
+            continue
+        if text is None:
+            rows[attempt.file.name] = Row(attempt.file.name, source, "accepted-then-refused",
+                                          f"import wrote a profile that show refuses: {refusal[:300]}")
+            continue
+        name = f"specd-corpus-rendered-{index}.service"
+        truth.install(systemd_manager, name, text.encode())
+        rendered_units[attempt.file.name] = name
+    truth.daemon_reload(systemd_manager)
+
+    rendered_loaded = {file: truth.read_loaded(systemd_manager, unit) for file, unit in rendered_units.items()}
+    startable = [(file, loaded) for file, loaded in rendered_loaded.items() if len(loaded.exec_start) == 1]
+    rendered_exec = dict(zip([f for f, _ in startable],
+                             truth.execute_all(systemd_manager, [l for _, l in startable], tmp_path), strict=True))
+    by_file = {a.file.name: a for a in attempts}
+    for file, loaded in rendered_loaded.items():
+        attempt = by_file[file]
+        source = sources.get(file, "?")
+        if file not in rendered_exec:
+            rows[file] = Row(file, source, "silently-wrong",
+                             f"rendered unit: LoadState={loaded.load_state} {loaded.load_error}, "
+                             f"{len(loaded.exec_start)} ExecStart=")
+            continue
+        original = original_exec.get(attempt.unit)
+        if original is None:
+            rows[file] = Row(file, source, "silently-wrong",
+                             f"imported, but systemd does not load the original: {attempt.original.load_state} "
+                             f"{attempt.original.load_error}")
+            continue
+        problems = _compare(original, attempt.original, rendered_exec[file], loaded, aliases, base)
+        rows[file] = Row(file, source, "silently-wrong" if problems else "round-trips", "; ".join(problems))
+    for name in rendered_units.values():
+        truth.remove(systemd_manager, name)
+    truth.daemon_reload(systemd_manager)
+
+    ordered = [rows[f.name] for f in UNITS]
+    counts = Counter(r.outcome for r in ordered)
+    figure = counts["round-trips"] / len(ordered)
+    summary: dict[str, object] = {"units": len(ordered), **dict(sorted(counts.items())),
+                                  "round_trip_share": round(figure, 3),
+               "bar": ROUND_TRIP_BAR}
+    _write_results("units", ordered, summary)
+    report = f"{summary}\n{_table(ordered)}"
+    assert counts["traceback"] == 0, report
+    assert counts["silently-wrong"] == 0, report
+    assert counts["refused-unclear"] + counts["accepted-then-refused"] == 0, report
+    assert figure >= ROUND_TRIP_BAR, report
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def test_every_llama_swap_model_becomes_a_profile(systemd_manager: PrivateSystemd, tmp_path: Path) -> None:
+    sources = _sources()
+    rows: list[Row] = []
+    for index, config in enumerate(SWAP_CONFIGS):
+        models = yaml.safe_load(config.read_text())["models"]
+        env, _ = _deployment(tmp_path, f"swap{index}")
+        imported = _specd(env, "import", "--from-llama-swap", str(config))
+        message = (imported.stderr or imported.stdout).strip()
+        source = sources.get(config.name, "?")
+        if _crashed(imported):
+            rows.append(Row(config.name, source, "traceback", message[-400:]))
+            continue
+        if imported.returncode != 0:
+            rows.append(Row(config.name, source, "refused-unclear", f"{len(models)} models, none imported: {message[:300]}"))
+            continue
+        listing = json.loads(_specd(env, "profiles", "--json").stdout or "[]")
+        names = {_normalised(p["name"]): p for p in listing}
+        aliases = {}
+        for profile in listing:
+            text = Path(profile["path"]).read_text()
+            for alias in re.findall(r'^alias\s*=\s*"([^"]*)"', text, re.MULTILINE):
+                aliases[_normalised(alias)] = profile
+        missing = [m for m in models if _normalised(str(m)) not in names and _normalised(str(m)) not in aliases]
+        broken = [p["name"] for p in listing if p.get("error")]
+        problems = ([f"no profile for {missing}"] if missing else []) + ([f"invalid: {broken}"] if broken else [])
+        rows.append(Row(config.name, source, "silently-wrong" if problems else "round-trips",
+                        "; ".join(problems) or f"{len(models)} models -> {len(listing)} profiles"))
+    counts = Counter(r.outcome for r in rows)
+    swap_summary: dict[str, object] = {"configs": len(rows), **dict(sorted(counts.items()))}
+    _write_results("llama_swap", rows, swap_summary)
+    assert counts["round-trips"] == len(rows), _table(rows)
