@@ -145,7 +145,7 @@ class HealthMonitor:
             command = parse_unit(text, str(self.deployment.unit_path))
         except UsageError as exc:
             return HealthResult(False, str(exc))
-        return check_once(self._http, command.base_url, command.alias or "")
+        return check_once(self._http, command.base_url, command.alias, api_key=command.api_key)
 
     def _owner_stop_seen(self) -> bool:
         """Notice (and record once) a deliberate stop, and the start that ends it. True while the
@@ -249,7 +249,7 @@ class HealthMonitor:
             self.systemd.reset_failed(self.unit)
             self.systemd.restart(self.unit)
             try:
-                health = wait_healthy(command.base_url, command.alias or "", timeout_s=600.0, stability_s=2.0,
+                health = wait_healthy(command.base_url, command.alias, api_key=command.api_key, timeout_s=600.0, stability_s=2.0,
                                       unit_state=lambda: self.systemd.unit_state(self.unit))
             except HealthError as exc:
                 detail = f"restarted after {self.settings.failures_before_restart} failed checks ({reason}); " \

@@ -29,6 +29,7 @@ class HealthResult:
 
 
 def _alias_listed(payload: Any, alias: str) -> bool:
+    alias = alias.split(",")[0]
     for entry in payload.get("data", []) if isinstance(payload, dict) else []:
         if not isinstance(entry, dict):
             continue
@@ -37,22 +38,34 @@ def _alias_listed(payload: Any, alias: str) -> bool:
     return False
 
 
-def check_once(client: httpx.Client, base_url: str, alias: str, *, complete: bool = False) -> HealthResult:
-    """One probe: health, alias listed, and (optionally) a 1-token completion."""
+def check_once(client: httpx.Client, base_url: str, alias: str | None, *, complete: bool = False,
+               api_key: str | None = None) -> HealthResult:
+    """One probe: health, alias listed, and (optionally) a 1-token completion.
+
+    alias None is router mode: /v1/models must list the presets (any model); no completion, which
+    would load one on demand. api_key is sent as a bearer token and never appears in a message."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        health = client.get(f"{base_url}/health")
+        health = client.get(f"{base_url}/health", headers=headers)
         if health.status_code != 200:
             return HealthResult(False, f"/health answered {health.status_code}: {health.text[:120]}")
-        models = client.get(f"{base_url}/v1/models")
+        models = client.get(f"{base_url}/v1/models", headers=headers)
+        if models.status_code == 401:
+            return HealthResult(False, "/v1/models answered 401: the server wants an API key "
+                                       + ("and refused the profile's" if api_key else "(set api_key in the profile)"))
         if models.status_code != 200:
             return HealthResult(False, f"/v1/models answered {models.status_code}")
+        if alias is None:
+            if not models.json().get("data"):
+                return HealthResult(False, "/v1/models lists no model (router mode: no preset or model found)")
+            return HealthResult(True, "healthy")
         if not _alias_listed(models.json(), alias):
             ids = [str(m.get("id")) for m in models.json().get("data", []) if isinstance(m, dict)]
             return HealthResult(False, f"/v1/models does not list alias '{alias}' (it lists {', '.join(ids) or 'nothing'})")
         if complete:
             body = {"model": alias, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1,
                     "temperature": 0}
-            answer = client.post(f"{base_url}/v1/chat/completions", json=body)
+            answer = client.post(f"{base_url}/v1/chat/completions", json=body, headers=headers)
             if answer.status_code != 200 or not answer.json().get("choices"):
                 return HealthResult(False, f"a 1-token completion to '{alias}' failed: {answer.status_code} "
                                            f"{answer.text[:160]}")
@@ -65,13 +78,14 @@ def check_once(client: httpx.Client, base_url: str, alias: str, *, complete: boo
 
 def wait_healthy(
     base_url: str,
-    alias: str,
+    alias: str | None,
     *,
     timeout_s: float,
     stability_s: float,
     unit_state: Callable[[], UnitState],
     client: httpx.Client | None = None,
     clock: Callable[[], float] = time.monotonic,
+    api_key: str | None = None,
 ) -> HealthResult:
     """Block until the gate passes; raise HealthError saying which check failed and why."""
     own_client = client is None
@@ -88,7 +102,7 @@ def wait_healthy(
                 raise HealthError(f"llama-server exited while loading: {state.describe()}")
             if state.n_restarts > restarts:
                 raise HealthError(f"llama-server crashed and was restarted by systemd while loading ({last_detail})")
-            probe = check_once(http, base_url, alias)
+            probe = check_once(http, base_url, alias, api_key=api_key)
             if probe.ok:
                 break
             last_detail = probe.detail
@@ -98,7 +112,7 @@ def wait_healthy(
                 raise HealthError(f"not healthy after {timeout_s:.0f} s: {last_detail}")
             time.sleep(_POLL_S)
         load_s = clock() - start
-        probe = check_once(http, base_url, alias, complete=True)
+        probe = check_once(http, base_url, alias, complete=True, api_key=api_key)
         if not probe.ok:
             raise HealthError(probe.detail)
         settled = unit_state()
@@ -112,7 +126,7 @@ def wait_healthy(
                     f"{now.describe()}, MainPID {settled.main_pid} -> {now.main_pid}, "
                     f"restarts {settled.n_restarts} -> {now.n_restarts}"
                 )
-        final = check_once(http, base_url, alias)
+        final = check_once(http, base_url, alias, api_key=api_key)
         if not final.ok:
             raise HealthError(f"unhealthy at the end of the stability window: {final.detail}")
         return HealthResult(True, "healthy", load_s=load_s, total_s=clock() - start)

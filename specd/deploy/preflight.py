@@ -13,7 +13,7 @@ import psutil
 from specd.errors import PreflightError
 from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.profiles.config import Deployment
-from specd.profiles.flags import binary_flags, check_executable
+from specd.profiles.flags import binary_flags
 from specd.profiles.load import Profile, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit
 
@@ -23,7 +23,7 @@ class Preflight:
     profile: Profile
     argv: list[str]
     unit_text: str
-    model_info: GgufInfo
+    model_info: GgufInfo | None  # None: the model comes from the Hub or a router's presets
     draft_info: GgufInfo | None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -91,11 +91,11 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     profile = load_profile(deployment.profiles_dir, name)
     if deployment.scope == "system":
         check_strict_modes((profile.path, *profile.files))
-    check_executable(profile.binary)
-    flags = binary_flags(profile.binary)
-    model_info = read_gguf_info(profile.model)
-    draft_info = read_gguf_info(profile.speculative.draft_model) if profile.speculative.draft_model else None
-    if profile.speculative.type == "mtp" and not model_info.has_mtp:
+    flags = binary_flags(profile.binary, profile.launcher)
+    model_info = read_gguf_info(profile.model) if profile.model and not profile.launcher else None
+    draft_info = (read_gguf_info(profile.speculative.draft_model)
+                  if profile.speculative.draft_model and not profile.launcher else None)
+    if profile.speculative.type == "mtp" and model_info is not None and not model_info.has_mtp:
         raise PreflightError(
             f"profile '{name}': speculative type 'mtp' but {profile.model} has no MTP layers "
             f"({model_info.architecture}.nextn_predict_layers is 0 or missing)",
@@ -103,7 +103,8 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
         )
     argv = build_argv(profile, flags)
     check_port(profile, process_tree(current_main_pid))
-    notes = [vram_note(profile, model_info, draft_info, current_main_pid)]
+    notes = [vram_note(profile, model_info, draft_info, current_main_pid) if model_info else
+             f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile)]
     template = default_template_path()
     try:
         template_text = template.read_text(encoding="utf-8")
@@ -112,6 +113,40 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
     return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
                      time.monotonic() - started)
+
+
+def model_source_note(profile: Profile) -> str:
+    if profile.launcher:
+        return f"the model is read inside `{' '.join(profile.launcher)}`"
+    if profile.hf_repo:
+        return f"the model comes from Hugging Face ({profile.hf_repo})"
+    return "router mode loads models on demand"
+
+
+def hub_cache_hit(repo: str) -> Path | None:
+    """llama.cpp's download cache for a Hub repo ($LLAMA_CACHE, ~/.cache/llama.cpp, the HF hub cache)."""
+    owner_model = repo.split(":", 1)[0]
+    home = Path.home()
+    candidates = [Path(os.environ["LLAMA_CACHE"])] if os.environ.get("LLAMA_CACHE") else []
+    candidates += [home / ".cache" / "llama.cpp", home / ".cache" / "huggingface" / "hub"]
+    flat = owner_model.replace("/", "_")
+    hub = "models--" + owner_model.replace("/", "--")
+    for folder in candidates:
+        if (folder / hub).is_dir():
+            return folder / hub
+        if folder.is_dir() and any(p.name.startswith(flat) for p in folder.iterdir()):
+            return folder
+    return None
+
+
+def hub_note(profile: Profile) -> str:
+    if not profile.hf_repo:
+        return ""
+    hit = hub_cache_hit(profile.hf_repo)
+    if hit is not None:
+        return f"{profile.hf_repo}: in llama.cpp's cache ({hit})"
+    return (f"{profile.hf_repo} is not in llama.cpp's cache here: the first start downloads it; "
+            f"the health gate waits up to {profile.health_timeout_s:.0f} s (health_timeout_s)")
 
 
 def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current_main_pid: int) -> str:
@@ -123,10 +158,10 @@ def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current
     if isinstance(state, gpu.NoGpu):
         return f"no NVIDIA GPU: VRAM check skipped ({state.reason})"
     estimate = vram.estimate_vram(
-        model, draft, profile.ctx_size or 0, profile.n_gpu_layers,
+        model, draft, profile.ctx_size or 0, _layers(profile.n_gpu_layers),
         profile.cache_type_k or "f16", profile.cache_type_v or "f16", profile.parallel,
         n_ubatch=profile.ubatch_size or 512, flash_attn=profile.flash_attn != "off",
-        draft_n_gpu_layers=profile.speculative.draft_ngl,
+        draft_n_gpu_layers=_layers(profile.speculative.draft_ngl),
     )
     freed = 0
     if current_main_pid:
@@ -135,3 +170,8 @@ def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current
     result = vram.fit_check(estimate, state, freed)
     result.raise_if_not_ok()
     return result.message
+
+
+def _layers(value: int | str | None) -> int | None:
+    """-ngl all/auto as the estimator's "all layers" (None): the upper bound of what the server offloads."""
+    return value if isinstance(value, int) else None

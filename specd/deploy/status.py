@@ -53,7 +53,7 @@ def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any
             data["endpoint"] = command.base_url
             data["alias"] = command.alias
             with httpx.Client(timeout=3.0) as client:
-                probe = check_once(client, command.base_url, command.alias or "")
+                probe = check_once(client, command.base_url, command.alias, api_key=command.api_key)
             data["health"] = "healthy" if probe.ok else f"unhealthy: {probe.detail}"
             data["healthy"] = probe.ok
         except UsageError as exc:

@@ -82,15 +82,17 @@ class Target:
 
     text: str
     profile: str | None
-    alias: str
+    alias: str | None  # None: router mode
     base_url: str
     timeout_s: float
     stability_s: float
+    api_key: str | None = None
 
 
 def target_from_text(text: str, profile: str | None, *, where: str, stability_s: float = 5.0) -> Target:
     command = parse_unit(text, where)
-    return Target(text, profile, command.alias or "", command.base_url, DEFAULT_GATE_TIMEOUT_S, stability_s)
+    return Target(text, profile, command.alias, command.base_url, DEFAULT_GATE_TIMEOUT_S, stability_s,
+                  command.api_key)
 
 
 class Switcher:
@@ -157,7 +159,8 @@ class Switcher:
                 if active is not None:
                     return Outcome(active, None, tuple(pre.notes) + (f"already on profile {name}",), unchanged=True)
             target = Target(pre.unit_text, name, pre.profile.alias, pre.profile.base_url,
-                            pre.profile.health_timeout_s, pre.profile.stability_s)
+                            pre.profile.health_timeout_s, pre.profile.stability_s,
+                            parse_unit(pre.unit_text, name).api_key)
             return self._install(target, kind="switch", restores_id=None, preflight_s=pre.seconds,
                                  started=started, notes=tuple(pre.notes))
 
@@ -284,7 +287,8 @@ class Switcher:
         restart_s = time.monotonic() - t_restart
         self._reached(intent, "restart")
         health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s,
-                            stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(self.unit))
+                            stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(self.unit),
+                            api_key=target.api_key)
         self._reached(intent, "gate")
         return restart_s, health
 
@@ -327,7 +331,7 @@ class Switcher:
         assert old_text is not None
         old = target_from_text(old_text, intent.old_profile, where=str(unit_path))
         self._gate(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
-                   unit_state=lambda: self.systemd.unit_state(self.unit))
+                   unit_state=lambda: self.systemd.unit_state(self.unit), api_key=old.api_key)
         self._fault("revert-gate")
         return f"reverted to {intent.old_profile or 'the previous unit'}, which is healthy again"
 

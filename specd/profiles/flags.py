@@ -6,10 +6,12 @@ BeeLlama fork `dflash`), so specd never assumes a flag: it asks the binary.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,9 @@ SPEC_TYPE_SPELLINGS: dict[str, tuple[str, ...]] = {
 }
 _OPTION_LINE = re.compile(r"^-")
 _SPLIT = re.compile(r"[,\s]+")
-CACHE_FORMAT = 1
+_NAMES = re.compile(r"^-[\w-]+(?:,\s*-[\w-]+)*")
+_ENV_NOTE = re.compile(r"\(env: (LLAMA_ARG_\w+)\)")
+CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,16 @@ class BinaryFlags:
     binary: str
     groups: tuple[tuple[str, ...], ...]
     spec_types: tuple[str, ...]
+    valued: frozenset[str] = frozenset()  # spellings that take a value in this build
+    env_names: tuple[tuple[str, str], ...] = ()  # (LLAMA_ARG_..., the option's first spelling)
+
+    def takes_value(self, flag: str) -> bool | None:
+        """Whether this build's flag takes a value; None when the build does not know the flag."""
+        return (flag in self.valued) if self.has(flag) else None
+
+    def setting_of(self, variable: str) -> str | None:
+        """The option an environment variable sets (llama-server reads LLAMA_ARG_* like flags)."""
+        return dict(self.env_names).get(variable)
 
     def has(self, flag: str) -> bool:
         return any(flag in group for group in self.groups)
@@ -48,18 +62,31 @@ class BinaryFlags:
         return name
 
     def spec_type_spelling(self, specd_type: str, *, profile_name: str) -> str:
+        """The binary's spelling of a speculative type. A chain (`draft-dflash,ngram-mod`) is spelled
+        part by part; `name:param=value` parameters (ik_llama.cpp) are kept; a name that is not one
+        of specd's own goes to the binary as written (a fork may know it even if --help does not list it)."""
         if not self.has("--spec-type"):
             raise PreflightError(
                 f"profile '{profile_name}': {self.binary} has no --spec-type option; "
                 "it is too old for speculative decoding by type"
             )
-        for spelling in SPEC_TYPE_SPELLINGS.get(specd_type, (specd_type,)):
+        return ",".join(self._spell_part(part, profile_name) for part in specd_type.split(","))
+
+    def _spell_part(self, part: str, profile_name: str) -> str:
+        name, colon, params = part.partition(":")
+        if "=" in name or name in self.spec_types:
+            return part  # a parameter of the previous part (mtp:n_max=2,p_min=0.6), or the binary's own name
+        for spelling in SPEC_TYPE_SPELLINGS.get(name, ()):
             if spelling in self.spec_types:
-                return spelling
-        offered = ", ".join(t for t in self.spec_types if t != "none") or "nothing"
+                return spelling + colon + params
+        if not self.spec_types and name not in SPEC_TYPE_SPELLINGS:
+            return part  # --help lists no types: the binary is the judge
+        offered = [t for t in self.spec_types if t != "none"]
+        close = difflib.get_close_matches(name, [*offered, *SPEC_TYPE_SPELLINGS], n=1, cutoff=0.6)
+        hint = f" — did you mean '{close[0]}'?" if close else ""
         raise PreflightError(
-            f"profile '{profile_name}': speculative type '{specd_type}' is not offered by {self.binary}; "
-            f"its --spec-type accepts {offered}"
+            f"profile '{profile_name}': speculative type '{name}' is not offered by {self.binary}; "
+            f"its --spec-type accepts {', '.join(offered) or 'nothing'}{hint}"
         )
 
 
@@ -67,7 +94,12 @@ def parse_help(binary: str, text: str) -> BinaryFlags:
     """Option lines start at column 0 with comma-separated names, then an argument placeholder."""
     groups: list[tuple[str, ...]] = []
     spec_types: tuple[str, ...] = ()
+    valued: set[str] = set()
+    env_names: list[tuple[str, str]] = []
     for line in text.splitlines():
+        env = _ENV_NOTE.search(line)
+        if env and groups:
+            env_names.append((env.group(1), groups[-1][0]))
         if not _OPTION_LINE.match(line):
             continue
         names: list[str] = []
@@ -81,13 +113,17 @@ def parse_help(binary: str, text: str) -> BinaryFlags:
         if not names:
             continue
         groups.append(tuple(names))
+        heading = _NAMES.match(line)
+        if heading and re.match(r" \S", line[heading.end():]):  # one space, then a placeholder: N, FNAME, [on|off]
+            valued.update(names)
         if "--spec-type" in names:
             remainder = line.split("--spec-type", 1)[1].strip().split()
             placeholder = remainder[0] if remainder else placeholder
             spec_types = tuple(v for v in re.split(r"[,|]", placeholder.strip("[]<>{}")) if v)
     if not groups:
         raise PreflightError(f"{binary}: --help printed no options; is this a llama-server binary?")
-    return BinaryFlags(binary=binary, groups=tuple(groups), spec_types=spec_types)
+    return BinaryFlags(binary=binary, groups=tuple(groups), spec_types=spec_types, valued=frozenset(valued),
+                       env_names=tuple(env_names))
 
 
 def _sha256(path: Path) -> str:
@@ -98,6 +134,21 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# The search path systemd uses for a bare command name in ExecStart= (systemd.exec(5), "Command lines").
+SYSTEMD_SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+
+
+def resolve_binary(binary: Path) -> Path:
+    """An absolute binary as is; a bare name looked up as systemd would, in its fixed search path."""
+    if binary.is_absolute():
+        return binary
+    found = shutil.which(str(binary), path=SYSTEMD_SEARCH_PATH)
+    if found is None:
+        raise PreflightError(f"{binary}: no such binary in systemd's search path ({SYSTEMD_SEARCH_PATH})",
+                             hint="give the binary's absolute path in the profile")
+    return Path(found)
+
+
 def check_executable(binary: Path) -> None:
     if not binary.is_file():
         raise PreflightError(f"{binary}: no such binary")
@@ -105,27 +156,43 @@ def check_executable(binary: Path) -> None:
         raise PreflightError(f"{binary}: not executable", hint=f"chmod +x {binary}")
 
 
-def binary_flags(binary: Path) -> BinaryFlags:
-    """Parse `binary --help`, from the cache when this exact binary was seen before."""
+def binary_flags(binary: Path, launcher: tuple[str, ...] = ()) -> BinaryFlags:
+    """Parse `binary --help`, from the cache when this exact binary was seen before.
+
+    With a launcher (toolbox run -c BOX, ...), the binary lives where the launcher runs it: specd
+    asks it there (`launcher binary --help`) and caches by that command line."""
+    if launcher:
+        digest = hashlib.sha256("\0".join([*launcher, str(binary)]).encode()).hexdigest()
+        return _flags_of([*launcher, str(binary)], digest)
+    binary = resolve_binary(binary)
     check_executable(binary)
-    digest = _sha256(binary)
+    return _flags_of([str(binary)], _sha256(binary))
+
+
+def _flags_of(command: list[str], digest: str) -> BinaryFlags:
+    binary = Path(command[-1])
     cache_file = paths.cache_dir() / "flags" / f"{digest}.json"
     try:
         cached = json.loads(cache_file.read_text())
         if cached.get("format") == CACHE_FORMAT:
-            return BinaryFlags(str(binary), tuple(tuple(g) for g in cached["groups"]), tuple(cached["spec_types"]))
+            return BinaryFlags(str(binary), tuple(tuple(g) for g in cached["groups"]), tuple(cached["spec_types"]),
+                               frozenset(cached["valued"]), tuple((e, f) for e, f in cached["env_names"]))
     except (OSError, ValueError, KeyError):
         pass
     try:
         result = subprocess.run(
-            [str(binary), "--help"], capture_output=True, text=True, timeout=60, check=False,
+            [*command, "--help"], capture_output=True, text=True, timeout=60, check=False,
             env={**os.environ, "LLAMA_LOG_COLORS": "off"},
         )
+    except FileNotFoundError:
+        what = f" (the launcher in front of {binary})" if len(command) > 1 else ""
+        raise PreflightError(f"{command[0]}: no such binary{what}") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PreflightError(f"{binary} --help failed: {exc}") from exc
+        raise PreflightError(f"{' '.join(command)} --help failed: {exc}") from exc
     flags = parse_help(str(binary), result.stdout + result.stderr)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "groups": flags.groups, "spec_types": flags.spec_types}))
+    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "groups": flags.groups, "spec_types": flags.spec_types,
+                               "valued": sorted(flags.valued), "env_names": flags.env_names}))
     os.replace(tmp, cache_file)
     return flags

@@ -72,7 +72,7 @@ class DeploymentTarget:
         switcher = switcher_for(self.deployment, trigger=self.trigger)
         switcher.switch(profile)
         loaded = load_profile(self.deployment.profiles_dir, profile)
-        self._url, self._alias = loaded.base_url, loaded.alias
+        self._url, self._alias = loaded.base_url, loaded.alias or ""
         self._main_pid = switcher.systemd.unit_state(self.deployment.unit).main_pid
 
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:

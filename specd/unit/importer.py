@@ -14,20 +14,24 @@ from typing import Any
 import tomlkit
 
 from specd.deploy.unitfiles import atomic_write
-from specd.errors import UsageError
-from specd.profiles.flags import SPEC_TYPE_SPELLINGS
-from specd.profiles.load import PROFILE_SCHEMA, SPECULATIVE_SCHEMA, profile_path
+from specd.errors import SpecdError, UsageError
+from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags
+from specd.profiles.load import MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA, profile_path
 from specd.profiles.schema import Table, validate
 from specd.unit.parse import ParsedUnit, read_unit
-from specd.unit.render import SPEC_FLAGS, TYPED_FLAGS
-from specd.unit.syntax import Scope, UnitContext, read_unit_text
+from specd.unit.render import MODEL_FLAGS, SPEC_FLAGS, TYPED_FLAGS
+from specd.unit.syntax import Scope, UnitContext, read_unit_text, resolve_name_specifiers
 from specd.unit.wrappers import unwrap
 
-_FIXED = {"--model": "model", "-m": "model", "--alias": "alias", "-a": "alias", "--host": "host", "--port": "port"}
 _BOOLEAN = {"--jinja": "jinja", "--metrics": "metrics"}
+_SECRET = {"api_key"}
+# What specd maps itself; everything else in the unit is carried as written ([systemd.*] in the profile).
+_MAPPED = {("Service", "ExecStart"), ("Service", "Environment")}
+_CARRIED_SECTIONS = ("Unit", "Service", "Install")
 
 
 def _spec_type(spelling: str) -> str:
+    """specd's name for one speculative type, or the binary's spelling as written (chains, parameters)."""
     for specd_name, spellings in SPEC_TYPE_SPELLINGS.items():
         if spelling in spellings:
             return specd_name
@@ -74,24 +78,16 @@ def _accepts(schema: Table, key: str, value: Any) -> bool:
     return not validate({key: value}, schema, path=Path("import"), text="")
 
 
-def _is_value(word: str | None) -> bool:
+def _looks_like_value(word: str | None) -> bool:
     """A word that is a flag's value, not the next flag (negative numbers are values)."""
     return word is not None and (not word.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", word) is not None)
-
-
-# Units that a manager other than systemd's own unit loader reads differently are refused above;
-# these directives are what real units carry besides ExecStart/Environment. specd renders its own
-# [Unit]/[Service]/[Install]; the rest is reported so the owner can keep it in a drop-in.
-_RENDERED = {("Unit", "Description"), ("Unit", "After"), ("Service", "Type"), ("Install", "WantedBy")}
 
 
 def _flag_target(name: str, data: dict[str, Any],
                  speculative: dict[str, Any]) -> tuple[dict[str, Any], Table, str, str] | None:
     """Where a flag's value goes: (table, its schema, key, prefix for the report), or None for `args`."""
-    typed = {spelling: use.key for use in TYPED_FLAGS for spelling in use.spellings}
+    typed = {spelling: use.key for use in (*MODEL_FLAGS, *TYPED_FLAGS) for spelling in use.spellings}
     spec_flags = {spelling: use.key for use in SPEC_FLAGS for spelling in use.spellings}
-    if name in _FIXED:
-        return data, PROFILE_SCHEMA, _FIXED[name], ""
     if name in typed:
         return data, PROFILE_SCHEMA, typed[name], ""
     if name == "--spec-type":
@@ -101,8 +97,17 @@ def _flag_target(name: str, data: dict[str, Any],
     return None
 
 
-def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any]) -> list[str]:
-    """Typed keys for the flags specd knows with values it checks; everything else, as written, to args."""
+def _shown(key: str, value: Any) -> str:
+    return "'…' (hidden)" if key in _SECRET else repr(value)
+
+
+def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any],
+               flags: BinaryFlags | None) -> list[str]:
+    """Typed keys for the flags specd knows with values it checks; everything else, as written, to args.
+
+    Whether a flag takes a value is the unit's own binary's --help's call when that binary is here;
+    a flag that wants a value but is followed by another flag (an old bare `--flash-attn`) is kept
+    as written together with its neighbour, since its meaning depends on the build."""
     data, rest, index = result.data, [], 0
     while index < len(argv):
         arg = argv[index]
@@ -111,25 +116,30 @@ def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any
         name = flag if inline_form else arg
         value = inline if inline_form else (argv[index + 1] if index + 1 < len(argv) else None)
         step = 1 if inline_form else 2
-        if name in _BOOLEAN:
+        arity = flags.takes_value(name) if flags else None
+        if name in _BOOLEAN and arity is not True:
             data[_BOOLEAN[name]] = True
             result.row(arg, f"{_BOOLEAN[name]} = true")
             index += 1
             continue
         target = _flag_target(name, data, speculative)
-        if target is None or value is None or not (inline_form or _is_value(value)):
-            rest.append(arg)
-            result.row(arg, "args")
-            index += 1
+        takes = arity if arity is not None else (inline_form or _looks_like_value(value))
+        if target is None or value is None or not takes or (not inline_form and not _looks_like_value(value)
+                                                            and arity is None):
+            keep = argv[index:index + 2] if target is not None and value is not None and not inline_form else [arg]
+            rest += keep
+            result.row(" ".join(keep), "args (kept as written)" if len(keep) > 1 or target else "args")
+            index += len(keep)
             continue
         table, schema, key, prefix = target
         converted = _spec_type(value) if key == "type" else _convert(value, schema.keys[key].kind)
-        if key == "alias":
-            converted = value.split(",")[0]
-        written = " ".join(argv[index:index + step])
-        if _accepts(schema, key, converted):
+        written = " ".join(argv[index:index + step]) if key not in _SECRET else f"{name} …"
+        if key in table:
+            rest += argv[index:index + step]
+            result.row(written, f"args (kept as written: {prefix}{key} is already set by an earlier flag)")
+        elif _accepts(schema, key, converted):
             table[key] = converted
-            result.row(written, f"{prefix}{key} = {converted!r}")
+            result.row(written, f"{prefix}{key} = {_shown(key, converted)}")
         else:
             rest += argv[index:index + step]
             result.row(written, f"args (kept as written: {value!r} is not a value specd checks for {prefix}{key})")
@@ -138,15 +148,6 @@ def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any
 
 
 def _refuse_what_profiles_cannot_express(data: dict[str, Any], rest: list[str], where: str) -> None:
-    if "model" not in data:
-        present = set(rest)
-        if present & {"--models-dir", "--models-preset", "--models-max"}:
-            why = "it runs llama-server in router mode (--models-dir/--models-preset), which specd profiles cannot express yet"
-        elif present & {"-hf", "--hf-repo", "-hfr", "--hf-file", "-hff"}:
-            why = "its model comes from Hugging Face (-hf), which specd profiles cannot express yet"
-        else:
-            why = "its llama-server command has no -m/--model"
-        raise UsageError(f"{where}: {why}; specd profiles need a local model file (-m): keep this unit by hand")
     host = data.get("host")
     if isinstance(host, str) and (host.startswith("/") or host.endswith(".sock")):
         raise UsageError(f"{where}: --host {host} is a Unix socket; specd's health gate and proxy speak TCP: "
@@ -154,12 +155,15 @@ def _refuse_what_profiles_cannot_express(data: dict[str, Any], rest: list[str], 
     if "--host" in rest:
         raise UsageError(f"{where}: its --host is not a host name or address specd can gate; listen on an address "
                          "and a port, then import")
+    if not any(key in data for key in MODEL_SOURCES):
+        raise UsageError(f"{where}: its llama-server command names no model (-m, -hf, --models-dir or "
+                         "--models-preset): the server would not start with it")
 
 
 def _fill_defaults(result: ImportResult, speculative: dict[str, Any]) -> None:
     """What llama-server does when a flag is absent, written down, and said."""
     data = result.data
-    if speculative and "type" not in speculative and "draft_model" in speculative:
+    if speculative and "type" not in speculative and {"draft_model", "draft_hf_repo"} & set(speculative):
         speculative["type"] = "draft"
         result.row("-md without --spec-type", "speculative.type = 'draft' (the classic draft-model form)")
     if "host" not in data:
@@ -168,32 +172,76 @@ def _fill_defaults(result: ImportResult, speculative: dict[str, Any]) -> None:
     if "port" not in data:
         data["port"] = LLAMA_SERVER_DEFAULT_PORT
         result.row("no --port", f"port = {LLAMA_SERVER_DEFAULT_PORT} (llama-server's default)")
-    if "alias" not in data:
-        data["alias"] = PurePath(str(data["model"])).name
-        result.row("no --alias", f"alias = {data['alias']!r} (the model file's name; llama-server reports the "
-                                 "model path without --alias): the profile renders it as --alias")
+    if "alias" not in data and ("model" in data or "hf_repo" in data):
+        data["alias"] = PurePath(str(data["model"])).name if "model" in data else str(data["hf_repo"])
+        result.row("no --alias", f"alias = {data['alias']!r} (the name llama-server reports in /v1/models "
+                                 "without --alias): the profile renders it as --alias")
     data.setdefault("metrics", False)
 
 
-def _report_directives(parsed: ParsedUnit, result: ImportResult) -> None:
+def _carry_directives(parsed: ParsedUnit, result: ImportResult, context: UnitContext) -> None:
+    carried: dict[str, dict[str, list[str]]] = {}
+    scope = context.scope
     for directive in parsed.directives:
         source = f"{directive.key}={directive.value} ([{directive.section}] line {directive.line})"
-        if (directive.section, directive.key) in _RENDERED:
-            result.row(source, f"replaced by the {directive.key}= specd renders")
+        if directive.section not in _CARRIED_SECTIONS:
+            result.row(source, "NOT carried: specd renders [Unit], [Service] and [Install] only")
+            continue
+        value = resolve_name_specifiers(directive.value, context)
+        carried.setdefault(directive.section, {}).setdefault(directive.key, []).append(value)
+        note = ""
+        if directive.key in ("User", "Group", "DynamicUser") and scope == "user":
+            note = " (a user unit cannot change user: systemd --user ignores it)"
+        result.row(source, f"systemd.{directive.section}.{directive.key}, as written{note}")
+    if carried:
+        result.data["systemd"] = {section: {key: values[0] if len(values) == 1 else values
+                                            for key, values in keys.items()}
+                                  for section, keys in carried.items()}
+
+
+def _report_settings(environment: dict[str, str], flags: BinaryFlags | None, result: ImportResult) -> None:
+    for name in sorted(environment):
+        if name.startswith("LLAMA_ARG_"):
+            option = flags.setting_of(name) if flags else None
+            result.row(f"{name}=...", f"env (llama-server reads it as {option or 'a setting'}; a flag on the "
+                                      "command line wins over it)")
         else:
-            result.row(source, "NOT carried: keep it in a drop-in (systemctl edit) — specd renders the unit file only")
+            result.row(f"{name}=...", "env")
 
 
-def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None) -> ImportResult:
+def _unit_binary_flags(binary: str) -> BinaryFlags | None:
+    """The unit's own binary's options, when that binary is on this machine."""
+    try:
+        return binary_flags(Path(binary))
+    except SpecdError:
+        return None
+
+
+def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None,
+                      *, drop_ins: tuple[tuple[str, str], ...] = ()) -> ImportResult:
     """The profile a unit's llama-server command becomes, and a row for each part of the unit."""
-    parsed = read_unit(text, where, context)
+    context = context or UnitContext.for_unit("unit.service", "user")
+    parsed = read_unit(text, where, context, drop_ins)
     unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where)
-    environment = {**parsed.command.environment, **unwrapped.environment}
-    result = ImportResult({"description": description, "binary": unwrapped.argv[0]})
-    for note in (*parsed.notes, *unwrapped.notes):
+    result = profile_from_command(unwrapped.argv, {**parsed.assigned, **unwrapped.environment}, description,
+                                  where=where, notes=(*parsed.notes, *unwrapped.notes))
+    if unwrapped.launcher:
+        result.data["launcher"] = list(unwrapped.launcher)
+    for drop_in, _ in drop_ins:
+        result.row(drop_in, "drop-in: read after the unit, as systemd does; its directives are carried")
+    _carry_directives(parsed, result, context)
+    return result
+
+
+def profile_from_command(argv: list[str], environment: dict[str, str], description: str, *, where: str,
+                         notes: tuple[str, ...] = ()) -> ImportResult:
+    """The profile one llama-server command line (binary first) and its environment become."""
+    result = ImportResult({"description": description, "binary": argv[0]})
+    for note in notes:
         result.row("unit", note)
+    flags = _unit_binary_flags(argv[0])
     speculative: dict[str, Any] = {}
-    rest = _map_flags(unwrapped.argv[1:], result, speculative)
+    rest = _map_flags(argv[1:], result, speculative, flags)
     _refuse_what_profiles_cannot_express(result.data, rest, where)
     _fill_defaults(result, speculative)
     if rest:
@@ -202,10 +250,33 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
         result.data["speculative"] = speculative
     if environment:
         result.data["env"] = dict(environment)
-        for name in sorted(environment):
-            result.row(f"{name}=...", "env")
-    _report_directives(parsed, result)
+        _report_settings(environment, flags, result)
     return result
+
+
+def _unit_directories(scope: str) -> list[Path]:
+    from specd import paths
+
+    if scope == "user":
+        return [paths.user_unit_dir(), Path("/etc/systemd/user"), Path("/usr/lib/systemd/user")]
+    return [paths.SYSTEM_UNIT_DIR, Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")]
+
+
+def drop_in_files(unit_path: Path, unit_name: str, scope: str) -> list[Path]:
+    """`NAME.d/*.conf` (and the template's `NAME@.service.d/`) beside the unit and in the scope's unit
+    directories, in systemd's order: by file name, a name in an earlier directory hiding later ones."""
+    names = [unit_name]
+    if "@" in unit_name:
+        stem, _, suffix = unit_name.rpartition(".")
+        names.insert(0, stem.split("@", 1)[0] + "@." + suffix)
+    by_name: dict[str, Path] = {}
+    for directory in [unit_path.parent, *_unit_directories(scope)]:
+        for name in names:
+            folder = directory / f"{name}.d"
+            if folder.is_dir():
+                for conf in folder.glob("*.conf"):
+                    by_name.setdefault(conf.name, conf)
+    return [by_name[name] for name in sorted(by_name)]
 
 
 def resolve_source(source: str, scope: str) -> Path:
@@ -213,10 +284,7 @@ def resolve_source(source: str, scope: str) -> Path:
     path = Path(source)
     if path.exists() or "/" in source:
         return path
-    from specd import paths
-
-    directories = ([paths.user_unit_dir(), Path("/etc/systemd/user"), Path("/usr/lib/systemd/user")] if scope == "user"
-                   else [paths.SYSTEM_UNIT_DIR, Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")])
+    directories = _unit_directories(scope)
     names = [source]
     if "@" in source:  # llama-server@qwen.service is read from llama-server@.service
         stem, _, suffix = source.rpartition(".")
@@ -240,7 +308,9 @@ def import_unit_report(unit_path: Path, profiles_dir: Path, name: str, *, force:
     if target.exists() and not force:
         raise UsageError(f"{target} exists; pick another name or pass --force")
     context = UnitContext.for_unit(unit_name or unit_path.name, scope)
-    result = profile_from_unit(text, str(unit_path), f"imported from {unit_name or unit_path}", context)
+    drop_ins = tuple((str(path), read_unit_text(path)) for path in drop_in_files(unit_path, context.unit_name, scope))
+    result = profile_from_unit(text, str(unit_path), f"imported from {unit_name or unit_path}", context,
+                               drop_ins=drop_ins)
     document = tomlkit.document()
     document.add(tomlkit.comment(f"Imported by `specd import` from {unit_path}"))
     for key, value in result.data.items():

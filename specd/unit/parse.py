@@ -6,8 +6,8 @@ Used by `specd import`, and to find the alias and port of a unit whose profile f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
 
 from specd.errors import UsageError
 from specd.unit.syntax import (
@@ -40,8 +40,30 @@ class UnitCommand:
 
     @property
     def alias(self) -> str | None:
+        """The name clients ask for: --alias (the first of several), else what llama-server reports
+        itself (the model file's name, the Hub repo); None in router mode (it serves many)."""
         value = self.option("--alias", "-a")
-        return value.split(",")[0] if value else None
+        if value:
+            return value.split(",")[0]
+        model = self.option("--model", "-m")
+        if model:
+            return PurePath(model).name
+        return self.option("--hf-repo", "-hf", "-hfr")
+
+    @property
+    def api_key(self) -> str | None:
+        """The key clients must send: --api-key (the first of several), --api-key-file, LLAMA_ARG_API_KEY."""
+        value = self.option("--api-key") or self.environment.get("LLAMA_ARG_API_KEY")
+        if value:
+            return value.split(",")[0]
+        key_file = self.option("--api-key-file") or self.environment.get("LLAMA_ARG_API_KEY_FILE")
+        if key_file:
+            try:
+                lines = Path(key_file).read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError):
+                return None
+            return next((line.strip() for line in lines if line.strip() and not line.startswith("#")), None)
+        return None
 
     @property
     def base_url(self) -> str:
@@ -63,8 +85,9 @@ class ParsedUnit:
     """A unit as systemd reads it: the resolved command, its environment, and everything else."""
 
     command: UnitCommand
-    directives: tuple[Directive, ...]
+    directives: tuple[Directive, ...]  # everything but ExecStart= and Environment=, as written
     notes: tuple[str, ...]  # where each resolved value came from (specifiers, variables, files)
+    assigned: dict[str, str]  # what Environment= lines set (EnvironmentFile= variables are not copied)
 
 
 def _exec_words(value: str, where: str) -> list[str]:
@@ -92,47 +115,69 @@ def _environment_file(value: str, context: UnitContext, here: str, notes: list[s
     return loaded
 
 
-def read_unit(text: str, where: str = "unit", context: UnitContext | None = None) -> ParsedUnit:
+@dataclass
+class _Service:
+    """What the lines of a unit and its drop-ins set, in order (a list reset by an empty assignment)."""
+
+    context: UnitContext
+    exec_start: list[str] | None = None
+    exec_line: str = ""
+    assigned: dict[str, str] = field(default_factory=dict)
+    files: list[tuple[Directive, str]] = field(default_factory=list)  # read once the last drop-in is in
+    directives: list[Directive] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def take(self, directive: Directive, here: str) -> None:
+        key, value = directive.key, directive.value
+        if directive.section != "Service" or key not in ("ExecStart", "Environment", "EnvironmentFile"):
+            self.directives.append(directive)
+        elif key == "ExecStart":
+            words = _exec_words(value, here) if value else []
+            self.exec_start = [resolve_specifiers(w, self.context, here) for w in words] or None
+            self.exec_line = here
+        elif key == "Environment":
+            if not value:
+                self.assigned.clear()
+            self.assigned.update(parse_assignments(resolve_specifiers(value, self.context, here), here))
+        elif not value:
+            self.files.clear()
+        else:
+            self.files.append((directive, here))
+
+
+def read_unit(text: str, where: str = "unit", context: UnitContext | None = None,
+              drop_ins: tuple[tuple[str, str], ...] = ()) -> ParsedUnit:
     """Parse a unit's text with systemd's rules: specifiers, Environment=, EnvironmentFile=
-    (read from disk, `-` prefix optional), variables in ExecStart=, quoting and C escapes."""
+    (read from disk, `-` prefix optional), variables in ExecStart=, quoting and C escapes.
+    drop_ins: (where, text) of its `.d/*.conf` files, applied after it in order; an empty
+    assignment resets a list (ExecStart=, Environment=, EnvironmentFile=) as systemd does."""
     context = context or UnitContext.for_unit(Path(where).name if where.endswith(".service") else "unit.service",
                                               "user")
-    section = ""
-    exec_start: list[str] | None = None
-    exec_line = 0
-    environment: dict[str, str] = {}
-    directives: list[Directive] = []
-    notes: list[str] = []
-    for line in logical_lines(text):
-        here = f"{where} line {line.line}"
-        if line.text.startswith("[") and line.text.endswith("]"):
-            section = line.text[1:-1]
-            continue
-        if "=" not in line.text:
-            notes.append(f"{here}: {line.text[:60]!r} is neither a [Section] nor KEY=value; systemd ignores it")
-            continue
-        key, value = (part.strip() for part in line.text.split("=", 1))
-        if section == "Service" and key == "ExecStart":
-            if not value:
-                exec_start = None
-                continue
-            exec_start = [resolve_specifiers(word, context, here) for word in _exec_words(value, here)]
-            exec_line = line.line
-        elif section == "Service" and key == "Environment":
-            for name, env_value in parse_assignments(resolve_specifiers(value, context, here), here).items():
-                environment[name] = env_value
-        elif section == "Service" and key == "EnvironmentFile":
-            environment.update(_environment_file(value, context, here, notes))
-        else:
-            directives.append(Directive(section, key, value, line.line))
-    if not exec_start:
+    service = _Service(context)
+    for source, source_text in ((where, text), *drop_ins):
+        section = ""
+        for line in logical_lines(source_text):
+            here = f"{source} line {line.line}"
+            if line.text.startswith("[") and line.text.endswith("]"):
+                section = line.text[1:-1]
+            elif "=" not in line.text:
+                service.notes.append(f"{here}: {line.text[:60]!r} is neither a [Section] nor KEY=value; "
+                                     "systemd ignores it")
+            else:
+                key, value = (part.strip() for part in line.text.split("=", 1))
+                service.take(Directive(section, key, value, line.line), here)
+    if not service.exec_start:
         raise UsageError(f"{where}: no ExecStart= in its [Service] section")
-    used = referenced_variables(exec_start)
-    for name in sorted(used):
+    environment = dict(service.assigned)
+    for directive, here in service.files:  # systemd: EnvironmentFile= variables win over Environment=
+        environment.update(_environment_file(directive.value, context, here, service.notes))
+    notes = service.notes
+    for name in sorted(referenced_variables(service.exec_start)):
         source = "unset: expands to nothing" if name not in environment else "from the unit's environment"
-        notes.append(f"ExecStart (line {exec_line}) uses ${name}: {source}")
-    argv = expand_variables(exec_start, environment)
-    return ParsedUnit(UnitCommand(argv, environment), tuple(directives), tuple(notes))
+        notes.append(f"ExecStart ({service.exec_line}) uses ${name}: {source}")
+    argv = expand_variables(service.exec_start, environment)
+    directives = (*service.directives, *(directive for directive, _ in service.files))
+    return ParsedUnit(UnitCommand(argv, environment), directives, tuple(notes), service.assigned)
 
 
 def parse_unit(text: str, where: str = "unit") -> UnitCommand:

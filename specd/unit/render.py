@@ -16,7 +16,7 @@ from pathlib import Path
 from specd import paths
 from specd.errors import PreflightError, ProfileError
 from specd.profiles.flags import BinaryFlags
-from specd.profiles.load import Profile
+from specd.profiles.load import Directive, Profile
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PROFILE_MARKER = "# specd-profile: "
@@ -75,6 +75,20 @@ SPEC_FLAGS = (
     FlagUse("draft_p_min", ("--spec-draft-p-min", "--draft-p-min")),
     FlagUse("draft_model", ("--spec-draft-model", "--model-draft", "-md")),
     FlagUse("draft_ngl", ("--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld")),
+    FlagUse("draft_hf_repo", ("--spec-draft-hf", "--hf-repo-draft", "-hfd")),
+)
+MODEL_FLAGS = (
+    FlagUse("model", ("--model", "-m")),
+    FlagUse("hf_repo", ("--hf-repo", "-hf")),
+    FlagUse("hf_file", ("--hf-file", "-hff")),
+    FlagUse("models_dir", ("--models-dir",)),
+    FlagUse("models_preset", ("--models-preset",)),
+    FlagUse("models_max", ("--models-max",)),
+    FlagUse("alias", ("--alias", "-a")),
+    FlagUse("host", ("--host",)),
+    FlagUse("port", ("--port",)),
+    FlagUse("api_key", ("--api-key",)),
+    FlagUse("api_key_file", ("--api-key-file",)),
 )
 
 
@@ -99,11 +113,7 @@ def _format(value: object) -> str:
 def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
     """The exact argv the unit will run; every flag is checked against the binary's --help."""
     argv = [str(profile.binary)]
-    fixed = [("--model", str(profile.model)), ("--alias", profile.alias), ("--host", profile.host),
-             ("--port", str(profile.port))]
-    for flag, value in fixed:
-        argv += [flag, value]
-    for use in TYPED_FLAGS:
+    for use in (*MODEL_FLAGS, *TYPED_FLAGS):
         value = getattr(profile, use.key)
         if value is not None:
             argv += [_spelling(flags, use, profile), _format(value)]
@@ -131,7 +141,7 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
             f"profile '{profile.name}': {profile.binary} does not accept {', '.join(unknown)} "
             "(not in its --help)"
         )
-    return argv
+    return [*profile.launcher, *argv]
 
 
 def _is_number(token: str) -> bool:
@@ -154,7 +164,7 @@ def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str)
     replacements = {
         "@PROFILE@": profile.name,
         "@PROFILE_FILE@": str(profile.path),
-        "@ALIAS@": _escape_specifiers(profile.alias),
+        "@ALIAS@": _escape_specifiers(profile.alias or "router"),
         "@ENVIRONMENT@": environment,
         "@EXEC_START@": exec_start_line(argv),
         "@WANTED_BY@": "default.target" if scope == "user" else "multi-user.target",
@@ -163,7 +173,41 @@ def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str)
     text = template
     for marker, value in replacements.items():
         text = text.replace(marker, value)
-    return text
+    return carry_directives(text, profile.systemd)
+
+
+def carry_directives(text: str, directives: tuple[Directive, ...]) -> str:
+    """Put the profile's own systemd directives into the rendered unit: a key the template sets in
+    that section (Restart=, Type=, ...) is replaced by the profile's, any other is added to it."""
+    if not directives:
+        return text
+    for directive in directives:
+        _refuse_control(directive.value, f"{directive.section}/{directive.key}")
+    lines = text.splitlines()
+    out: list[str] = []
+    section = ""
+    overridden = {(d.section, d.key) for d in directives}
+
+    def close(name: str) -> None:
+        out.extend(f"{d.key}={d.value}" for d in directives if d.section == name)
+
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            while out and not out[-1].strip():
+                out.pop()
+            close(section)
+            if section:
+                out.append("")
+            section = stripped[1:-1]
+            out.append(line)
+            continue
+        key = stripped.split("=", 1)[0].strip() if "=" in stripped and not stripped.startswith("#") else ""
+        if key and (section, key) in overridden:
+            continue
+        out.append(line)
+    close(section)
+    return "\n".join(out) + "\n"
 
 
 def profile_of_unit(text: str) -> str | None:

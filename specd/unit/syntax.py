@@ -195,6 +195,21 @@ def resolve_specifiers(text: str, context: UnitContext, where: str) -> str:
     return re.sub(r"%(.)", replace, text)
 
 
+_NAME_SPECIFIERS = frozenset("nNpPiIjJ")
+
+
+def resolve_name_specifiers(text: str, context: UnitContext) -> str:
+    """Resolve only the specifiers that name the unit (%n %N %p %P %i %I %j %J): a directive carried
+    into a unit of another name must keep meaning what it meant; %h, %t, %% ... stay for systemd."""
+    def replace(match: re.Match[str]) -> str:
+        code = match.group(1)
+        if code in _NAME_SPECIFIERS:
+            return (context.specifier(code) or "").replace("%", "%%")
+        return match.group(0)
+
+    return re.sub(r"%(.)", replace, text)
+
+
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\$")
 _BARE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 

@@ -25,6 +25,7 @@ class Unwrapped:
     argv: list[str]
     environment: dict[str, str]  # VAR=value set by the wrapper (env, a shell's `export`)
     notes: tuple[str, ...]
+    launcher: tuple[str, ...] = ()  # kept in front of llama-server: toolbox run -c BOX, numactl ..., nice ...
 
 
 def is_llama_server(program: str) -> bool:
@@ -111,12 +112,22 @@ def unwrap(argv: list[str], environment: dict[str, str], where: str) -> Unwrappe
             argv = inner
             continue
         break
+    return _server_command(argv, env, notes, where)
+
+
+def _server_command(argv: list[str], env: dict[str, str], notes: list[str], where: str) -> Unwrapped:
+    """What is left after env and shells: a container (refused), a launcher around llama-server, or it."""
     program = PurePath(argv[0]).name
     if program in CONTAINERS:
         raise UsageError(f"{where}: ExecStart= runs llama-server in a container ({program} "
                          f"{argv[1] if len(argv) > 1 else ''}): specd manages a native llama-server process and "
                          "does not manage images, devices or published ports; run llama-server natively under "
                          "systemd and import that unit, or keep this unit by hand")
+    server_at = next((i for i, word in enumerate(argv) if i > 0 and is_llama_server(word)), None)
+    if not is_llama_server(argv[0]) and server_at is not None:
+        launcher = tuple(argv[:server_at])
+        notes.append(f"`{' '.join(launcher)}` is kept as the launcher in front of llama-server (profile key 'launcher')")
+        return Unwrapped(argv[server_at:], env, tuple(notes), launcher)
     if len(argv) == 1 and not is_llama_server(argv[0]):
         raise UsageError(f"{where}: ExecStart= runs {argv[0]} with no arguments, a wrapper script specd cannot "
                          "see into; write the llama-server command it runs into ExecStart= (or a copy of the unit) "

@@ -134,8 +134,22 @@ def _install_originals(manager: PrivateSystemd) -> list[tuple[Path, str, str]]:
             unit = f"specd-corpus-{index}.service"
             path = truth.install(manager, unit, file.read_bytes())
             installed.append((file, unit, str(path)))
+        if "environment_file" in meta:
+            _point_at_environment_file(manager, unit, meta["environment_file"], Path(home))
     truth.daemon_reload(manager)
     return installed
+
+
+def _point_at_environment_file(manager: PrivateSystemd, unit: str, entry: dict[str, str], home: Path) -> None:
+    """The repository's copy of an EnvironmentFile= that lives outside HOME, and a drop-in that points
+    the unit at it (as `systemctl edit` would); the unit file stays verbatim."""
+    copy = home / "corpus-environment" / Path(entry["file"]).name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes((CORPUS / entry["file"]).read_bytes())
+    drop_in = manager.unit_dir / f"{unit}.d" / "10-corpus-environment.conf"
+    drop_in.parent.mkdir(parents=True, exist_ok=True)
+    drop_in.write_text(f"# {entry['replaces']} on the unit's own machine\n[Service]\nEnvironmentFile=\n"
+                       f"EnvironmentFile={copy}\n")
 
 
 def _render(env: dict[str, str], profiles: Path, name: str, original_args: tuple[str, ...]) -> tuple[str | None, str]:

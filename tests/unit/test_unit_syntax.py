@@ -116,7 +116,7 @@ def test_missing_host_port_and_alias_get_llama_servers_defaults_and_say_so() -> 
     result = profile_from_unit("[Service]\nExecStart=/opt/llama-server -m /models/qwen-Q4.gguf\n", "t", "d", CTX)
     assert (result.data["host"], result.data["port"], result.data["alias"]) == ("127.0.0.1", 8080, "qwen-Q4.gguf")
     said = " ".join(row.became for row in result.rows)
-    assert "llama-server's default" in said and "the model file's name" in said
+    assert "llama-server's default" in said and "the name llama-server reports" in said
 
 
 def test_classic_draft_flags_become_a_draft_profile() -> None:
@@ -124,19 +124,29 @@ def test_classic_draft_flags_become_a_draft_profile() -> None:
     assert data["speculative"] == {"draft_model": "/d.gguf", "draft_n_max": 16, "draft_ngl": 99, "type": "draft"}
 
 
-def test_values_specd_does_not_check_stay_in_args_as_written() -> None:
-    data = imported("/opt/llama-server -m /m.gguf -ngl all --flash-attn --metrics -ctk turbo4")
-    args = data["args"]
-    assert isinstance(args, list)
-    assert args[:2] == ["-ngl", "all"] and "--flash-attn" in args and data["metrics"] is True
-    assert "n_gpu_layers" not in data
+def test_values_the_binary_admits_become_typed_keys() -> None:
+    data = imported("/opt/llama-server -m /m.gguf -ngl all -fa 1 -ctk turbo4 --spec-type draft-dflash,ngram-mod")
+    assert (data["n_gpu_layers"], data["flash_attn"], data["cache_type_k"]) == ("all", "1", "turbo4")
+    assert data["speculative"] == {"type": "draft-dflash,ngram-mod"}
 
 
-def test_directives_specd_does_not_render_are_reported() -> None:
-    result = profile_from_unit("[Service]\nExecStart=/opt/llama-server -m /m.gguf\nUser=llama\nLimitMEMLOCK=infinity\n",
-                               "t", "d", CTX)
+def test_a_bare_flag_that_usually_takes_a_value_is_kept_with_its_neighbour() -> None:
+    # An old build's bare --flash-attn: whether --metrics is its value is that build's call, so both stay as written.
+    data = imported("/opt/llama-server -m /m.gguf --flash-attn --metrics -c 4096")
+    assert data["args"] == ["--flash-attn", "--metrics"] and data["ctx_size"] == 4096 and data["metrics"] is False
+
+
+def test_the_rest_of_the_unit_is_carried_as_written() -> None:
+    result = profile_from_unit("[Unit]\nAfter=network-online.target\n[Service]\nExecStart=/opt/llama-server -m /m.gguf\n"
+                               "User=llama\nLimitMEMLOCK=infinity\nExecStartPre=/bin/rm -f %t/x\nExecStartPre=/bin/true\n"
+                               "[X-Extra]\nKey=v\n", "t", "d", CTX)
+    assert result.data["systemd"] == {"Unit": {"After": "network-online.target"},
+                                      "Service": {"User": "llama", "LimitMEMLOCK": "infinity",
+                                                  "ExecStartPre": ["/bin/rm -f %t/x", "/bin/true"]}}
     dropped = [row.source for row in result.rows if row.became.startswith("NOT carried")]
-    assert any(s.startswith("User=llama") for s in dropped) and any("LimitMEMLOCK" in s for s in dropped)
+    assert dropped == ["Key=v ([X-Extra] line 10)"]
+    said = [row.became for row in result.rows if row.source.startswith("User=")]
+    assert "a user unit cannot change user" in said[0]
 
 
 def test_from_takes_an_installed_template_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,3 +157,17 @@ def test_from_takes_an_installed_template_instance(tmp_path: Path, monkeypatch: 
     assert resolve_source("llama-server@qwen.service", "user") == unit_dir / "llama-server@.service"
     with pytest.raises(UsageError, match="no unit file nosuch.service"):
         resolve_source("nosuch.service", "user")
+
+
+def test_carried_directives_replace_the_templates_and_add_the_rest() -> None:
+    from specd.profiles.load import Directive
+    from specd.unit.render import carry_directives
+
+    template = "[Unit]\nDescription=x\n\n[Service]\nType=simple\nExecStart=/bin/a\nRestart=on-failure\n\n[Install]\nWantedBy=default.target\n"
+    text = carry_directives(template, (Directive("Service", "Restart", "always"), Directive("Service", "User", "llama"),
+                                       Directive("Service", "ExecStartPre", "/bin/true"),
+                                       Directive("Service", "ExecStartPre", "/bin/false")))
+    service = text.split("[Service]\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert service == ["Type=simple", "ExecStart=/bin/a", "Restart=always", "User=llama", "ExecStartPre=/bin/true",
+                       "ExecStartPre=/bin/false"]
+    assert text.startswith("[Unit]\nDescription=x\n\n[Service]") and text.endswith("[Install]\nWantedBy=default.target\n")
