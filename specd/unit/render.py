@@ -28,10 +28,12 @@ def _refuse_control(value: str, what: str) -> None:
 
 
 def quote_exec_arg(arg: str) -> str:
-    """One argv element as an ExecStart word that systemd parses back to exactly `arg`."""
-    _refuse_control(arg, "argument")
+    """One argv element as an ExecStart word that systemd parses back to exactly `arg`; a control
+    character (a tab an imported unit wrote as `\\t`) becomes a C escape, never a raw byte."""
+    if "\0" in arg:
+        raise ProfileError(f"argument {arg!r} contains a NUL byte; no program can receive it")
     escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
+    return '"' + _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", escaped) + '"'
 
 
 def quote_environment(name: str, value: str) -> str:

@@ -35,9 +35,11 @@ def test_quote_round_trips_through_shlex_rules(value: str) -> None:
     assert "\n" not in quoted
 
 
-def test_control_characters_are_refused() -> None:
-    with pytest.raises(ProfileError, match="control character"):
-        quote_exec_arg("a\nExecStartPre=/bin/sh")
+def test_control_characters_never_reach_the_unit_file_raw() -> None:
+    # An argument with a newline (an imported unit's `\n` escape) is written as a C escape: no new line,
+    # so no injected directive; an Environment= value with one is refused.
+    quoted = quote_exec_arg("a\nExecStartPre=/bin/sh")
+    assert "\n" not in quoted and quoted == '"a\\x0aExecStartPre=/bin/sh"'
     with pytest.raises(ProfileError, match="control character"):
         quote_environment("X", "1\nUser=root")
 

@@ -38,13 +38,20 @@ class UnitContext:
 def specd_exec_argv(text: str, context: UnitContext) -> list[str]:
     """specd's reading of `text`: the argv (program first) that the unit's process would receive.
 
-    Today's API: specd.unit.parse.parse_unit(text, where) -> UnitCommand(argv, environment). It
-    takes no unit name or home, so specifiers other than %% and variables stay as written; a
-    parser with systemd's semantics resolves them from `context`.
+    specd.unit.parse.read_unit(text, where, UnitContext) resolves specifiers for the unit's name
+    and its manager's home, and variables from its Environment=.
     """
-    from specd.unit.parse import parse_unit
+    from specd.unit.parse import read_unit
+    from specd.unit.syntax import UnitContext as SpecdContext
 
-    return list(parse_unit(text, where=context.unit_name).argv)
+    return list(read_unit(text, context.unit_name, SpecdContext(context.unit_name, "user", home=context.home)).command.argv)
+
+
+def specd_rendered_unit(argv: list[str]) -> str:
+    """The ExecStart= specd renders for an argv (specd.unit.render's quoting)."""
+    from specd.unit.render import exec_start_line
+
+    return f"[Service]\nExecStart={exec_start_line(argv)}\n"
 
 
 # ---- generating units ------------------------------------------------------------------------
@@ -142,6 +149,9 @@ def test_specd_reads_exec_start_as_systemd_does(systemd_manager: PrivateSystemd,
         got = f"{type(exc).__name__}: {exc}"
     assert got == expected, (f"unit (instance {instance!r}):\n{text}\nsystemd runs: {expected}\n"
                              f"specd reads:  {got}")
+    # ...and what specd renders from that reading, systemd runs as the same argv.
+    rendered = systemd_exec_argv(systemd_manager, specd_rendered_unit(expected), instance, tmp_path)
+    assert rendered == expected, f"specd renders {specd_rendered_unit(expected)!r}; systemd runs {rendered}"
 
 
 def test_generated_units_cover_every_feature() -> None:
