@@ -65,3 +65,11 @@ def shipped(folder: str, *parts: str) -> Path:
         package = f"{package}.{parts[0].replace('.', '_').replace('-', '_')}"
         parts = parts[1:]
     return Path(str(files(package).joinpath(*parts)))
+
+
+def api_key_file(key: str) -> Path:
+    """Where a profile's api_key is kept for the server (0600, named by its hash): the unit, the
+    unit store and the history then hold only this path, never the key."""
+    import hashlib
+
+    return state_dir() / "secrets" / f"api-key-{hashlib.sha256(key.encode()).hexdigest()[:16]}"

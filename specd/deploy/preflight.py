@@ -15,7 +15,7 @@ from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.profiles.config import Deployment
 from specd.profiles.flags import binary_flags
 from specd.profiles.load import Profile, load_profile
-from specd.unit.render import build_argv, default_template_path, render_unit
+from specd.unit.render import build_argv, default_template_path, render_unit, secret_files
 
 
 @dataclass
@@ -27,6 +27,7 @@ class Preflight:
     draft_info: GgufInfo | None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    secrets: tuple[tuple[Path, str], ...] = ()  # written 0600 before the unit (the API key)
 
 
 def _port_holders(port: int) -> set[int]:
@@ -112,7 +113,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
         raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
     unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
     return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
-                     time.monotonic() - started)
+                     time.monotonic() - started, secret_files(profile))
 
 
 def model_source_note(profile: Profile) -> str:

@@ -87,6 +87,7 @@ class Target:
     timeout_s: float
     stability_s: float
     api_key: str | None = None
+    secrets: tuple[tuple[Path, str], ...] = ()  # (path, content) written 0600 before the unit
 
 
 def target_from_text(text: str, profile: str | None, *, where: str, stability_s: float = 5.0) -> Target:
@@ -160,7 +161,7 @@ class Switcher:
                     return Outcome(active, None, tuple(pre.notes) + (f"already on profile {name}",), unchanged=True)
             target = Target(pre.unit_text, name, pre.profile.alias, pre.profile.base_url,
                             pre.profile.health_timeout_s, pre.profile.stability_s,
-                            parse_unit(pre.unit_text, name).api_key)
+                            pre.profile.api_key, pre.secrets)
             return self._install(target, kind="switch", restores_id=None, preflight_s=pre.seconds,
                                  started=started, notes=tuple(pre.notes))
 
@@ -277,6 +278,8 @@ class Switcher:
             self.store.put(current)
             atomic_write(backup, current.encode("utf-8"), fault_name="backup")
         self._reached(intent, "backup")
+        for secret, content in target.secrets:
+            atomic_write(secret, content.encode("utf-8"), mode=0o600)
         atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
         self._reached(intent, "write")
         t_restart = time.monotonic()

@@ -20,6 +20,7 @@ import tomlkit.exceptions
 from specd import paths
 from specd.errors import ProfileError
 from specd.profiles.schema import Key, Table, in_range, list_of_strings, matches, validate
+from specd.profiles.tomlpos import where
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -215,6 +216,11 @@ def read_source(path: Path) -> ProfileSource:
     for env_name in data.get("env", {}) if isinstance(data.get("env"), Mapping) else {}:
         if not _ENV_NAME.fullmatch(env_name):
             problems.append(f"{path}: [env] name {env_name!r} is not a valid environment variable name")
+    service = data.get("systemd", {}).get("Service", {}) if isinstance(data.get("systemd"), Mapping) else {}
+    for key, instead in (("ExecStart", "the profile's keys and args"), ("Environment", "[env]")):
+        if isinstance(service, Mapping) and key in service:
+            problems.append(f"{where(path, text, 'systemd.Service', key)}: [systemd.Service] cannot set {key}=: "
+                            f"specd renders it from {instead}")
     if problems:
         raise ProfileError("\n".join(problems))
     return ProfileSource(name=name, path=path, text=text, data=data)
@@ -251,6 +257,8 @@ def _check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
                            "pick one model source")
     if not router and "alias" not in data:
         raise ProfileError(f"{path}: profile '{name}' needs 'alias' (the model name clients ask for)")
+    if "api_key" in data and "api_key_file" in data:
+        raise ProfileError(f"{path}: profile '{name}' sets both 'api_key' and 'api_key_file'; pick one")
     if "hf_file" in data and "hf_repo" not in data:
         raise ProfileError(f"{path}: profile '{name}' sets 'hf_file' without 'hf_repo'")
 

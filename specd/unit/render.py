@@ -117,7 +117,9 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
     argv = [str(profile.binary)]
     for use in (*MODEL_FLAGS, *TYPED_FLAGS):
         value = getattr(profile, use.key)
-        if value is not None:
+        if use.key == "api_key" and value is not None:
+            argv += ["--api-key-file", str(paths.api_key_file(value))]  # the key itself stays out of the unit
+        elif value is not None:
             argv += [_spelling(flags, use, profile), _format(value)]
     if profile.jinja:
         argv.append("--jinja")
@@ -152,6 +154,11 @@ def _is_number(token: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def secret_files(profile: Profile) -> tuple[tuple[Path, str], ...]:
+    """Files the unit reads that specd writes (0600) before installing it: the API key."""
+    return ((paths.api_key_file(profile.api_key), profile.api_key + "\n"),) if profile.api_key else ()
 
 
 def default_template_path() -> Path:
