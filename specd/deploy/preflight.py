@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 import time
@@ -13,7 +14,7 @@ import psutil
 from specd.errors import PreflightError
 from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.profiles.config import Deployment
-from specd.profiles.flags import binary_flags
+from specd.profiles.flags import BinaryFlags, binary_flags
 from specd.profiles.load import Profile, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit, secret_files
 
@@ -103,9 +104,10 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
             hint="use the model's MTP GGUF (one with nextn/MTP heads), or another speculative type",
         )
     argv = build_argv(profile, flags)
+    settings = environment_settings(profile, flags, argv)
     check_port(profile, process_tree(current_main_pid))
     notes = [vram_note(profile, model_info, draft_info, current_main_pid) if model_info else
-             f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile)]
+             f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile), *settings]
     template = default_template_path()
     try:
         template_text = template.read_text(encoding="utf-8")
@@ -114,6 +116,26 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
     return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
                      time.monotonic() - started, secret_files(profile))
+
+
+def environment_settings(profile: Profile, flags: BinaryFlags, argv: list[str]) -> list[str]:
+    """llama-server reads LLAMA_ARG_* variables as settings: one it does not know is refused (a typo
+    would be silently ignored), one a flag on the command line also sets is reported (the flag wins)."""
+    if not flags.env_names:
+        return []  # this build's --help names no variables: nothing to check against
+    notes: list[str] = []
+    given = {flags.canonical(word) for word in argv if word.startswith("-")}
+    for name, _ in profile.env:
+        if not name.startswith("LLAMA_ARG_"):
+            continue
+        option = flags.setting_of(name)
+        if option is None:
+            close = difflib.get_close_matches(name, [e for e, _ in flags.env_names], n=1)
+            raise PreflightError(f"{profile.path}: [env] {name} is not a setting {profile.binary} reads"
+                                 + (f" — did you mean {close[0]}?" if close else ""))
+        if option in given:
+            notes.append(f"[env] {name} is overridden by {option} on the command line")
+    return notes
 
 
 def model_source_note(profile: Profile) -> str:

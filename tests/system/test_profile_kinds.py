@@ -95,3 +95,14 @@ def test_a_profile_cannot_carry_what_it_sets_itself(box: Box) -> None:
     assert refused.returncode != 0
     assert "ExecStart" in refused.stderr and "sneaky.toml" in refused.stderr
     assert not box.unit_path.exists()
+
+
+def test_llama_arg_variables_are_settings_checked_against_the_binary(box: Box) -> None:
+    box.write_profile("typo", 'inherits = "base"\n[env]\nLLAMA_ARG_CTX_SIZ = "2048"\n')
+    refused = box.specd("switch", "typo")
+    assert refused.returncode != 0 and "did you mean LLAMA_ARG_CTX_SIZE" in refused.stderr
+    assert not box.unit_path.exists()
+    box.write_profile("both", 'inherits = "base"\n[env]\nLLAMA_ARG_CTX_SIZE = "2048"\n')
+    switched = box.specd("switch", "both")
+    assert switched.returncode == 0, switched.stderr
+    assert "LLAMA_ARG_CTX_SIZE is overridden by" in switched.stdout + switched.stderr
