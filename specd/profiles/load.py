@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,103 +19,32 @@ import tomlkit.exceptions
 
 from specd import paths
 from specd.errors import ProfileError
-from specd.profiles.schema import Key, Table, in_range, list_of_strings, matches, validate
+from specd.profiles.keys import (
+    MODEL_SOURCES,
+    NAME_PATTERN,
+    PROFILE_SCHEMA,
+    REQUIRED,
+    SPECULATIVE_KEYS,
+    TOP_KEYS,
+    ProfileKey,
+)
+from specd.profiles.schema import validate
 from specd.profiles.tomlpos import where
 
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ABS_PATH = matches(r"(/|~|\$\{SPECD_CACHE\}).*", "an absolute path (or start with ~ or ${SPECD_CACHE})")
-# systemd runs a bare command name from its own search path (systemd.service(5), "Command lines").
-_BINARY = matches(r"(/|~|\$\{SPECD_CACHE\}).*|[A-Za-z0-9._+-]+",
-                  "an absolute path (or ~, ${SPECD_CACHE}), or a command name systemd finds in its PATH")
-_HF_REPO = matches(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?", "<user>/<model>[:quant], as llama-server's -hf takes it")
-# Values are checked against the profile's binary (its --help) at preflight, not against a fixed list:
-# forks add cache types (turbo4, ...) and spec types, builds spell booleans differently.
-_TOKEN = matches(r"[A-Za-z0-9_.+-]{1,64}", "one word of letters, digits and _ . + -")
-_SPEC_TYPE = matches(r"[A-Za-z0-9_.:=,+-]{1,200}",
-                     "a speculative type, a chain (draft-dflash,ngram-mod) or with parameters (mtp:n_max=2)")
-
-
-def _layers(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return f"must be a number of layers, 'all' or 'auto', not {value!r}"
-    if isinstance(value, int):
-        return in_range(-1, 100000)(value)
-    return None if value in ("all", "auto") else f"must be a number of layers, 'all' or 'auto', not {value!r}"
-
-
-def _directive_values(value: Any) -> str | None:
-    return list_of_strings(value) if isinstance(value, list) else None
-
-
-_SECTION = Table(keys={}, free_form=Key((str, list), _directive_values))
-SYSTEMD_SCHEMA = Table(keys={}, tables={"Unit": _SECTION, "Service": _SECTION, "Install": _SECTION})
-_ALIAS = matches(r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}(,[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127})*",
-                 "letters, digits and . _ : / + - (no spaces); several names separated by commas")
-_HOST = matches(r"[A-Za-z0-9.:\[\]-]{1,253}", "a host name or IP address")
-
-SPECULATIVE_SCHEMA = Table(keys={
-    "type": Key(str, _SPEC_TYPE, "speculative decoding type: specd's name, or the binary's own spelling"),
-    "draft_n_max": Key(int, in_range(0, 256)),
-    "draft_n_min": Key(int, in_range(0, 256)),
-    "draft_p_min": Key(float, in_range(0.0, 1.0)),
-    "draft_model": Key(str, _ABS_PATH),
-    "draft_ngl": Key((int, str), _layers),
-    "draft_hf_repo": Key(str, _HF_REPO, "draft model from Hugging Face (-hfd)"),
-})
-PROFILE_SCHEMA = Table(
-    keys={
-        "description": Key(str),
-        "inherits": Key(str, matches(NAME_PATTERN, "a profile name")),
-        "abstract": Key(bool, doc="a base for others; never switched to"),
-        "binary": Key(str, _BINARY),
-        "launcher": Key(list, list_of_strings, "words run in front of the binary: toolbox run -c BOX, numactl ..."),
-        "model": Key(str, _ABS_PATH, "a local GGUF file (-m)"),
-        "hf_repo": Key(str, _HF_REPO, "a model from Hugging Face (-hf); downloaded on first start"),
-        "hf_file": Key(str, doc="the file in hf_repo (-hff), instead of the quant"),
-        "models_dir": Key(str, _ABS_PATH, "router mode: a directory of models (--models-dir)"),
-        "models_preset": Key(str, _ABS_PATH, "router mode: an INI file of model presets (--models-preset)"),
-        "models_max": Key(int, in_range(0, 1024), "router mode: models loaded at once (--models-max)"),
-        "api_key": Key(str, doc="clients must send it; the gate, bench and verify do (never logged)"),
-        "api_key_file": Key(str, _ABS_PATH, doc="file of API keys, one per line (--api-key-file)"),
-        "alias": Key(str, _ALIAS),
-        "host": Key(str, _HOST),
-        "port": Key(int, in_range(1, 65535)),
-        "args": Key(list, list_of_strings),
-        "health_timeout_s": Key(float, in_range(1, 24 * 3600)),
-        "stability_s": Key(float, in_range(0, 600)),
-        "ctx_size": Key(int, in_range(0, 1 << 24)),
-        "n_gpu_layers": Key((int, str), _layers),
-        "threads": Key(int, in_range(1, 1024)),
-        "parallel": Key(int, in_range(1, 1024)),
-        "batch_size": Key(int, in_range(1, 1 << 20)),
-        "ubatch_size": Key(int, in_range(1, 1 << 20)),
-        "flash_attn": Key(str, _TOKEN),
-        "cache_type_k": Key(str, _TOKEN),
-        "cache_type_v": Key(str, _TOKEN),
-        "reasoning_budget": Key(int, in_range(-1, 1 << 20)),
-        "jinja": Key(bool),
-        "metrics": Key(bool),
-    },
-    tables={
-        "speculative": SPECULATIVE_SCHEMA,
-        "env": Table(keys={}, free_form=Key(str)),
-        "systemd": SYSTEMD_SCHEMA,
-    },
-)
-REQUIRED = ("binary", "port")
-MODEL_SOURCES = ("model", "hf_repo", "models_dir", "models_preset")
 
 
 @dataclass(frozen=True)
 class Speculative:
-    type: str = "none"
-    draft_n_max: int | None = None
-    draft_n_min: int | None = None
-    draft_p_min: float | None = None
-    draft_model: Path | None = None
-    draft_ngl: int | str | None = None
-    draft_hf_repo: str | None = None
+    """[speculative]: the fields of specd.profiles.keys.SPECULATIVE_KEYS (defaults live there)."""
+
+    type: str
+    draft_n_max: int | None
+    draft_n_min: int | None
+    draft_p_min: float | None
+    draft_model: Path | None
+    draft_ngl: int | str | None
+    draft_hf_repo: str | None
 
 
 @dataclass(frozen=True)
@@ -129,38 +58,41 @@ class Directive:
 
 @dataclass(frozen=True)
 class Profile:
+    """A loaded profile: the fields of specd.profiles.keys.TOP_KEYS (types here, defaults and
+    checks there), plus what loading adds (name, file, env, systemd directives, inheritance)."""
+
     name: str
     path: Path
+    description: str
     binary: Path
+    launcher: tuple[str, ...]
+    model: Path | None
+    hf_repo: str | None
+    hf_file: str | None
+    models_dir: Path | None
+    models_preset: Path | None
+    models_max: int | None
+    alias: str | None
+    host: str
     port: int
-    model: Path | None = None
-    alias: str | None = None
-    hf_repo: str | None = None
-    hf_file: str | None = None
-    models_dir: Path | None = None
-    models_preset: Path | None = None
-    models_max: int | None = None
-    api_key: str | None = None
-    api_key_file: Path | None = None
-    host: str = "127.0.0.1"
-    launcher: tuple[str, ...] = ()
-    description: str = ""
-    args: tuple[str, ...] = ()
-    health_timeout_s: float = 600.0
-    stability_s: float = 5.0
-    ctx_size: int | None = None
-    n_gpu_layers: int | str | None = None
-    threads: int | None = None
-    parallel: int | None = None
-    batch_size: int | None = None
-    ubatch_size: int | None = None
-    flash_attn: str | None = None
-    cache_type_k: str | None = None
-    cache_type_v: str | None = None
-    reasoning_budget: int | None = None
-    jinja: bool = False
-    metrics: bool = True
-    speculative: Speculative = field(default_factory=Speculative)
+    api_key: str | None
+    api_key_file: Path | None
+    ctx_size: int | None
+    n_gpu_layers: int | str | None
+    threads: int | None
+    parallel: int | None
+    batch_size: int | None
+    ubatch_size: int | None
+    flash_attn: str | None
+    cache_type_k: str | None
+    cache_type_v: str | None
+    reasoning_budget: int | None
+    jinja: bool
+    metrics: bool
+    args: tuple[str, ...]
+    health_timeout_s: float
+    stability_s: float
+    speculative: Speculative
     env: tuple[tuple[str, str], ...] = ()
     systemd: tuple[Directive, ...] = ()
     inherits_chain: tuple[str, ...] = ()
@@ -241,10 +173,6 @@ def _expand(raw: str) -> Path:
     return Path(os.path.expanduser(expanded))
 
 
-def _optional_path(data: Mapping[str, Any], key: str) -> Path | None:
-    return _expand(data[key]) if key in data else None
-
-
 def _check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
     """Exactly one model source: a local file, a Hugging Face repo, or router mode (dir and/or preset)."""
     sources = [key for key in MODEL_SOURCES if key in data]
@@ -304,48 +232,26 @@ def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False)
     return Profile(
         name=name,
         path=top.path,
-        binary=_expand(data["binary"]),
-        model=_optional_path(data, "model"),
-        alias=data.get("alias"),
-        hf_repo=data.get("hf_repo"),
-        hf_file=data.get("hf_file"),
-        models_dir=_optional_path(data, "models_dir"),
-        models_preset=_optional_path(data, "models_preset"),
-        models_max=data.get("models_max"),
-        api_key=data.get("api_key"),
-        api_key_file=_optional_path(data, "api_key_file"),
-        port=data["port"],
-        launcher=tuple(data.get("launcher", ())),
-        host=data.get("host", "127.0.0.1"),
-        description=data.get("description", ""),
-        args=tuple(data.get("args", ())),
-        health_timeout_s=float(data.get("health_timeout_s", 600.0)),
-        stability_s=float(data.get("stability_s", 5.0)),
-        ctx_size=data.get("ctx_size"),
-        n_gpu_layers=data.get("n_gpu_layers"),
-        threads=data.get("threads"),
-        parallel=data.get("parallel"),
-        batch_size=data.get("batch_size"),
-        ubatch_size=data.get("ubatch_size"),
-        flash_attn=data.get("flash_attn"),
-        cache_type_k=data.get("cache_type_k"),
-        cache_type_v=data.get("cache_type_v"),
-        reasoning_budget=data.get("reasoning_budget"),
-        jinja=bool(data.get("jinja", False)),
-        metrics=bool(data.get("metrics", True)),
-        speculative=Speculative(
-            type=spec.get("type", "none"),
-            draft_n_max=spec.get("draft_n_max"),
-            draft_n_min=spec.get("draft_n_min"),
-            draft_p_min=float(spec["draft_p_min"]) if "draft_p_min" in spec else None,
-            draft_model=_expand(spec["draft_model"]) if "draft_model" in spec else None,
-            draft_ngl=spec.get("draft_ngl"),
-            draft_hf_repo=spec.get("draft_hf_repo"),
-        ),
+        **{key.name: _value(key, data) for key in TOP_KEYS if key.name not in ("inherits", "abstract")},
+        speculative=Speculative(**{key.name: _value(key, spec) for key in SPECULATIVE_KEYS}),
         env=tuple(sorted(data.get("env", {}).items())),
         systemd=_directives(data.get("systemd", {})),
         inherits_chain=tuple(s.name for s in chain[1:]),
     )
+
+
+def _value(key: ProfileKey, data: Mapping[str, Any]) -> Any:
+    """A key's value as the Profile holds it: paths expanded, numbers as their kind, lists as tuples."""
+    if key.name not in data:
+        return key.default
+    value = data[key.name]
+    if key.path:
+        return _expand(str(value))
+    if key.kind is float:
+        return float(value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ import tomlkit
 from specd.deploy.unitfiles import atomic_write
 from specd.errors import SpecdError, UsageError
 from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags
-from specd.profiles.load import MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA, profile_path
+from specd.profiles.keys import BY_FLAG, MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA
+from specd.profiles.load import profile_path
 from specd.profiles.schema import Table, validate
 from specd.unit.parse import ParsedUnit, read_unit
-from specd.unit.render import MODEL_FLAGS, SPEC_FLAGS, TYPED_FLAGS
 from specd.unit.syntax import Scope, UnitContext, read_unit_text, resolve_name_specifiers
 from specd.unit.wrappers import unwrap
 
-_BOOLEAN = {"--jinja": "jinja", "--metrics": "metrics"}
+_BOOLEAN = {flag: key.name for flag, key in BY_FLAG.items() if key.kind is bool}
 _SECRET = {"api_key"}
 # What specd maps itself; everything else in the unit is carried as written ([systemd.*] in the profile).
 _MAPPED = {("Service", "ExecStart"), ("Service", "Environment")}
@@ -86,15 +86,12 @@ def _looks_like_value(word: str | None) -> bool:
 def _flag_target(name: str, data: dict[str, Any],
                  speculative: dict[str, Any]) -> tuple[dict[str, Any], Table, str, str] | None:
     """Where a flag's value goes: (table, its schema, key, prefix for the report), or None for `args`."""
-    typed = {spelling: use.key for use in (*MODEL_FLAGS, *TYPED_FLAGS) for spelling in use.spellings}
-    spec_flags = {spelling: use.key for use in SPEC_FLAGS for spelling in use.spellings}
-    if name in typed:
-        return data, PROFILE_SCHEMA, typed[name], ""
-    if name == "--spec-type":
-        return speculative, SPECULATIVE_SCHEMA, "type", "speculative."
-    if name in spec_flags:
-        return speculative, SPECULATIVE_SCHEMA, spec_flags[name], "speculative."
-    return None
+    key = BY_FLAG.get(name)
+    if key is None or key.kind is bool:
+        return None
+    if key.table == "speculative":
+        return speculative, SPECULATIVE_SCHEMA, key.name, "speculative."
+    return data, PROFILE_SCHEMA, key.name, ""
 
 
 def _shown(key: str, value: Any) -> str:

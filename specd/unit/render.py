@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from specd import paths
 from specd.errors import PreflightError, ProfileError
 from specd.profiles.flags import BinaryFlags
+from specd.profiles.keys import SPECULATIVE_KEYS, TOP_KEYS, ProfileKey
 from specd.profiles.load import Directive, Profile
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -51,55 +51,12 @@ def _escape_specifiers(text: str) -> str:
     return text.replace("%", "%%")
 
 
-@dataclass(frozen=True)
-class FlagUse:
-    """A typed profile key and the llama-server spellings that express it, newest first."""
-
-    key: str
-    spellings: tuple[str, ...]
-
-
-TYPED_FLAGS = (
-    FlagUse("ctx_size", ("--ctx-size", "-c")),
-    FlagUse("n_gpu_layers", ("--n-gpu-layers", "--gpu-layers", "-ngl")),
-    FlagUse("threads", ("--threads", "-t")),
-    FlagUse("parallel", ("--parallel", "-np")),
-    FlagUse("batch_size", ("--batch-size", "-b")),
-    FlagUse("ubatch_size", ("--ubatch-size", "-ub")),
-    FlagUse("flash_attn", ("--flash-attn", "-fa")),
-    FlagUse("cache_type_k", ("--cache-type-k", "-ctk")),
-    FlagUse("cache_type_v", ("--cache-type-v", "-ctv")),
-    FlagUse("reasoning_budget", ("--reasoning-budget",)),
-)
-SPEC_FLAGS = (
-    FlagUse("draft_n_max", ("--spec-draft-n-max", "--draft-max", "--draft-n-max")),
-    FlagUse("draft_n_min", ("--spec-draft-n-min", "--draft-min", "--draft-n-min")),
-    FlagUse("draft_p_min", ("--spec-draft-p-min", "--draft-p-min")),
-    FlagUse("draft_model", ("--spec-draft-model", "--model-draft", "-md")),
-    FlagUse("draft_ngl", ("--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld")),
-    FlagUse("draft_hf_repo", ("--spec-draft-hf", "--hf-repo-draft", "-hfd")),
-)
-MODEL_FLAGS = (
-    FlagUse("model", ("--model", "-m")),
-    FlagUse("hf_repo", ("--hf-repo", "-hf")),
-    FlagUse("hf_file", ("--hf-file", "-hff")),
-    FlagUse("models_dir", ("--models-dir",)),
-    FlagUse("models_preset", ("--models-preset",)),
-    FlagUse("models_max", ("--models-max",)),
-    FlagUse("alias", ("--alias", "-a")),
-    FlagUse("host", ("--host",)),
-    FlagUse("port", ("--port",)),
-    FlagUse("api_key", ("--api-key",)),
-    FlagUse("api_key_file", ("--api-key-file",)),
-)
-
-
-def _spelling(flags: BinaryFlags, use: FlagUse, profile: Profile) -> str:
-    for spelling in use.spellings:
+def _spelling(flags: BinaryFlags, key: ProfileKey, profile: Profile) -> str:
+    for spelling in key.flags:
         if flags.has(spelling):
             return spelling
     raise PreflightError(
-        f"profile '{profile.name}': {use.key} needs one of {', '.join(use.spellings)}, "
+        f"profile '{profile.name}': {key.name} needs one of {', '.join(key.flags)}, "
         f"but {profile.binary} offers none of them"
     )
 
@@ -115,23 +72,23 @@ def _format(value: object) -> str:
 def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
     """The exact argv the unit will run; every flag is checked against the binary's --help."""
     argv = [str(profile.binary)]
-    for use in (*MODEL_FLAGS, *TYPED_FLAGS):
-        value = getattr(profile, use.key)
-        if use.key == "api_key" and value is not None:
+    for key in TOP_KEYS:
+        value = getattr(profile, key.name) if key.flags else None
+        if value is None or value is False:
+            continue
+        if key.name == "api_key":
             argv += ["--api-key-file", str(paths.api_key_file(value))]  # the key itself stays out of the unit
-        elif value is not None:
-            argv += [_spelling(flags, use, profile), _format(value)]
-    if profile.jinja:
-        argv.append("--jinja")
-    if profile.metrics:
-        argv.append("--metrics")
+        elif key.kind is bool:
+            argv.append(_spelling(flags, key, profile))
+        else:
+            argv += [_spelling(flags, key, profile), _format(value)]
     spec = profile.speculative
     if spec.type != "none":
         argv += ["--spec-type", flags.spec_type_spelling(spec.type, profile_name=profile.name)]
-        for use in SPEC_FLAGS:
-            value = getattr(spec, use.key)
-            if value is not None:
-                argv += [_spelling(flags, use, profile), _format(value)]
+        for key in SPECULATIVE_KEYS:
+            value = getattr(spec, key.name)
+            if value is not None and key.name != "type":
+                argv += [_spelling(flags, key, profile), _format(value)]
     taken = {flags.canonical(a) for a in argv[1:] if a.startswith("-")}
     for arg in profile.args:
         if arg.startswith("-") and flags.canonical(arg) in taken and arg != "--metrics":

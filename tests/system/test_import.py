@@ -39,7 +39,7 @@ def test_import_maps_flags_to_typed_keys_and_round_trips(tmp_path: Path) -> None
     profiles.mkdir()
     path = import_unit(unit, profiles, "mine")
     profile = load_profile(profiles, "mine")
-    assert profile.model == TINY_MODEL and profile.alias == "tiny" and profile.port == 8099
+    assert profile.model == TINY_MODEL and profile.alias == "tiny,tiny-alt" and profile.port == 8099
     assert (profile.ctx_size, profile.flash_attn, profile.cache_type_k, profile.parallel, profile.threads) == (
         2048, "on", "q8_0", 1, 2)
     assert profile.speculative.type == "ngram-simple" and profile.speculative.draft_n_max == 12

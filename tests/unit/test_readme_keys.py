@@ -1,0 +1,15 @@
+"""The README's table of profile keys is the one the key registry prints: docs cannot drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specd.profiles.keys import key_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_lists_every_profile_key_as_the_registry_defines_it() -> None:
+    assert key_table() in README.read_text(), (
+        "README.md's key table is stale: paste the output of "
+        "`python -c 'from specd.profiles.keys import key_table; print(key_table())'`")
