@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -41,6 +42,54 @@ def _register_commands() -> None:
                 raise
 
 
+_METAVARS = {"str": "TEXT", "int": "N", "int range": "N", "float": "NUMBER", "float range": "NUMBER",
+             "path": "PATH", "file": "PATH", "directory": "DIR", "list[str]": "TEXT"}
+
+
+def readable_metavars(command: Any) -> Any:
+    """Help that reads like a man page: `specd switch PROFILE`, `--n N`, `--config PATH`, instead of
+    the Python types typer prints (<str>, <list[str]>, <int range>, {profile})."""
+    for param in command.params:
+        if getattr(param, "is_flag", False) or not hasattr(param, "display_type"):
+            continue
+        if param.param_type_name == "argument":
+            label = (param.name or "value").upper()
+            param.metavar = label
+            param.display_type = lambda ctx: ""
+            usage = label if param.required else f"[{label}]"
+            param._usage_display_name = lambda usage=usage, many=param.nargs != 1: usage + ("..." if many else "")
+        else:
+            typed = str(param.display_type(None)).strip("<>")
+            label = param.metavar or _METAVARS.get(typed, typed.upper())
+            param.display_type = lambda ctx, label=label: label
+    for sub in getattr(command, "commands", {}).values():
+        readable_metavars(sub)
+    return command
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"specd {version('specd')}")
+        except PackageNotFoundError:
+            print("specd (not installed as a package)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print specd's version and exit")) -> None:
+    """Switch, guard and tune llama-server's speculative-decoding profiles under systemd."""
+
+
+def command() -> Any:
+    """The whole `specd` command, every subcommand registered, with readable help."""
+    _register_commands()
+    return readable_metavars(typer.main.get_command(app))
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -50,10 +99,9 @@ def main() -> None:
         level=logging.DEBUG if os.environ.get("SPECD_DEBUG") else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    _register_commands()
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM mid-switch reverts and resumes traffic, as Ctrl-C does
     try:
-        app()
+        command()(prog_name="specd")
     except SpecdError as exc:
         log.debug("command failed", exc_info=True)
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)

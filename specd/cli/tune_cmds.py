@@ -31,7 +31,7 @@ from specd.tune.verify import (
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
-NOption = Annotated[int | None, typer.Option("--n", min=1, help="requests per profile (default [tuner] n, 10)")]
+NOption = Annotated[int | None, typer.Option("--n", min=1, help="requests per profile (default: [tuner] n in specd.toml, else 10)")]
 MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", min=1, help="cap every request's max_tokens")]
 ConcurrencyOption = Annotated[int | None, typer.Option(
     "--concurrency", "-c", help="requests in flight during replay (default: the workload's, or recorded traffic's)")]
@@ -144,7 +144,7 @@ def tune(
     cache_reuse: CacheReuseOption = False,
     verify: Annotated[bool, typer.Option("--verify/--no-verify",
                                          help="gate the switch on `specd verify` (default on)")] = True,
-    margin: Annotated[float | None, typer.Option("--margin", help="required gain, 0.05 = 5% (default [tuner])")]
+    margin: Annotated[float | None, typer.Option("--margin", help="required gain, 0.05 = 5% (default: [tuner] margin in specd.toml, else 0.05)")]
     = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
     candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
