@@ -13,12 +13,12 @@ from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of
 from specd.context import switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
-from specd.deploy.preflight import run_preflight
+from specd.deploy.preflight import quick_problems, run_preflight
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
 from specd.errors import StateDbError, SystemdError
 from specd.profiles.config import Deployment
-from specd.profiles.load import list_profiles
+from specd.profiles.load import list_profiles, load_profile
 from specd.tune.verify import unverified_warning
 
 
@@ -119,15 +119,18 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
     _, deployment = deployment_of(config, unit)
     active = switcher_for(deployment).active_profile()
     listing = list_profiles(deployment.profiles_dir)
+    problems = {item.name: quick_problems(deployment, load_profile(deployment.profiles_dir, item.name))
+                for item in listing if not item.abstract and not item.error}
     if json_out:
         print_json([{"name": p.name, "path": str(p.path), "description": p.description, "abstract": p.abstract,
-                     "active": p.name == active, "error": p.error} for p in listing])
+                     "active": p.name == active, "error": p.error, "problems": problems.get(p.name, [])}
+                    for p in listing])
         return
     table = Table("", "profile", "description", "problem")
     for item in listing:
         mark = "*" if item.name == active else ""
         kind = " (base)" if item.abstract else ""
-        table.add_row(mark, item.name + kind, item.description, item.error or "")
+        table.add_row(mark, item.name + kind, item.description, item.error or "; ".join(problems.get(item.name, [])))
     console.print(table)
 
 

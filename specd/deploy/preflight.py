@@ -14,7 +14,7 @@ import psutil
 from specd.errors import PreflightError
 from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.profiles.config import Deployment
-from specd.profiles.flags import BinaryFlags, binary_flags
+from specd.profiles.flags import BinaryFlags, binary_flags, check_executable, resolve_binary
 from specd.profiles.load import Profile, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit, secret_files
 
@@ -116,6 +116,26 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
     return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
                      time.monotonic() - started, secret_files(profile))
+
+
+def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:
+    """The checks `specd profiles` runs for every profile: cheap, read-only, no --help, no GGUF read."""
+    problems: list[str] = []
+    if not profile.launcher:
+        try:
+            check_executable(resolve_binary(profile.binary))
+        except PreflightError as exc:
+            problems.append(exc.message)
+        for path in (profile.model, profile.speculative.draft_model, profile.models_preset, profile.api_key_file):
+            if path is not None and not path.is_file():
+                problems.append(f"{path}: no such file")
+        if profile.models_dir is not None and not profile.models_dir.is_dir():
+            problems.append(f"{profile.models_dir}: no such directory")
+    proxy = deployment.proxy
+    if proxy is not None and proxy.listen_port == profile.port and (
+            proxy.listen_host in (profile.host, "0.0.0.0", "::") or profile.host in ("0.0.0.0", "::")):
+        problems.append(f"port {profile.port} is the proxy's listen port ([proxy] listen); give the profile another")
+    return problems
 
 
 def environment_settings(profile: Profile, flags: BinaryFlags, argv: list[str]) -> list[str]:

@@ -136,7 +136,9 @@ def read_source(path: Path) -> ProfileSource:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file") from None
+        there = sorted(p.stem for p in path.parent.glob("*.toml"))
+        listing = f"profiles there: {', '.join(there)}" if there else f"{path.parent} has no profiles"
+        raise ProfileError(f"{path}: no such profile file ({listing})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: cannot read: {exc}") from exc
     try:

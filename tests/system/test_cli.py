@@ -79,3 +79,21 @@ def test_two_concurrent_switches_serialise(box) -> None:
     assert waited.returncode == 0
     profiles = [g["profile"] for g in json.loads(box.specd("history", "--json", check=True).stdout)]
     assert profiles == ["ngram-mod", "ngram-simple", "autoregressive"]
+
+
+def test_profiles_flags_missing_files_and_a_port_clash_with_the_proxy(box) -> None:
+    box.write_profile("gone", 'inherits = "base"\nmodel = "/nonexistent/model.gguf"\n')
+    box.write_profile("clash", 'inherits = "base"\nport = 18555\n')
+    box.config_path.write_text(box.config_path.read_text() + '[proxy]\nlisten = "127.0.0.1:18555"\n')
+    listing = {p["name"]: p for p in json.loads(box.specd("profiles", "--json", check=True).stdout)}
+    assert listing["gone"]["problems"] == ["/nonexistent/model.gguf: no such file"]
+    assert "proxy's listen port" in listing["clash"]["problems"][0]
+    assert listing["autoregressive"]["problems"] == [] and listing["base"]["abstract"] is True
+    table = box.specd("profiles", env={"COLUMNS": "200"}, check=True).stdout
+    assert "no such file" in table
+
+
+def test_switch_to_an_unknown_profile_lists_the_known_ones(box) -> None:
+    refused = box.specd("switch", "nosuch")
+    assert refused.returncode == 2
+    assert "no such profile file" in refused.stderr and "autoregressive" in refused.stderr

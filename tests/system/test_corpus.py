@@ -246,14 +246,16 @@ def _compare(original: truth.Executed, original_loaded: truth.Loaded, rendered: 
         if not same_binary:
             problems.append(f"binary {before_command.binary} -> {after_command.binary}")
         problems += compare_args(before_command.args, after_command.args, aliases)
-    wanted = _unit_vars(original_loaded, original, base)
-    for key, value in sorted(wanted.items()):
-        if rendered.env.get(key) != value:
-            problems.append(f"environment {key}={value!r} -> {rendered.env.get(key)!r}")
-    for key in sorted(set(rendered.env) - set(original.env)):
-        if key.startswith("LLAMA_ARG_"):
-            problems.append(f"added environment {key}={rendered.env[key]!r}")
-    return problems
+    return problems + _environment_problems(original, original_loaded, rendered, base)
+
+
+def _environment_problems(original: truth.Executed, original_loaded: truth.Loaded, rendered: truth.Executed,
+                          base: dict[str, str]) -> list[str]:
+    problems = [f"environment {key}={value!r} -> {rendered.env.get(key)!r}"
+                for key, value in sorted(_unit_vars(original_loaded, original, base).items())
+                if rendered.env.get(key) != value]
+    return problems + [f"added environment {key}={rendered.env[key]!r}"
+                       for key in sorted(set(rendered.env) - set(original.env)) if key.startswith("LLAMA_ARG_")]
 
 
 def _write_results(section: str, rows: list[Row], summary: dict[str, object]) -> None:

@@ -88,7 +88,7 @@ def test_toml_syntax_error_has_line(tmp_path: Path) -> None:
 def test_missing_required_and_missing_file(tmp_path: Path) -> None:
     write(tmp_path, "p", GOOD.replace('alias = "m"\n', ""))
     assert "needs 'alias'" in error_of(tmp_path, "p")
-    assert "no such profile file" in error_of(tmp_path, "absent")
+    assert "no such profile file (profiles there: p)" in error_of(tmp_path, "absent")
 
 
 def test_invalid_profile_name_is_refused(tmp_path: Path) -> None:
