@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import textwrap
 from typing import Annotated
 
 import typer
@@ -177,7 +178,7 @@ def history(
             return
         table = Table("time (UTC)", "kind", "detail")
         for row in rows:
-            table.add_row(str(row["at"])[:19].replace("T", " "), str(row["kind"]), str(row["detail"])[:160])
+            table.add_row(str(row["at"])[:19].replace("T", " "), str(row["kind"]), str(row["detail"]))
         console.print(table)
         return
     generations = switcher.history.list(deployment.unit, limit)
@@ -190,7 +191,7 @@ def history(
         mark = "*" if active is not None and gen.id == active.id else ""
         total = f"{gen.total_s:.1f}" if gen.total_s is not None else ""
         table.add_row(f"{gen.id}{mark}", gen.created_at[:19].replace("T", " "), gen.kind, gen.profile or "",
-                      gen.trigger, gen.outcome, total, (gen.detail or "")[:80])
+                      gen.trigger, gen.outcome, total, textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
     console.print(table)
 
 

@@ -20,9 +20,11 @@ def doctor(config: ConfigOption = None, json_out: JsonOption = False) -> None:
     if json_out:
         print_json([f.__dict__ for f in findings])
     else:
-        table = Table("check", "", "detail", "fix")
+        table = Table("check", "")
+        table.add_column("detail", overflow="fold")  # paths fold onto the next line, never cut
+        table.add_column("fix", overflow="fold")
         for finding in findings:
-            table.add_row(finding.check, "[green]ok[/]" if finding.ok else "[red]missing[/]", finding.detail,
+            table.add_row(finding.check, "[green]ok[/]" if finding.ok else "[red]problem[/]", finding.detail,
                           "" if finding.ok else finding.fix)
         console.print(table)
     if not all(f.ok for f in findings):

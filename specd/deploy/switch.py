@@ -255,7 +255,9 @@ class Switcher:
         except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
             self._revert(intent, reason=_reason(failure))
             raise AssertionError("unreachable: _revert raises") from failure  # pragma: no cover
-        self.history.finish(generation_id, outcome="ok", detail=" ".join(notes), preflight_s=preflight_s,
+        # What the switch itself found worth keeping; "no GPU: VRAM check skipped" on every row is not.
+        kept = [note for note in notes if "VRAM check skipped" not in note]
+        self.history.finish(generation_id, outcome="ok", detail=" ".join(kept), preflight_s=preflight_s,
                             restart_s=restart_s, health_s=health.total_s, total_s=time.monotonic() - started)
         intents.clear(self.unit)
         self._fault("commit")

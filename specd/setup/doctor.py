@@ -6,11 +6,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from specd import paths
 from specd.errors import SpecdError
 from specd.profiles.config import load_config
-from specd.profiles.load import list_profiles
+from specd.profiles.load import list_profiles, load_profile
 
 
 @dataclass(frozen=True)
@@ -97,15 +98,42 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 run_preflight(deployment, item.name)
                 findings.append(Finding(label, True, "ready to switch to"))
             except SpecdError as exc:
-                findings.append(Finding(label, False, exc.message, exc.hint or _fix_for(exc.message)))
+                profile = load_profile(deployment.profiles_dir, item.name)
+                fix = exc.hint or _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type))
+                findings.append(Finding(label, False, exc.message, fix))
     return findings
 
 
-def _fix_for(message: str) -> str:
+Engine = Literal["beellama", "ik_llama", "llama.cpp"]
+
+
+def engine_of(binary: str, spec_type: str) -> Engine:
+    """Which llama-server a profile means, from its binary's path and its speculative type: DFlash
+    comes from the BeeLlama fork, ik_llama.cpp names itself, anything else is vanilla llama.cpp."""
+    lowered = binary.lower()
+    if "beellama" in lowered or spec_type.split(",")[0].split(":")[0] in ("dflash", "draft-dflash"):
+        return "beellama"
+    if "ik_llama" in lowered or "ik-llama" in lowered:
+        return "ik_llama"
+    return "llama.cpp"
+
+
+_BUILD = {
+    "llama.cpp": "build it: scripts/build-llama-server.sh (vanilla llama.cpp, pinned), or fix `binary`",
+    "beellama": "this profile needs the BeeLlama fork (DFlash): build github.com/Anbeeld/beellama.cpp "
+                "(cmake -B build && cmake --build build --target llama-server), or fix `binary`; "
+                "scripts/build-llama-server.sh builds vanilla llama.cpp, which has no DFlash",
+    "ik_llama": "this profile needs ik_llama.cpp: build github.com/ikawrakow/ik_llama.cpp, or fix `binary`",
+}
+
+
+def _fix_for(message: str, engine: Engine) -> str:
     if "no such binary" in message:
-        return "build it (scripts/build-llama-server.sh builds vanilla llama.cpp) or fix `binary`"
-    if "no such model file" in message:
-        return "download the GGUF or fix `model` / `draft_model`"
+        return _BUILD[engine]
+    if "no such model file" in message or "no such file" in message:
+        return "download the GGUF (see the profile's comments) or fix `model` / `draft_model`"
+    if "not offered by" in message:
+        return "this build's --spec-type lacks it (too old, or another fork): " + _BUILD[engine]
     if "port" in message:
         return "stop what holds the port or change `port`"
     return ""
