@@ -12,6 +12,8 @@ venv="$specd_home/venv"
 bin_dir="$HOME/.local/bin"
 say() { echo "install: $*"; }
 
+say "files written outside $repo: $venv, $bin_dir/specd, the daemon's user unit under ~/.config/systemd/user"
+say "(and /usr/local/bin/specd when that directory is writable); system packages come from apt"
 "$repo/scripts/install-system-deps.sh"
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -27,6 +29,7 @@ ln -sfn "$venv/bin/specd" "$bin_dir/specd"
 say "specd -> $bin_dir/specd"
 if [ -w /usr/local/bin ] && [ ! -e /usr/local/bin/specd -o -L /usr/local/bin/specd ]; then
   ln -sfn "$venv/bin/specd" /usr/local/bin/specd
+  say "specd -> /usr/local/bin/specd (also: /usr/local/bin is writable here, so every user's PATH finds it)"
 fi
 case ":$PATH:" in
   *":$bin_dir:"*) ;;
