@@ -43,7 +43,7 @@ def test_readme_configs_load(tmp_path: Path, text: str) -> None:
 def test_readme_profiles_render_with_the_shipped_llama_server(tmp_path: Path, text: str) -> None:
     require_real_server()
     # The examples inherit a base they do not show ("base", "current"): one with the shipped binary.
-    for parent in {"base", "current"}:
+    for parent in ("base", "current"):
         (tmp_path / f"{parent}.toml").write_text(
             f'binary = "{LLAMA_SERVER}"\nmodel = "{TINY_MODEL}"\nalias = "example"\nport = 8081\n')
     path = tmp_path / "example.toml"
