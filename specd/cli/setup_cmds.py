@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -9,8 +10,10 @@ from rich.table import Table
 
 from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
+from specd.errors import UsageError
 from specd.setup.doctor import run_doctor
 from specd.unit.importer import import_unit_report, resolve_source
+from specd.unit.swap_import import import_llama_swap
 
 
 @app.command()
@@ -33,11 +36,14 @@ def doctor(config: ConfigOption = None, json_out: JsonOption = False) -> None:
 
 @app.command("import")
 def import_(
-    name: Annotated[str, typer.Argument(help="name of the new profile")],
+    name: Annotated[str | None, typer.Argument(help="name of the new profile (not with --from-llama-swap)")] = None,
     source: Annotated[str | None, typer.Option(
         "--from", metavar="UNIT|PATH",
         help="an installed unit's name (llama-server@qwen.service for a template instance) or a unit file's "
              "path; default: the deployment's unit")] = None,
+    swap_config: Annotated[Path | None, typer.Option(
+        "--from-llama-swap", metavar="CONFIG",
+        help="a llama-swap config.yaml: one profile per model, named after its model ID")] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing profile")] = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
@@ -46,6 +52,11 @@ def import_(
     """Turn an existing llama-server unit into profile NAME, read as systemd reads it, and say what
     became of each part (typed key, args, env, a default filled in, or not carried)."""
     _, deployment = deployment_of(config, unit)
+    if swap_config is not None:
+        _import_llama_swap(swap_config, deployment.profiles_dir, force=force, json_out=json_out)
+        return
+    if name is None:
+        raise UsageError("specd import NAME: give the new profile a name (or use --from-llama-swap CONFIG)")
     unit_name = source if source and "/" not in source else None
     path = resolve_source(source, deployment.scope) if source else deployment.unit_path
     target, result = import_unit_report(path, deployment.profiles_dir, name, force=force,
@@ -59,6 +70,26 @@ def import_(
         table.add_row(row.source, row.became)
     console.print(table)
     console.print(f"wrote {target}; compare with `specd diff {name}`, then `specd switch {name}`", highlight=False)
+
+
+def _import_llama_swap(config: Path, profiles_dir: Path, *, force: bool, json_out: bool) -> None:
+    outcomes, notes = import_llama_swap(config, profiles_dir, force=force)
+    if json_out:
+        print_json({"models": [{"model": o.model, "profile": str(o.profile) if o.profile else None,
+                                "reason": o.reason, "rows": [r.__dict__ for r in o.result.rows] if o.result else []}
+                               for o in outcomes], "not_carried": list(notes)})
+    else:
+        table = Table("llama-swap model", "profile")
+        table.add_column("what specd did", overflow="fold")
+        for outcome in outcomes:
+            said = "; ".join(r.became for r in outcome.result.rows if "not carried" in r.became) if outcome.result else ""
+            table.add_row(outcome.model, outcome.profile.stem if outcome.profile else "-",
+                          said if outcome.profile else f"not imported: {outcome.reason}")
+        console.print(table)
+        for note in notes:
+            console.print(f"config: {note}", highlight=False)
+    if not any(o.profile for o in outcomes):
+        raise UsageError(f"{config}: no model runs llama-server; nothing was written")
 
 
 @app.command()

@@ -308,13 +308,18 @@ def import_unit_report(unit_path: Path, profiles_dir: Path, name: str, *, force:
     drop_ins = tuple((str(path), read_unit_text(path)) for path in drop_in_files(unit_path, context.unit_name, scope))
     result = profile_from_unit(text, str(unit_path), f"imported from {unit_name or unit_path}", context,
                                drop_ins=drop_ins)
+    write_profile(target, result, source=str(unit_path))
+    return target, result
+
+
+def write_profile(target: Path, result: ImportResult, *, source: str) -> None:
+    """Write an imported profile, only when it validates (nothing is written otherwise)."""
     document = tomlkit.document()
-    document.add(tomlkit.comment(f"Imported by `specd import` from {unit_path}"))
+    document.add(tomlkit.comment(f"Imported by `specd import` from {source}"))
     for key, value in result.data.items():
         document[key] = value
     rendered = tomlkit.dumps(document)
     problems = validate(result.data, PROFILE_SCHEMA, path=target, text=rendered)
     if problems:
-        raise UsageError(f"{unit_path} cannot become a valid profile (nothing was written): " + "; ".join(problems))
+        raise UsageError(f"{source} cannot become a valid profile (nothing was written): " + "; ".join(problems))
     atomic_write(target, rendered.encode("utf-8"))
-    return target, result

@@ -33,7 +33,7 @@ def is_llama_server(program: str) -> bool:
     name = PurePath(program).name
     if name.endswith((".sh", ".bash", ".py")) or "start" in name or "wrapper" in name:
         return False
-    return name == "server" or re.fullmatch(r"(ik_)?llama[-_]server([-_.][\w.]+)?", name) is not None
+    return name == "server" or re.fullmatch(r"(ik[-_])?llama[-_]server([-_.][\w.]+)?", name) is not None
 
 
 def _shell_script(script: str, where: str, environment: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -119,7 +119,7 @@ def _server_command(argv: list[str], env: dict[str, str], notes: list[str], wher
     """What is left after env and shells: a container (refused), a launcher around llama-server, or it."""
     program = PurePath(argv[0]).name
     if program in CONTAINERS:
-        raise UsageError(f"{where}: ExecStart= runs llama-server in a container ({program} "
+        raise UsageError(f"{where}: it runs llama-server in a container ({program} "
                          f"{argv[1] if len(argv) > 1 else ''}): specd manages a native llama-server process and "
                          "does not manage images, devices or published ports; run llama-server natively under "
                          "systemd and import that unit, or keep this unit by hand")

@@ -1,0 +1,76 @@
+"""llama-swap configs read the way llama-swap reads them (proxy/config/config.go)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specd.errors import UsageError
+from specd.unit.llamaswap import read_llama_swap
+from specd.unit.swap_import import profile_name
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "llama-swap"
+
+
+def test_macros_expand_in_reverse_order_so_a_macro_may_use_earlier_ones() -> None:
+    config = read_llama_swap("""
+macros:
+  bin: /opt/llama-server
+  base: ${bin} --port ${PORT} -ngl 99
+models:
+  b-model:
+    cmd: |
+      ${base}
+      # a comment line llama-swap drops
+      --model /m/b.gguf \\
+      --alias ${MODEL_ID}
+  a-model:
+    macros:
+      bin: /opt/other/llama-server
+    cmd: ${base} -m "/m/a b.gguf"
+  remote:
+    proxy: https://example.invalid/v1
+""", "c.yaml", {})
+    by_name = {m.name: m for m in config.models}
+    assert by_name["a-model"].argv == ("/opt/other/llama-server", "--port", "5800", "-ngl", "99", "-m", "/m/a b.gguf")
+    assert by_name["b-model"].argv == ("/opt/llama-server", "--port", "5801", "-ngl", "99", "--model", "/m/b.gguf",
+                                       "--alias", "b-model")
+    assert (by_name["a-model"].port, by_name["b-model"].port) == (5800, 5801)  # sorted model IDs
+    assert by_name["remote"].argv == () and by_name["remote"].proxy == "https://example.invalid/v1"
+
+
+def test_a_macro_defined_after_its_user_is_left_over_and_refused() -> None:
+    with pytest.raises(UsageError, match=r"unknown macro '\$\{later\}' in cmd"):
+        read_llama_swap("macros:\n  early: x ${later}\n  later: y\nmodels:\n  m:\n"
+                        "    cmd: llama-server --port ${PORT} ${early}\n",
+                        "c.yaml", {})
+
+
+def test_env_macros_come_from_the_environment_and_an_unset_one_is_an_error() -> None:
+    text = "models:\n  m:\n    cmd: llama-server -m ${env.MODELS}/x.gguf --port 9000\n    proxy: http://127.0.0.1:9000\n"
+    assert read_llama_swap(text, "c.yaml", {"MODELS": "/srv"}).models[0].argv[2] == "/srv/x.gguf"
+    with pytest.raises(UsageError, match="environment variable 'MODELS' is not set"):
+        read_llama_swap(text, "c.yaml", {})
+
+
+def test_yaml_errors_name_the_file_and_line() -> None:
+    with pytest.raises(UsageError, match=r"c.yaml line 3: not valid YAML"):
+        read_llama_swap("models:\n  m:\n    cmd: x: y\n", "c.yaml", {})
+
+
+def test_real_configs_expand_as_llama_swap_would() -> None:
+    tmielsch = read_llama_swap((CORPUS / "tmielsch--turboquant-setup--llama-swap__config.yaml").read_text(), "t", {})
+    first = tmielsch.models[0]
+    assert first.name == "deepseek-v4-flash-128k" and first.argv[:7] == (
+        "/app/llama-server", "--host", "127.0.0.1", "--port", "5800", "--alias", "deepseek-v4-flash-128k")
+    assert not any("${" in word for model in tmielsch.models for word in model.argv)
+    wvdschel = read_llama_swap((CORPUS / "wvdschel--llama-swap-amdvlk--llama-swap.yaml").read_text(), "w", {})
+    assert len(wvdschel.models) == 18 and wvdschel.models[0].argv[:2] == ("nice", "/app/llama-server")
+    assert any(note.startswith("groups") for note in wvdschel.not_carried)
+    assert any(note.startswith("filters") for m in wvdschel.models for note in m.not_carried)
+
+
+def test_profile_names_from_model_ids() -> None:
+    assert profile_name("qwen2.5-coder_7b") == "qwen2.5-coder_7b"
+    assert profile_name("org/model:Q4 K") == "org-model-Q4-K"
