@@ -13,6 +13,7 @@ import psutil
 
 from specd.errors import PreflightError
 from specd.gpu.gguf import GgufInfo, read_gguf_info
+from specd.gpu.nvml import process_tree
 from specd.profiles.config import Deployment
 from specd.profiles.flags import BinaryFlags, binary_flags, check_executable, resolve_binary
 from specd.profiles.load import Profile, load_profile
@@ -41,16 +42,6 @@ def _port_holders(port: int) -> set[int]:
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
             holders.add(conn.pid)
     return holders
-
-
-def process_tree(pid: int) -> set[int]:
-    if pid <= 0:
-        return set()
-    try:
-        root = psutil.Process(pid)
-        return {pid, *(child.pid for child in root.children(recursive=True))}
-    except psutil.Error:
-        return set()
 
 
 def check_port(profile: Profile, our_pids: set[int]) -> None:
@@ -105,7 +96,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
         )
     argv = build_argv(profile, flags)
     settings = environment_settings(profile, flags, argv)
-    check_port(profile, process_tree(current_main_pid))
+    check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
     notes = [vram_note(profile, model_info, draft_info, current_main_pid) if model_info else
              f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile), *settings]
     template = default_template_path()

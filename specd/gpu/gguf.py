@@ -16,6 +16,16 @@ GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
+class Tensor:
+    """One tensor of the header: its name, shape, ggml type and size in bytes."""
+
+    name: str
+    dims: tuple[int, ...]
+    ggml_type: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
 class GgufInfo:
     path: Path
     file_size: int
@@ -34,6 +44,7 @@ class GgufInfo:
     tensor_count: int
     tensor_bytes: int
     metadata: dict[str, Any]
+    tensors: tuple[Tensor, ...] = ()
 
     @property
     def has_mtp(self) -> bool:
@@ -114,7 +125,7 @@ def read_gguf_info(path: Path) -> GgufInfo:
         with path.open("rb") as handle:
             if handle.read(4) != GGUF_MAGIC:
                 raise PreflightError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
-            metadata, tensor_count, tensor_bytes = _read_header(HeaderReader(handle))
+            metadata, tensors = _read_header(HeaderReader(handle))
     except OSError as exc:
         raise PreflightError(f"{path}: cannot read: {exc.strerror}") from exc
     except (ValueError, KeyError, struct.error) as exc:
@@ -143,13 +154,15 @@ def read_gguf_info(path: Path) -> GgufInfo:
         sliding_window=arch_int("attention.sliding_window"),
         nextn_predict_layers=arch_int("nextn_predict_layers") or 0,
         file_type=file_type if isinstance(file_type, int) else None,
-        tensor_count=tensor_count,
-        tensor_bytes=tensor_bytes,
+        tensor_count=len(tensors),
+        tensor_bytes=sum(t.nbytes for t in tensors),
         metadata=metadata,
+        tensors=tensors,
     )
 
 
-def _read_header(reader: HeaderReader) -> tuple[dict[str, Any], int, int]:
+def _read_header(reader: HeaderReader) -> tuple[dict[str, Any], tuple[Tensor, ...]]:
+    """The one walk over a GGUF header: metadata, then every tensor's name, shape, type and size."""
     version = reader.read("<I")
     if version not in (2, 3):
         raise ValueError(f"unsupported GGUF version {version}")
@@ -159,12 +172,11 @@ def _read_header(reader: HeaderReader) -> tuple[dict[str, Any], int, int]:
     for _ in range(kv_count):
         key = reader.string()
         metadata[key] = reader.value(reader.read("<I"))
-    tensor_bytes = 0
+    tensors = []
     for _ in range(tensor_count):
-        reader.string()
-        n_dims = reader.read("<I")
-        dims = [reader.read("<Q") for _ in range(n_dims)]
+        name = reader.string()
+        dims = tuple(reader.read("<Q") for _ in range(reader.read("<I")))
         ggml_type = reader.read("<I")
         reader.read("<Q")
-        tensor_bytes += tensor_nbytes(ggml_type, dims)
-    return metadata, tensor_count, tensor_bytes
+        tensors.append(Tensor(name, dims, ggml_type, tensor_nbytes(ggml_type, list(dims))))
+    return metadata, tuple(tensors)

@@ -21,14 +21,13 @@ Every term was checked against llama.cpp's own buffer sizes and the process's VR
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from specd.errors import PreflightError
-from specd.gpu.gguf import GGUF_MAGIC, GgufInfo, HeaderReader, tensor_nbytes
+from specd.gpu.gguf import GgufInfo, Tensor, read_gguf_info
 from specd.gpu.nvml import GIB, GpuState, NoGpu
 
 MIB = 1024**2
@@ -122,43 +121,28 @@ _BLOCK = re.compile(r"blk\.(\d+)\.")
 
 @lru_cache(maxsize=32)
 def _cached_layout(path: Path, size: int, mtime_ns: int) -> WeightLayout:
+    return layout_of(read_gguf_info(path).tensors)
+
+
+def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
+    """Group tensor bytes by where llama-server places them: per repeating layer, input, output."""
     layers: dict[int, int] = {}
     input_bytes = output_bytes = embedding_bytes = 0
     has_output = floats = False
     n_vocab: int | None = None
-    try:
-        with path.open("rb") as handle:
-            if handle.read(4) != GGUF_MAGIC:
-                raise PreflightError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
-            reader = HeaderReader(handle)
-            if reader.read("<I") not in (2, 3):
-                raise PreflightError(f"{path}: unsupported GGUF version")
-            tensor_count, kv_count = reader.read("<Q"), reader.read("<Q")
-            for _ in range(kv_count):
-                reader.string()
-                reader.value(reader.read("<I"))
-            for _ in range(tensor_count):
-                name = reader.string()
-                dims = [reader.read("<Q") for _ in range(reader.read("<I"))]
-                ggml_type = reader.read("<I")
-                nbytes = tensor_nbytes(ggml_type, dims)
-                reader.read("<Q")
-                block = _BLOCK.match(name)
-                floats = floats or (block is not None and len(dims) >= 2 and ggml_type in FLOAT_TYPES)
-                if block:
-                    layers[int(block.group(1))] = layers.get(int(block.group(1)), 0) + nbytes
-                elif name.startswith("token_embd."):
-                    input_bytes += nbytes
-                    if name == "token_embd.weight":
-                        embedding_bytes = nbytes
-                        n_vocab = dims[1] if len(dims) > 1 else None
-                else:
-                    output_bytes += nbytes
-                    has_output = has_output or name == "output.weight"
-    except OSError as exc:
-        raise PreflightError(f"{path}: cannot read: {exc.strerror}") from exc
-    except (ValueError, KeyError, struct.error) as exc:
-        raise PreflightError(f"{path}: corrupt GGUF header: {exc}") from exc
+    for tensor in tensors:
+        block = _BLOCK.match(tensor.name)
+        floats = floats or (block is not None and len(tensor.dims) >= 2 and tensor.ggml_type in FLOAT_TYPES)
+        if block:
+            layers[int(block.group(1))] = layers.get(int(block.group(1)), 0) + tensor.nbytes
+        elif tensor.name.startswith("token_embd."):
+            input_bytes += tensor.nbytes
+            if tensor.name == "token_embd.weight":
+                embedding_bytes = tensor.nbytes
+                n_vocab = tensor.dims[1] if len(tensor.dims) > 1 else None
+        else:
+            output_bytes += tensor.nbytes
+            has_output = has_output or tensor.name == "output.weight"
     per_layer = tuple(layers.get(index, 0) for index in range(max(layers, default=-1) + 1))
     return WeightLayout(per_layer, input_bytes, output_bytes, has_output, embedding_bytes, n_vocab, floats)
 
