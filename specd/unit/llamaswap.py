@@ -1,179 +1,421 @@
-"""Read a llama-swap config the way llama-swap does (proxy/config/config.go, LoadConfigFromReader):
-one entry per model, its `cmd` with every macro expanded and split into words.
+"""Read a llama-swap config file into one entry per model, the way llama-swap itself reads it.
 
-What llama-swap does, and so this does: `${env.NAME}` from the environment (an unset one is an
-error); per model, macros substituted once each in reverse order of the list `MODEL_ID, global
-macros..., model macros...` (a model macro replaces a global one of the same name in place), so a
-macro may use any macro defined before it; `${PORT}` is given only to models whose `cmd` uses it,
-counting up from `startPort` (5800) over the model IDs in sorted order; a macro left over is an
-error; comment lines are dropped from `cmd`, a trailing `\\` joins lines, and the result is split
-with POSIX shell quoting. `proxy` defaults to `http://localhost:${PORT}`.
+Pure: text and environment in, a `SwapConfig` out; nothing on disk is touched. The semantics follow
+llama-swap's own loader (github.com/mostlygeek/llama-swap, internal/config):
+
+- load.go `LoadConfigFromReader`: `${env.NAME}` is replaced in the raw text before YAML parsing
+  (values escaped for double-quoted YAML); a missing variable is an error.
+- macros.go `resolveConfigMacros`: macros are substituted in reverse declaration order, a model's
+  own `macros:` overriding globals in place and `${MODEL_ID}` first in the list (so last to be
+  replaced); one pass, so a macro may only use macros declared before it. `${PORT}` is allocated
+  from `startPort` (default 5800) in sorted model-ID order, only to models whose cmd uses it; a
+  proxy defaults to `http://localhost:${PORT}`. Any `${name}` left afterwards is an error.
+- commands.go `SanitizeCommand`/`StripComments`: comment lines dropped, trailing `\\` joined, and
+  words split with github.com/billziss-gh/golib/shlex `Posix.Split` (mirrored in `split_posix`).
 """
 
 from __future__ import annotations
 
-import os
+import math
 import re
-import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, TypeAlias
 
 import yaml
 
 from specd.errors import UsageError
 
-_MACRO = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
-_ENV_MACRO = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
-DEFAULT_START_PORT = 5800
+Scalar: TypeAlias = "str | int | float | bool"
+Value: TypeAlias = "Scalar | None | list[Value] | dict[str, Value]"
+
+START_PORT = 5800
 DEFAULT_PROXY = "http://localhost:${PORT}"
-# What a specd profile has no place for: specd runs one server behind one alias and swaps by profile.
-_MODEL_KEYS_NOT_CARRIED = ("ttl", "unlisted", "useModelName", "filters", "checkEndpoint", "cmdStop",
-                           "concurrencyLimit", "sendLoadingState", "metadata", "capabilities")
-_TOP_KEYS_NOT_CARRIED = ("groups", "hooks", "globalTTL", "profiles", "peers", "apiKeys", "startPort",
-                         "healthCheckTimeout", "logLevel", "logToStdout", "logRequests", "metricsMaxInMemory",
-                         "captureBuffer", "includeAliasesInList", "sendLoadingState", "listen", "store",
-                         "startTimeout", "idleTimeout")
+_MACRO_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+_MACRO_USE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
+_ENV_USE = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
+_RESERVED = ("PID", "PORT", "MODEL_ID")
+
+_MODEL_REASONS = {
+    "ttl": "specd keeps one server running",
+    "unloadTimeout": "specd stops the server through systemd",
+    "cmdStop": "specd stops the server through systemd",
+    "checkEndpoint": "specd's health gate probes /health",
+    "healthCheckTimeout": "specd's health gate has its own timeout",
+    "unlisted": "specd lists every profile",
+    "useModelName": "specd does not rewrite the model name",
+    "concurrencyLimit": "specd does not limit concurrent requests",
+    "filters": "specd does not rewrite requests",
+    "metadata": "specd has no model metadata",
+    "sendLoadingState": "specd sends no loading state",
+    "timeouts": "specd's proxy has its own timeouts",
+    "compat": "specd's proxy has no compat switches",
+    "capabilities": "specd reads capabilities from the server",
+}
+_TOP_REASONS = {
+    "globalTTL": "specd keeps one server running",
+    "groups": "specd runs one model at a time",
+    "matrix": "specd runs one model at a time",
+    "routing": "specd runs one model at a time",
+    "profiles": "specd profiles are one server each",
+    "hooks": "specd has no start-up preload hooks",
+    "healthCheckTimeout": "specd's health gate has its own timeout",
+    "apiKeys": "specd's proxy does not check API keys",
+    "peers": "specd does not forward to peers",
+}
+_MODEL_CARRIED = {"cmd", "proxy", "env", "aliases", "name", "description", "macros"}
+_TOP_CARRIED = {"models", "macros", "startPort"}
 
 
 @dataclass(frozen=True)
 class SwapModel:
-    """One model of a llama-swap config, as llama-swap would run it."""
-
-    name: str  # its ID (the key under models:), what clients ask llama-swap for
-    argv: tuple[str, ...]  # the expanded cmd, split into words; () for a proxy-only (remote) model
-    environment: tuple[tuple[str, str], ...]
-    port: int | None  # what ${PORT} stood for
-    proxy: str
+    name: str  # the key under models:
+    argv: tuple[str, ...]  # cmd expanded, comments/continuations removed, split; () when no cmd
+    environment: tuple[tuple[str, str], ...]  # from env:
+    port: int | None  # the port ${PORT} stood for (None if cmd has no ${PORT})
+    proxy: str | None  # expanded proxy URL
     aliases: tuple[str, ...]
-    description: str
-    not_carried: tuple[str, ...]
+    description: str  # name/description if given
+    not_carried: tuple[str, ...]  # human-readable notes, one per key specd does not carry
 
 
 @dataclass(frozen=True)
 class SwapConfig:
     models: tuple[SwapModel, ...]
-    not_carried: tuple[str, ...]
+    not_carried: tuple[str, ...]  # top-level keys not carried (groups, hooks, globalTTL, ...)
 
 
-def _load(text: str, where: str) -> dict[str, Any]:
+Macros = list[tuple[str, Scalar]]
+
+
+def read_llama_swap(text: str, where: str, environ: Mapping[str, str]) -> SwapConfig:
+    """Parse llama-swap config `text` (read from `where`, named in errors) with `environ` for ${env.X}."""
+    raw = _load(_substitute_env(text, where, environ), where)
+    macros = _macro_list(raw.get("macros"), where, "macros")
+    models_raw = {} if raw.get("models") is None else raw["models"]
+    if not isinstance(models_raw, dict):
+        raise UsageError(f"{where}: 'models' must be a mapping of model ID to settings")
+    port = _substitute(raw.get("startPort", START_PORT), macros)
+    if isinstance(port, bool) or not isinstance(port, int) or port < 1:
+        raise UsageError(f"{where}: startPort must be a whole number of at least 1, not {port!r}")
+    models: list[SwapModel] = []
+    for model_id in sorted(models_raw):  # llama-swap allocates ports in sorted model-ID order
+        model, port = _model(model_id, models_raw[model_id], macros, port, where)
+        models.append(model)
+    _check_aliases(models, where)
+    notes = tuple(_note(k, v, _TOP_REASONS) for k, v in raw.items() if k not in _TOP_CARRIED)
+    return SwapConfig(models=tuple(models), not_carried=notes)
+
+
+def _load(text: str, where: str) -> dict[str, Value]:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader (see _Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{where}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
-        raise UsageError(f"{where}: no `models:` mapping; is this a llama-swap config?")
+        raise UsageError(f"{where}{line}: not valid YAML: {exc.problem or exc.context}") from exc
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{where}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: a llama-swap config is a mapping at the top level")
     return data
 
 
-def _substitute_env(value: Any, environ: Mapping[str, str], where: str) -> Any:
+# A SafeLoader resolving scalars the way Go's yaml.v3 does into `any`: only true/false are booleans
+# (`-fa on` stays "on") and dates stay text. Built with type() so it type-checks with or without stubs.
+_Loader: Any = type("_Loader", (yaml.SafeLoader,), {})
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _strings(value: object) -> Iterator[str]:
     if isinstance(value, str):
-        def replace(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in environ:
-                raise UsageError(f"{where}: environment variable '{name}' is not set (the config uses ${{env.{name}}})")
-            return environ[name]
-        return _ENV_MACRO.sub(replace, value)
-    if isinstance(value, dict):
-        return {k: _substitute_env(v, environ, where) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute_env(v, environ, where) for v in value]
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _substitute_env(text: str, where: str, environ: Mapping[str, str]) -> str:
+    """${env.NAME} in the raw text, as llama-swap's substituteEnvMacros (comments are not scanned)."""
+    parsed = _load(text, where)
+    for name in dict.fromkeys(m for s in _strings(parsed) for m in _ENV_USE.findall(s)):
+        slug = "${env." + name + "}"
+        users = [mid for mid, m in _mapping(parsed.get("models")).items() if any(slug in s for s in _strings(m))]
+        place = f"model {users[0]}" if users else "top level"
+        value = environ.get(name)
+        if value is None:
+            raise UsageError(f"{where}: {place}: environment variable '{name}' is not set")
+        if any(c in value for c in "\n\r\x00"):
+            raise UsageError(f"{where}: {place}: environment variable '{name}' contains a newline or NUL")
+        text = text.replace(slug, value.replace("\\", "\\\\").replace('"', '\\"'))
+    return text
+
+
+def _mapping(value: Value) -> dict[str, Value]:
+    return value if isinstance(value, dict) else {}
+
+
+def _macro_list(value: Value, where: str, context: str) -> Macros:
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: {context} must be a mapping")
+    out: Macros = []
+    for name, item in value.items():
+        name = str(name)
+        problem = None
+        if len(name) >= 64:
+            problem = "exceeds maximum length of 63 characters"
+        elif not _MACRO_NAME.match(name):
+            problem = "contains invalid characters, must match ^[a-zA-Z0-9_-]+$"
+        elif name in _RESERVED:
+            problem = "is reserved"
+        elif not isinstance(item, (str, int, float, bool)):
+            problem = "must be a string, number or boolean"
+        elif isinstance(item, str) and "${" + name + "}" in item:
+            problem = "contains a self-reference"
+        if problem is not None or not isinstance(item, (str, int, float, bool)):
+            raise UsageError(f"{where}: {context}: macro '{name}' {problem}")
+        out.append((name, item))
+    return out
+
+
+def _go_str(value: Scalar) -> str:
+    """Go's fmt %v of a YAML scalar, as llama-swap writes a macro value into a string."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _go_float(value)
+    return str(value)
+
+
+def _go_float(value: float) -> str:
+    """strconv 'g' with shortest digits: exponent form below 1e-4 and from 1e6 on."""
+    if math.isnan(value) or math.isinf(value):
+        return "NaN" if math.isnan(value) else "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "0"
+    shortest = Decimal(repr(abs(value))).normalize()
+    digits = "".join(map(str, shortest.as_tuple().digits))
+    exp = len(digits) - 1 + int(shortest.as_tuple().exponent)
+    sign = "-" if value < 0 else ""
+    if -4 <= exp < 6:
+        return sign + format(shortest, "f")
+    frac = "." + digits[1:] if len(digits) > 1 else ""
+    return f"{sign}{digits[0]}{frac}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+
+
+def _substitute(value: Value, macros: Macros) -> Value:
+    """substituteMacroList: each macro once, last declared first; a whole-string use keeps the type."""
+    for name, macro in reversed(macros):
+        value = _substitute_one(value, "${" + name + "}", macro)
     return value
 
 
-def _macro_list(raw: Any, where: str) -> list[tuple[str, str]]:
-    if raw is None:
+def _substitute_one(value: Value, slug: str, macro: Scalar) -> Value:
+    if isinstance(value, str):
+        if value == slug:
+            return macro
+        return value.replace(slug, _go_str(macro))
+    if isinstance(value, dict):
+        return {k: _substitute_one(v, slug, macro) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute_one(v, slug, macro) for v in value]
+    return value
+
+
+def _merge(model_id: str, glob: Macros, local: Macros) -> Macros:
+    """mergeModelMacros: MODEL_ID first, then globals; a model macro replaces a global in place."""
+    merged: dict[str, Scalar] = dict([("MODEL_ID", model_id), *glob])
+    merged.update(local)
+    return list(merged.items())
+
+
+def _model(model_id: str, value: Value, glob: Macros, port: int, where: str) -> tuple[SwapModel, int]:
+    here = f"{where}: model {model_id}"
+    if not isinstance(value, dict):
+        raise UsageError(f"{here}: the settings must be a mapping")
+    local = _macro_list(value.get("macros"), where, f"model {model_id}")
+    settings: dict[str, Value] = {k: v for k, v in value.items() if k != "macros"}
+    had_cmd = settings.get("cmd") is not None
+    for key in ("cmd", "cmdStop"):
+        if isinstance(settings.get(key), str):
+            settings[key] = strip_comments(str(settings[key]))
+    if settings.get("proxy") is None:
+        settings["proxy"] = DEFAULT_PROXY
+    settings = _mapping(_substitute(settings, _merge(model_id, glob, local)))
+    cmd = _text(settings.get("cmd"), here, "cmd")
+    proxy = _text(settings.get("proxy"), here, "proxy")
+    assigned: int | None = None
+    if "${PORT}" in cmd:
+        assigned, port = port, port + 1
+        settings = _mapping(_substitute(settings, [("PORT", assigned)]))
+        cmd, proxy = _text(settings.get("cmd"), here, "cmd"), _text(settings.get("proxy"), here, "proxy")
+    elif "${PORT}" in proxy:
+        what = "proxy uses ${PORT} but cmd does not - ${PORT} is only available when used in cmd"
+        if "proxy" not in value or value.get("proxy") is None:
+            what = f"cmd does not use ${{PORT}} and there is no proxy: (llama-swap's default is {DEFAULT_PROXY})"
+        raise UsageError(f"{here}: {what}")
+    _check_leftovers(settings, here, [n for n, _ in glob + local])
+    argv = sanitize_command(cmd) if had_cmd else ()
+    if had_cmd and not argv:
+        raise UsageError(f"{here}: cmd is empty")
+    notes = [_note(k, v, _MODEL_REASONS) for k, v in settings.items() if k not in _MODEL_CARRIED]
+    if not had_cmd:
+        notes.insert(0, f"no cmd: llama-swap only proxies this model to {proxy}")
+    label = " - ".join(_text(settings.get(k), here, k) for k in ("name", "description") if settings.get(k))
+    model = SwapModel(
+        name=model_id,
+        argv=argv,
+        environment=_environment(settings.get("env"), here),
+        port=assigned,
+        proxy=proxy,
+        aliases=tuple(_text(a, here, "aliases") for a in _list(settings.get("aliases"), here, "aliases")),
+        description=label,
+        not_carried=tuple(notes),
+    )
+    return model, port
+
+
+def _text(value: Value, here: str, key: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        raise UsageError(f"{here}: {key} must be text, not a {'list' if isinstance(value, list) else 'mapping'}")
+    return _go_str(value)
+
+
+def _list(value: Value, here: str, key: str) -> list[Value]:
+    if value is None:
         return []
-    if not isinstance(raw, dict):
-        raise UsageError(f"{where}: macros must be a mapping")
-    entries: list[tuple[str, str]] = []
-    for name, value in raw.items():
-        if not re.fullmatch(r"[a-zA-Z0-9_-]{1,63}", str(name)) or name in ("PORT", "MODEL_ID"):
-            raise UsageError(f"{where}: macro name '{name}' is reserved or not [a-zA-Z0-9_-]")
-        if isinstance(value, (dict, list)) or value is None:
-            raise UsageError(f"{where}: macro '{name}' must be a string, number or boolean")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if f"${{{name}}}" in text:
-            raise UsageError(f"{where}: macro '{name}' refers to itself")
-        entries.append((str(name), text))
-    return entries
+    if not isinstance(value, list):
+        raise UsageError(f"{here}: {key} must be a list")
+    return value
 
 
-def _merged(model_id: str, global_macros: list[tuple[str, str]],
-            model_macros: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    merged = [("MODEL_ID", model_id), *global_macros]
-    for name, value in model_macros:
-        index = next((i for i, (existing, _) in enumerate(merged) if existing == name), None)
-        if index is None:
-            merged.append((name, value))
-        else:
-            merged[index] = (name, value)
-    return merged
+def _environment(value: Value, here: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for entry in _list(value, here, "env"):
+        name, equals, rest = _text(entry, here, "env").partition("=")
+        if not equals or not name:
+            raise UsageError(f"{here}: env entry {entry!r} is not NAME=value")
+        out.append((name, rest))
+    return tuple(out)
 
 
-def _strip_comments(cmd: str) -> str:
+def _check_leftovers(settings: dict[str, Value], here: str, declared: list[str]) -> None:
+    """validateMacroUses: nothing of the form ${name} may survive (except ${PID} in cmdStop)."""
+    for key, value in settings.items():
+        for text in _strings(value):
+            for name in _MACRO_USE.findall(text):
+                if name == "PID" and key == "cmdStop":
+                    continue
+                why = " (llama-swap expands macros once, last declared first: a macro may only use" \
+                      " macros declared before it, and macros may not refer to each other in a cycle)"
+                raise UsageError(f"{here}: {key}: unknown macro '${{{name}}}'" + (why if name in declared else ""))
+
+
+def _check_aliases(models: list[SwapModel], where: str) -> None:
+    owner: dict[str, str] = {}
+    for model in models:
+        for alias in model.aliases:
+            if alias in owner:
+                raise UsageError(f"{where}: model {model.name}: alias {alias} is also used by model {owner[alias]}")
+            owner[alias] = model.name
+
+
+def _note(key: str, value: Value, reasons: Mapping[str, str]) -> str:
+    """One line per key not carried; mappings show their keys and lists their length (no secrets)."""
+    if isinstance(value, dict):
+        shown = "{" + ", ".join(map(str, value)) + "}"
+    elif isinstance(value, list):
+        shown = f"[{len(value)} entries]"
+    else:
+        shown = "null" if value is None else _go_str(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"not carried: {key}={shown} ({reasons.get(key, 'no specd equivalent')})"
+
+
+def strip_comments(cmd: str) -> str:
+    """StripComments: drop lines whose first non-blank character is '#'."""
     return "\n".join(line for line in cmd.split("\n") if not line.strip().startswith("#"))
 
 
-def split_command(cmd: str, where: str) -> tuple[str, ...]:
-    """llama-swap's SanitizeCommand: comment lines dropped, a trailing backslash joins, POSIX words."""
+def sanitize_command(cmd: str) -> tuple[str, ...]:
+    """SanitizeCommand: drop comment lines, turn a trailing backslash into a space, split POSIX-style."""
     lines = []
     for line in cmd.split("\n"):
         trimmed = line.strip()
         if trimmed.startswith("#"):
             continue
         lines.append(trimmed[:-1] + " " if trimmed.endswith("\\") else line)
-    try:
-        return tuple(shlex.split("\n".join(lines), posix=True))
-    except ValueError as exc:
-        raise UsageError(f"{where}: cmd cannot be split into words: {exc}") from None
+    return split_posix("\n".join(lines))
 
 
-def _model(model_id: str, raw: Mapping[str, Any], global_macros: list[tuple[str, str]], port: int,
-           where: str) -> tuple[SwapModel, bool]:
-    here = f"{where}: model {model_id}"
-    fields = {"cmd": _strip_comments(str(raw.get("cmd") or "")), "proxy": str(raw.get("proxy") or DEFAULT_PROXY)}
-    for name, value in reversed(_merged(model_id, global_macros, _macro_list(raw.get("macros"), here))):
-        fields = {key: text.replace(f"${{{name}}}", value) for key, text in fields.items()}
-    uses_port = "${PORT}" in fields["cmd"]
-    if "${PORT}" in fields["proxy"] and not uses_port and fields["cmd"].strip():
-        raise UsageError(f"{here}: proxy uses ${{PORT}} but cmd does not")
-    if uses_port:
-        fields = {key: text.replace("${PORT}", str(port)) for key, text in fields.items()}
-    for key, text in fields.items():
-        left = _MACRO.search(text)
-        if left and not (key == "proxy" and not fields["cmd"].strip()):
-            raise UsageError(f"{here}: unknown macro '${{{left.group(1)}}}' in {key}")
-    environment = []
-    for entry in raw.get("env") or []:
-        name, has_value, value = str(entry).partition("=")
-        if not has_value:
-            raise UsageError(f"{here}: env entry {entry!r} is not NAME=value")
-        environment.append((name, value))
-    not_carried = tuple(f"{key}: {raw[key]!r} (not carried: specd runs one server at a time)"
-                        for key in _MODEL_KEYS_NOT_CARRIED if key in raw)
-    description = str(raw.get("description") or raw.get("name") or "")
-    model = SwapModel(model_id, split_command(fields["cmd"], here) if fields["cmd"].strip() else (),
-                      tuple(environment), port if uses_port else None, fields["proxy"],
-                      tuple(str(a) for a in raw.get("aliases") or ()), description, not_carried)
-    return model, uses_port
+_END = ""  # stands for "no next character"
 
 
-def read_llama_swap(text: str, where: str, environ: Mapping[str, str] | None = None) -> SwapConfig:
-    """Every model of a llama-swap config, expanded as llama-swap expands it."""
-    data = _substitute_env(_load(text, where), os.environ if environ is None else environ, where)
-    global_macros = _macro_list(data.get("macros"), where)
-    port = int(data.get("startPort") or DEFAULT_START_PORT)
-    models = []
-    for model_id in sorted(data["models"], key=str):
-        raw = data["models"][model_id]
-        if not isinstance(raw, dict):
-            raise UsageError(f"{where}: model {model_id} must be a mapping")
-        model, used_port = _model(str(model_id), raw, global_macros, port, where)
-        port += 1 if used_port else 0
-        models.append(model)
-    not_carried = tuple(f"{key} (not carried: specd has no equivalent)" for key in _TOP_KEYS_NOT_CARRIED
-                        if key in data)
-    return SwapConfig(tuple(models), not_carried)
+def _escape(state: str, char: str, nxt: str) -> str | None:
+    """golib shlex Posix.Escape: None = not an escape, _END = drop both, else the escaped char."""
+    if char != "\\" or state == "'":
+        return None
+    if nxt in ("\n", _END):
+        return _END
+    if state == '"' and nxt not in '$`"\\':
+        return None
+    return nxt
+
+
+def split_posix(line: str) -> tuple[str, ...]:
+    """A port of github.com/billziss-gh/golib/shlex Dialect.Split for the Posix dialect."""
+    tokens: list[str] = []
+    token: list[str] | None = None
+    state = [" "]
+    i = 0
+    while i < len(line):
+        char, nxt = line[i], line[i + 1] if i + 1 < len(line) else _END
+        i += 1
+        top = state[-1]
+        esc = _escape(top, char, nxt)
+        if esc is not None:
+            i += 1 if nxt != _END else 0
+            if esc == _END:
+                continue
+        if top == " ":
+            if esc is not None or char not in "\"' \t\n":
+                state.append("A")
+                token = (token or []) + [esc if esc is not None else char]
+            elif char in "\"'":
+                state += ["A", char]
+                token = []
+        elif top == "A":
+            if esc is None and char in "\"'":
+                state.append(char)
+            elif esc is None and char in " \t\n":
+                state.pop()
+                tokens.append("".join(token or []))
+                token = None
+            else:
+                token = (token or []) + [esc if esc is not None else char]
+        elif esc is None and char == top:
+            state.pop()
+        else:
+            token = (token or []) + [esc if esc is not None else char]
+    if token is not None:
+        tokens.append("".join(token))
+    return tuple(tokens)
+

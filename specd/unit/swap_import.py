@@ -9,6 +9,7 @@ llama-server command (a docker wrapper, a remote proxy-only entry) is listed wit
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ def _profile(model: SwapModel, where: str) -> ImportResult:
 def import_llama_swap(config: Path, profiles_dir: Path, *, force: bool = False,
                       environ: Mapping[str, str] | None = None) -> tuple[list[SwapImport], tuple[str, ...]]:
     """A profile per llama-server model of the config; (what became of each model, top-level notes)."""
-    swap = read_llama_swap(read_unit_text(config), str(config), environ)
+    swap = read_llama_swap(read_unit_text(config), str(config), os.environ if environ is None else environ)
     outcomes: list[SwapImport] = []
     for model in swap.models:
         where = f"{config}: model {model.name}"

@@ -41,7 +41,7 @@ models:
 
 
 def test_a_macro_defined_after_its_user_is_left_over_and_refused() -> None:
-    with pytest.raises(UsageError, match=r"unknown macro '\$\{later\}' in cmd"):
+    with pytest.raises(UsageError, match=r"cmd: unknown macro '\$\{later\}'"):
         read_llama_swap("macros:\n  early: x ${later}\n  later: y\nmodels:\n  m:\n"
                         "    cmd: llama-server --port ${PORT} ${early}\n",
                         "c.yaml", {})
@@ -67,8 +67,8 @@ def test_real_configs_expand_as_llama_swap_would() -> None:
     assert not any("${" in word for model in tmielsch.models for word in model.argv)
     wvdschel = read_llama_swap((CORPUS / "wvdschel--llama-swap-amdvlk--llama-swap.yaml").read_text(), "w", {})
     assert len(wvdschel.models) == 18 and wvdschel.models[0].argv[:2] == ("nice", "/app/llama-server")
-    assert any(note.startswith("groups") for note in wvdschel.not_carried)
-    assert any(note.startswith("filters") for m in wvdschel.models for note in m.not_carried)
+    assert any("groups" in note for note in wvdschel.not_carried)
+    assert any("filters" in note for m in wvdschel.models for note in m.not_carried)
 
 
 def test_profile_names_from_model_ids() -> None:
