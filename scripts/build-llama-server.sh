@@ -144,7 +144,7 @@ fi
 
 log "configuring ($backend${amx_off:+, without AMX}); compiler output goes to $buildlog"
 logged "configuring" cmake -S "$src" -B "$build" "${cmake_flags[@]}"
-log "building llama-server with $jobs jobs (a cold build takes 10-20 minutes on 2 cores)"
+log "building llama-server with $jobs jobs (a cold build: about 5-6 minutes on 2 cores, see benchmarks/results/llama-server-build.md)"
 start=$(date +%s)
 # cmake prints "[ 42%] Building ..." lines: show the percentage, once per change, on one line on a
 # terminal and as a line every 10% elsewhere.

@@ -25,3 +25,16 @@ def switcher_for(deployment: Deployment, *, trigger: str = "cli", history: Histo
     """A Switcher over the real seams: the bus is connected on first use, restarts drain."""
     return Switcher(deployment, trigger=trigger, history=history, systemd=systemd,
                     connect=lambda: systemd_for(deployment))
+
+
+def main_pid_of(deployment: Deployment) -> int:
+    """The deployment's running server's PID (0 when none or the manager cannot be asked): what
+    preflight must not count as someone else holding the port or the VRAM."""
+    from specd.errors import SystemdError
+
+    if not deployment.unit_path.exists():
+        return 0
+    try:
+        return switcher_for(deployment).systemd.unit_state(deployment.unit).main_pid
+    except SystemdError:
+        return 0

@@ -7,18 +7,18 @@ import textwrap
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from specd.cli import app, console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.context import switcher_for
+from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
 from specd.deploy.preflight import quick_problems, run_preflight
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
-from specd.errors import StateDbError, SystemdError
-from specd.profiles.config import Deployment
+from specd.errors import StateDbError
 from specd.profiles.load import list_profiles, load_profile
 from specd.tune.verify import unverified_warning
 
@@ -139,7 +139,7 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
 def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """The unit file PROFILE would install (after every preflight check)."""
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=_main_pid(deployment))
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(deployment))
     if json_out:
         print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
         return
@@ -152,7 +152,7 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
 def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> None:
     """Unified diff of the installed unit against what PROFILE would install."""
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=_main_pid(deployment))
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(deployment))
     installed = switcher_for(deployment).installed_text() or ""
     lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
                                  fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
@@ -186,19 +186,13 @@ def history(
     if json_out:
         print_json([g.as_dict() | {"active": active is not None and g.id == active.id} for g in generations])
         return
-    table = Table("gen", "time (UTC)", "kind", "profile", "trigger", "outcome", "total s", "detail")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
+    for header in ("gen", "time (UTC)", "kind", "profile", "trigger", "outcome", "s"):
+        table.add_column(header, no_wrap=True, overflow="fold")
+    table.add_column("detail", overflow="fold", min_width=12)
     for gen in generations:
         mark = "*" if active is not None and gen.id == active.id else ""
         total = f"{gen.total_s:.1f}" if gen.total_s is not None else ""
-        table.add_row(f"{gen.id}{mark}", gen.created_at[:19].replace("T", " "), gen.kind, gen.profile or "",
+        table.add_row(f"{gen.id}{mark}", gen.created_at[5:19].replace("T", " "), gen.kind, gen.profile or "",
                       gen.trigger, gen.outcome, total, textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
     console.print(table)
-
-
-def _main_pid(deployment: Deployment) -> int:
-    if not deployment.unit_path.exists():
-        return 0
-    try:
-        return switcher_for(deployment).systemd.unit_state(deployment.unit).main_pid
-    except SystemdError:
-        return 0

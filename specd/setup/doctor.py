@@ -74,6 +74,7 @@ def _gpu() -> Finding:
 
 
 def _profiles(config_path: Path | None) -> list[Finding]:
+    from specd.context import main_pid_of
     from specd.deploy.preflight import run_preflight
 
     try:
@@ -95,7 +96,7 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 findings.append(Finding(label, False, item.error, "fix the file"))
                 continue
             try:
-                run_preflight(deployment, item.name)
+                run_preflight(deployment, item.name, current_main_pid=main_pid_of(deployment))
                 findings.append(Finding(label, True, "ready to switch to"))
             except SpecdError as exc:
                 profile = load_profile(deployment.profiles_dir, item.name)
