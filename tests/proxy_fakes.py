@@ -136,6 +136,9 @@ class FakeBackendForProxyTests:
         if not isinstance(body, dict):
             return JSONResponse({"error": {"message": "bad json", "type": "invalid_request_error"}}, 400)
         usage = {"prompt_tokens": 10, "completion_tokens": self.tokens, "total_tokens": 10 + self.tokens}
+        if isinstance(body.get("x_fake_status"), int):  # a backend that answers an error or garbage
+            return Response(str(body.get("x_fake_raw", "")).encode(), status_code=body["x_fake_status"],
+                            media_type="application/json")
         if body.get("x_fake_hang_before_answer"):  # a backend that accepted the request and went silent
             while not await request.is_disconnected():
                 await asyncio.sleep(0.02)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.system.daemon_rig import start_daemon  # noqa: F401  (a fixture for the daemon tests)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:

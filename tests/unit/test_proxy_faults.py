@@ -398,3 +398,43 @@ def test_wrong_arguments_exit_2_without_a_traceback(cli_env: dict[str, str], arg
     result = run_cli(args, cli_env)
     assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
     assert "Traceback" not in result.stdout + result.stderr
+
+
+# ---- a backend that answers an error or garbage; many clients at once ---------------------------
+
+
+def test_a_backend_500_is_passed_on_once_and_the_next_request_is_served(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig()
+    body = chat_body(x_fake_status=500, x_fake_raw='{"error":{"message":"boom"}}')
+    reply = httpx.post(chat_url(rig), json=body, timeout=30)
+    assert reply.status_code == 500 and reply.json() == {"error": {"message": "boom"}}
+    assert len(rig.fake.requests) == 1  # an answer is an answer: never re-sent
+    assert httpx.post(chat_url(rig), json=chat_body(), timeout=30).status_code == 200
+    eventually(lambda: [r.status for r in rig.records()] == [500, 200], "both requests recorded with their status")
+
+
+def test_invalid_json_from_the_backend_reaches_the_client_as_sent(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig()
+    garbage = '{"choices": [ not json'
+    reply = httpx.post(chat_url(rig), json=chat_body(x_fake_status=200, x_fake_raw=garbage), timeout=30)
+    assert reply.status_code == 200 and reply.text == garbage
+    assert len(rig.fake.requests) == 1 and works(rig)
+
+
+def test_300_clients_at_once_each_get_one_answer_and_reach_the_backend_once(make_rig: Callable[..., Rig]) -> None:
+    import asyncio
+
+    rig = make_rig()
+
+    async def burst() -> list[int]:
+        limits = httpx.Limits(max_connections=300, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+            replies = await asyncio.gather(*(client.post(chat_url(rig), json=chat_body(f"client {i}"))
+                                             for i in range(300)))
+        return [reply.status_code for reply in replies]
+
+    statuses = asyncio.run(burst())
+    assert statuses == [200] * 300
+    texts = sorted(r["body"]["messages"][0]["content"] for r in rig.fake.requests)
+    assert texts == sorted(f"client {i}" for i in range(300))  # none lost, none sent twice
+    eventually(rig.settled, "the proxy to settle")

@@ -1,0 +1,101 @@
+"""A switch interrupted while it drains the daemon's proxy: every pause ends, quickly.
+
+The real daemon (its proxy in front of the real llama-server), a long stream in flight so that
+`specd switch` has to wait for it, then the switch is interrupted: Ctrl-C must leave the proxy
+serving within a second, the old server untouched (it was never restarted) and the unit back on
+the old profile; a `kill -9` of the CLI, which can resume nothing, ends the pause when its lease
+runs out (control.DRAIN_LEASE_S) instead of after the drain and hold timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from specd.unit.render import profile_of_unit
+from tests.conftest import Box
+from tests.proxy_fakes import read_stream
+from tests.system.daemon_rig import RunningDaemon, chat, real_stack
+
+
+def _proxy_state(daemon: RunningDaemon, unit: str) -> dict[str, Any]:
+    transport = httpx.HTTPTransport(uds=str(daemon.state_dir / "daemon.sock"))
+    with httpx.Client(transport=transport, timeout=5) as control:
+        state: dict[str, Any] = control.get("http://specd/status").json()["units"][unit]["proxy"]
+    return state
+
+
+def _switch_waiting_on_a_stream(box: Box, daemon: RunningDaemon) -> tuple[subprocess.Popen[str], threading.Thread]:
+    """A long stream through the proxy, then `specd switch ngram-simple`, returned once it drains."""
+    got: list[list[str]] = []
+
+    def stream() -> None:
+        with httpx.Client(timeout=180) as client:
+            got.append(read_stream(client, f"{daemon.proxy_url}/v1/chat/completions", chat(True, 1500)))
+
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    daemon.wait_for("the stream to be in flight", lambda: _proxy_state(daemon, box.unit)["active"] >= 1, 30)
+    cli = subprocess.Popen([sys.executable, "-m", "specd", "switch", "ngram-simple"], env=box.env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    daemon.wait_for("the switch to pause the proxy", lambda: _proxy_state(daemon, box.unit)["paused"], 60)
+    return cli, reader
+
+
+def _served_within(daemon: RunningDaemon, unit: str, bound_s: float) -> float:
+    started = time.monotonic()
+    while _proxy_state(daemon, unit)["paused"]:
+        assert time.monotonic() - started < bound_s, f"the proxy is still paused after {bound_s} s\n{daemon.log()}"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+@real_stack
+def test_ctrl_c_while_a_switch_drains_resumes_the_proxy_within_a_second(box: Box, start_daemon: Any) -> None:
+    daemon = start_daemon()
+    box.specd("switch", "autoregressive", check=True)
+    old_pid = daemon.main_pid(box.unit)
+    cli, reader = _switch_waiting_on_a_stream(box, daemon)
+    cli.send_signal(signal.SIGINT)
+    waited = _served_within(daemon, box.unit, 1.0)
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode != 0 and "interrupt" in (out + err).lower(), out + err
+    assert "waiting for 1 in-flight request" in err, err
+    reply = httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=chat(False), timeout=60)
+    assert reply.status_code == 200
+    assert daemon.main_pid(box.unit) == old_pid  # the old server was never restarted
+    assert profile_of_unit(box.unit_path.read_text()) == "autoregressive"
+    reader.join(180)
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    assert history[0]["outcome"] == "reverted", history[0]
+    assert waited < 1.0
+
+
+@real_stack
+def test_a_killed_switch_cannot_hold_the_proxy_longer_than_its_lease(box: Box, start_daemon: Any) -> None:
+    from specd.daemon.control import DRAIN_LEASE_S
+
+    daemon = start_daemon()
+    box.specd("switch", "autoregressive", check=True)
+    cli, reader = _switch_waiting_on_a_stream(box, daemon)
+    killed = time.monotonic()
+    cli.kill()
+    cli.wait(10)
+    _served_within(daemon, box.unit, DRAIN_LEASE_S + 2.0)
+    assert time.monotonic() - killed < DRAIN_LEASE_S + 2.0
+    reply = httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=chat(False), timeout=60)
+    assert reply.status_code == 200
+    reader.join(180)
+    # The CLI died mid-switch: status says so and changes nothing; recover reverts.
+    status = box.specd("status")
+    assert status.returncode == 3 and "specd recover" in status.stdout
+    recovered = box.specd("recover")
+    assert recovered.returncode == 0, recovered.stderr
+    assert profile_of_unit(box.unit_path.read_text()) == "autoregressive"
