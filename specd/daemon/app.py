@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import importlib
 import json
 import logging
@@ -247,14 +248,20 @@ class Daemon:
 
     # ---- the control socket ------------------------------------------------------------------------
 
-    async def _drain(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
+    async def _drain(self, unit: str, timeout_s: float, lease_s: float) -> dict[str, Any] | None:
         runtime = self.runtimes.get(unit)
         if runtime is None or runtime.proxy is None:
             return None
         proxy = runtime.proxy
-        proxy.pause(timeout_s + proxy.settings.hold_timeout_s)
+        proxy.pause(lease_s)  # renewed by the switch while it runs; ends by itself if the switch dies
         drained = await proxy.wait_idle(timeout_s)
         return {"unit": unit, "drained": drained, "active": proxy.active, "in_flight": proxy.in_flight}
+
+    def _renew(self, unit: str, lease_s: float) -> dict[str, Any] | None:
+        runtime = self.runtimes.get(unit)
+        if runtime is None or runtime.proxy is None:
+            return None
+        return {"unit": unit, "renewed": runtime.proxy.renew(lease_s)}
 
     def _resume(self, unit: str) -> dict[str, Any] | None:
         runtime = self.runtimes.get(unit)
@@ -298,17 +305,15 @@ class Daemon:
         self._build()
         sock = control.socket_path()
         sock.unlink(missing_ok=True)
-        await self._serve(control.control_app(drain_unit=self._drain, resume_unit=self._resume, status=self.status,
-                                              metrics=self.metrics.render, metrics_content_type=CONTENT_TYPE),
-                          uds=sock)
+        control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
+                                        resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
+                                        metrics_content_type=CONTENT_TYPE)
+        await self._serve(control_app(), uds=sock)
         os.chmod(sock, 0o600)
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
         if isinstance(metrics_listen, str) and metrics_listen:
             host, _, port = metrics_listen.rpartition(":")
-            await self._serve(control.control_app(drain_unit=self._drain, resume_unit=self._resume,
-                                                  status=self.status, metrics=self.metrics.render,
-                                                  metrics_content_type=CONTENT_TYPE, writable=False),
-                              host=host.strip("[]"), port=int(port))
+            await self._serve(control_app(writable=False), host=host.strip("[]"), port=int(port))
         for runtime in self.runtimes.values():
             if runtime.proxy is not None and runtime.deployment.proxy is not None:
                 listen = runtime.deployment.proxy

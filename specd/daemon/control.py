@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import psutil
@@ -33,6 +34,9 @@ from specd.deploy.systemd import SystemdClient, UnitState
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 60.0
+# A drain pauses the proxy for this long unless the switch renews it (every third of it): a switch
+# killed mid-way (kill -9, a dropped SSH session) holds clients for at most one lease.
+DRAIN_LEASE_S = 10.0
 
 
 STALE_AFTER_S = 30.0  # the daemon rewrites its status file every 5 s
@@ -82,9 +86,13 @@ def _request(method: str, path: str, params: dict[str, Any], timeout_s: float) -
     return answer
 
 
-def drain(unit: str, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any] | None:
+def drain(unit: str, timeout_s: float = DRAIN_TIMEOUT_S, lease_s: float = DRAIN_LEASE_S) -> dict[str, Any] | None:
     """Hold new requests to `unit`'s proxy and wait for in-flight ones; None when nothing proxies it."""
-    return _request("POST", "/drain", {"unit": unit, "timeout": timeout_s}, timeout_s + 10)
+    return _request("POST", "/drain", {"unit": unit, "timeout": timeout_s, "lease": lease_s}, timeout_s + 10)
+
+
+def renew(unit: str, lease_s: float = DRAIN_LEASE_S) -> dict[str, Any] | None:
+    return _request("POST", "/renew", {"unit": unit, "lease": lease_s}, 5)
 
 
 def resume(unit: str) -> dict[str, Any] | None:
@@ -95,19 +103,48 @@ def daemon_request(path: str) -> dict[str, Any] | None:
     return _request("GET", path, {}, 5)
 
 
+def _in_flight(unit: str) -> int:
+    answer = daemon_request("/status") or {}
+    proxy = (answer.get("units", {}).get(unit) or {}).get("proxy") or {}
+    return int(proxy.get("active", 0))
+
+
+class _Renewal:
+    """Renews a drain's lease every third of it, from a thread, until stopped."""
+
+    def __init__(self, unit: str, lease_s: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(unit, lease_s), daemon=True, name="drain-lease")
+
+    def _run(self, unit: str, lease_s: float) -> None:
+        while not self._stop.wait(lease_s / 3):
+            renew(unit, lease_s)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+
 @contextmanager
-def drained(unit: str, timeout_s: float = DRAIN_TIMEOUT_S) -> Iterator[dict[str, Any] | None]:
+def drained(unit: str, timeout_s: float = DRAIN_TIMEOUT_S,
+            lease_s: float = DRAIN_LEASE_S) -> Iterator[dict[str, Any] | None]:
     """Drain around a restart. Resumes in every case, Ctrl-C or SIGTERM during the drain call
-    itself included: the daemon may already hold requests when the interrupt arrives."""
+    itself included; a killed caller's pause ends with its lease."""
     if socket_path().exists():
-        log.warning("draining %s's proxy: waiting for in-flight requests, up to %.0f s "
-                    "(Ctrl-C aborts the switch and resumes traffic)", unit, timeout_s)
+        waiting = _in_flight(unit)
+        if waiting:
+            log.warning("waiting for %d in-flight request%s to %s, up to %.0f s; Ctrl-C aborts the switch and "
+                        "resumes traffic", waiting, "" if waiting == 1 else "s", unit, timeout_s)
     try:
-        answer = drain(unit, timeout_s)
-        if answer is not None and not answer.get("drained"):
-            log.warning("%s: %s request(s) still in flight after %.0f s; restarting anyway",
-                        unit, answer.get("active"), timeout_s)
-        yield answer
+        with _Renewal(unit, lease_s):
+            answer = drain(unit, timeout_s, lease_s)
+            if answer is not None and not answer.get("drained"):
+                log.warning("%s: %s request(s) still in flight after %.0f s; restarting anyway",
+                            unit, answer.get("active"), timeout_s)
+            yield answer
     finally:
         resume(unit)
 
@@ -146,11 +183,13 @@ class DrainingSystemd:
 
 # ---- the server side (run by the daemon) --------------------------------------------------------
 
-Drainer = Callable[[str, float], Awaitable[dict[str, Any] | None]]
+Drainer = Callable[[str, float, float], Awaitable[dict[str, Any] | None]]  # unit, timeout, lease
+Renewer = Callable[[str, float], dict[str, Any] | None]  # unit, lease
 Resumer = Callable[[str], dict[str, Any] | None]
 
 
-def control_app(*, drain_unit: Drainer, resume_unit: Resumer, status: Callable[[], dict[str, Any]],
+def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer,
+                status: Callable[[], dict[str, Any]],
                 metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True) -> Starlette:
     """`/status` and `/metrics` for anyone the socket lets in; `/drain` and `/resume` when writable."""
 
@@ -164,10 +203,19 @@ def control_app(*, drain_unit: Drainer, resume_unit: Resumer, status: Callable[[
         unit = request.query_params.get("unit", "")
         try:
             timeout_s = float(request.query_params.get("timeout", DRAIN_TIMEOUT_S))
+            lease_s = float(request.query_params.get("lease", DRAIN_LEASE_S))
         except ValueError:
-            return JSONResponse({"error": "timeout must be a number"}, 400)
-        answer = await drain_unit(unit, timeout_s)
+            return JSONResponse({"error": "timeout and lease must be numbers"}, 400)
+        answer = await drain_unit(unit, timeout_s, lease_s)
         return JSONResponse(answer) if answer is not None else JSONResponse({"error": f"no proxy for {unit}"}, 404)
+
+    async def post_renew(request: Request) -> Response:
+        try:
+            lease_s = float(request.query_params.get("lease", DRAIN_LEASE_S))
+        except ValueError:
+            return JSONResponse({"error": "lease must be a number"}, 400)
+        answer = renew_unit(request.query_params.get("unit", ""), lease_s)
+        return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
 
     async def post_resume(request: Request) -> Response:
         answer = resume_unit(request.query_params.get("unit", ""))
@@ -175,5 +223,6 @@ def control_app(*, drain_unit: Drainer, resume_unit: Resumer, status: Callable[[
 
     routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
     if writable:
-        routes += [Route("/drain", post_drain, methods=["POST"]), Route("/resume", post_resume, methods=["POST"])]
+        routes += [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
+                   Route("/resume", post_resume, methods=["POST"])]
     return Starlette(routes=routes)

@@ -36,6 +36,7 @@ from specd.context import switcher_for, systemd_for
 from specd.deploy.health import HealthResult, check_once, wait_healthy
 from specd.deploy.history import Generation, History
 from specd.deploy.lock import deployment_lock
+from specd.deploy.plan import DEFAULT_GATE_TIMEOUT_S
 from specd.deploy.systemd import SystemdClient, UnitState
 from specd.deploy.unitfiles import read_text
 from specd.errors import HealthError, LockBusy, SpecdError, UsageError
@@ -249,7 +250,7 @@ class HealthMonitor:
             self.systemd.reset_failed(self.unit)
             self.systemd.restart(self.unit)
             try:
-                health = wait_healthy(command.base_url, command.alias, api_key=command.api_key, timeout_s=600.0, stability_s=2.0,
+                health = wait_healthy(command.base_url, command.alias, api_key=command.api_key, timeout_s=DEFAULT_GATE_TIMEOUT_S, stability_s=2.0,
                                       unit_state=lambda: self.systemd.unit_state(self.unit))
             except HealthError as exc:
                 detail = f"restarted after {self.settings.failures_before_restart} failed checks ({reason}); " \

@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from specd.daemon.gate import BackendGate, HoldExpired
 from specd.daemon.metrics import SpecdMetrics, route_label
 from specd.daemon.relay import (
     CUT,
@@ -46,6 +47,7 @@ from specd.daemon.relay import (
     relay_events,
     task_class_of,
 )
+from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
 
@@ -72,7 +74,7 @@ class Backend:
 
 @dataclass(frozen=True)
 class ProxySettings:
-    hold_timeout_s: float = 60.0
+    hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S
     max_body_bytes: int = 64 * 1024 * 1024
     health_poll_s: float = 0.1
     unit: str = ""
@@ -80,10 +82,6 @@ class ProxySettings:
     # backend); generous, because a long prompt's prefill is silent too.
     stream_idle_timeout_s: float = 300.0
     body_timeout_s: float = 60.0  # a client must send its whole request body within this
-
-
-class _HoldExpired(Exception):
-    pass
 
 
 def _error(status: int, message: str, kind: str = "unavailable_error") -> JSONResponse:
@@ -111,16 +109,10 @@ class Proxy:
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
         self.active = 0         # requests past the gate, talking to the backend
-        self._gate = asyncio.Event()
-        self._gate.set()
+        self.gate = BackendGate(self._probe_backend, poll_s=settings.health_poll_s)
         self._idle = asyncio.Event()
         self._idle.set()
-        self._unhealthy = False
-        self._paused_until: float | None = None
-        self._lease_timer: asyncio.TimerHandle | None = None
-        self._poller: asyncio.Task[None] | None = None
         self._relays: set[asyncio.Queue[object]] = set()
-        self.shutting_down = False
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=list(_METHODS))],
             lifespan=self._lifespan,
@@ -144,47 +136,39 @@ class Proxy:
         )
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        self.gate.stop()
         if self._client is not None:
             await self._client.aclose()
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop taking requests; let in-flight ones finish for `grace_s`, then cut streams cleanly."""
-        self.shutting_down = True
-        self._gate.set()  # wake held requests: they answer 503 instead of waiting
+        self.gate.close()  # wake held requests: they answer 503 instead of waiting
         if not await self.wait_idle(grace_s):
             for queue in list(self._relays):
                 queue.put_nowait(CUT)
             await self.wait_idle(5.0)
 
-    # ---- the gate: pause for a drain, hold while unhealthy -------------------------------------
+    # ---- the gate (specd.daemon.gate): pause for a drain, hold while unhealthy ----------------
 
-    def _update_gate(self) -> None:
-        if self.shutting_down or (self._paused_until is None and not self._unhealthy):
-            self._gate.set()
-        else:
-            self._gate.clear()
+    @property
+    def shutting_down(self) -> bool:
+        return self.gate.closing
 
     def pause(self, lease_s: float) -> None:
-        """Hold new requests (a switch is about to restart the backend); auto-resume after lease_s."""
-        self._paused_until = time.monotonic() + lease_s
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
-        self._lease_timer = asyncio.get_running_loop().call_later(lease_s, self.resume)
-        self._update_gate()
+        self.gate.pause(lease_s)
+
+    def renew(self, lease_s: float) -> bool:
+        return self.gate.renew(lease_s)
 
     def resume(self) -> None:
-        """End a pause; held requests go once the (possibly new) backend answers /health."""
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
-            self._lease_timer = None
-        self._paused_until = None
-        self.mark_unhealthy()
+        self.gate.resume()
 
     @property
     def paused(self) -> bool:
-        return self._paused_until is not None
+        return self.gate.paused
+
+    def mark_unhealthy(self) -> None:
+        self.gate.mark_unhealthy()
 
     async def wait_idle(self, timeout_s: float) -> bool:
         try:
@@ -192,12 +176,6 @@ class Proxy:
         except TimeoutError:
             return False
         return True
-
-    def mark_unhealthy(self) -> None:
-        self._unhealthy = True
-        self._update_gate()
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.get_running_loop().create_task(self._poll_health())
 
     async def _answers_health_now(self) -> bool:
         """One quick /health probe on a fresh connection: is the server that dropped us still up?"""
@@ -208,33 +186,22 @@ class Proxy:
             return False
         return response.status_code == 200
 
-    async def _poll_health(self) -> None:
+    async def _probe_backend(self) -> bool:
+        """The gate's poll: re-resolve the backend (a switch may have moved it), then /health."""
         assert self._client is not None
-        while self._unhealthy and not self.shutting_down:
-            try:
-                self.backend = await asyncio.to_thread(self._resolve)
-                response = await self._client.get(f"{self.backend.url}/health", timeout=2.0)
-                if response.status_code == 200:
-                    self._unhealthy = False
-                    self._update_gate()
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(self.settings.health_poll_s)
+        try:
+            self.backend = await asyncio.to_thread(self._resolve)
+            response = await self._client.get(f"{self.backend.url}/health", timeout=2.0)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
 
     async def _pass_gate(self, deadline: float) -> None:
         held_since = time.perf_counter()
         if self._metrics is not None:
             self._metrics.held_now.inc()
         try:
-            while not self._gate.is_set():
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    raise _HoldExpired(f"backend not healthy after {self.settings.hold_timeout_s:g} s")
-                try:
-                    await asyncio.wait_for(self._gate.wait(), remaining)
-                except TimeoutError:
-                    continue
+            await self.gate.wait(deadline, self.settings.hold_timeout_s)
         finally:
             if self._metrics is not None:
                 self._metrics.held_now.dec()
@@ -316,7 +283,7 @@ class Proxy:
                 return self._reject(exchange, _error(503, "specd proxy is shutting down"))
             try:
                 await self._pass_gate(deadline)
-            except _HoldExpired as expired:
+            except HoldExpired as expired:
                 if last is not None:  # the backend's own 503 (e.g. "Loading model") says most
                     return self._reject(exchange, Response(last[1], last[0], media_type="application/json"))
                 return self._reject(exchange, _error(503, str(expired)))
@@ -417,7 +384,7 @@ class Proxy:
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,
-                "active": self.active, "paused": self.paused, "healthy": not self._unhealthy}
+                "active": self.active, "paused": self.paused, "healthy": self.gate.healthy}
 
     def record(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
         self.in_flight -= 1

@@ -29,6 +29,7 @@ class Intent:
     backup_path: str | None
     new_sha256: str
     step: str = "intent"
+    old_main_pid: int = 0  # the server running when the switch began: still it means never restarted
 
 
 def intent_path(unit: str) -> Path:

@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
 from specd import paths
@@ -27,6 +26,20 @@ from specd.deploy.faults import checkpoint
 from specd.deploy.health import HealthResult, wait_healthy
 from specd.deploy.history import Generation, History
 from specd.deploy.lock import deployment_lock
+from specd.deploy.plan import (
+    NOT_RESTARTED_STEPS,
+    REVERT_STEPS,
+    STEPS,
+    UNIT_UNTOUCHED_STEPS,
+    WRITE_STEPS,
+    FaultHook,
+    HealthGate,
+    JournalReader,
+    Outcome,
+    PreflightRunner,
+    Target,
+    target_from_text,
+)
 from specd.deploy.preflight import Preflight, run_preflight
 from specd.deploy.systemd import SystemdClient, UnitState, connect_systemd, journal_tail
 from specd.deploy.unitfiles import (
@@ -50,50 +63,10 @@ from specd.errors import (
 )
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
-from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
 log = logging.getLogger("specd.deploy.switch")
-STEPS = ("preflight", "intent", "backup", "write", "reload", "restart", "gate", "commit")
-REVERT_STEPS = ("revert-write", "revert-reload", "revert-restart", "revert-gate")
-WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
-                    for moment in ("before-fsync", "before-rename", "before-dirsync"))
-DEFAULT_GATE_TIMEOUT_S = 600.0
-
-
-HealthGate = Callable[..., HealthResult]
-JournalReader = Callable[[str, str], str]
-FaultHook = Callable[[str], None]
-PreflightRunner = Callable[..., Preflight]  # (deployment, profile name, *, current_main_pid) -> Preflight
-UNIT_UNTOUCHED_STEPS = ("intent", "backup")  # the unit file has not been replaced yet
-
-
-@dataclass(frozen=True)
-class Outcome:
-    generation: Generation
-    health: HealthResult | None
-    notes: tuple[str, ...] = ()
-    unchanged: bool = False
-
-
-@dataclass(frozen=True)
-class Target:
-    """What to install: the unit text and how to health-gate it."""
-
-    text: str
-    profile: str | None
-    alias: str | None  # None: router mode
-    base_url: str
-    timeout_s: float
-    stability_s: float
-    api_key: str | None = None
-    secrets: tuple[tuple[Path, str], ...] = ()  # (path, content) written 0600 before the unit
-
-
-def target_from_text(text: str, profile: str | None, *, where: str, stability_s: float = 5.0) -> Target:
-    command = parse_unit(text, where)
-    return Target(text, profile, command.alias, command.base_url, DEFAULT_GATE_TIMEOUT_S, stability_s,
-                  command.api_key)
+__all__ = ["REVERT_STEPS", "STEPS", "WRITE_STEPS", "Outcome", "Switcher", "Target", "target_from_text"]
 
 
 class Switcher:
@@ -247,6 +220,7 @@ class Switcher:
             old_existed=current is not None, old_active=bool(old_state and old_state.active_state == "active"),
             old_sha256=sha256_text(current) if current is not None else None, old_profile=old_profile,
             backup_path=str(backup) if backup else None, new_sha256=new_sha,
+            old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
         )
         intents.save(intent)
         self._fault("intent")
@@ -330,6 +304,11 @@ class Switcher:
         if not intent.old_active:
             self.systemd.stop(self.unit)
             return f"{self.unit} is back on {intent.old_profile or 'its previous unit'} (stopped, as it was)"
+        if intent.step in NOT_RESTARTED_STEPS and intent.old_main_pid:
+            now = self.systemd.unit_state(self.unit)
+            if now.running and now.main_pid == intent.old_main_pid:  # interrupted before the restart began
+                return (f"reverted to {intent.old_profile or 'the previous unit'} before its server was restarted: "
+                        f"it kept running (PID {now.main_pid})")
         self.systemd.reset_failed(self.unit)
         self.systemd.restart(self.unit)
         self._fault("revert-restart")

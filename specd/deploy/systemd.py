@@ -10,6 +10,7 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from specd.errors import SystemdError
@@ -179,8 +180,14 @@ def connect_systemd(scope: str) -> SystemdClient:
     return PydbusSystemd(scope)
 
 
-def journal_tail(unit: str, scope: str, lines: int = 15) -> str:
+JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
+
+
+def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path = JOURNAL_SOCKET) -> str:
     """The unit's last log lines, or a note saying why there are none."""
+    if not journal_socket.exists():
+        return ("(no systemd-journald runs on this box, so llama-server's output was not kept: run its "
+                "ExecStart= by hand to see why it fails)")
     command = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
     if scope == "user":
         command.insert(1, "--user")

@@ -24,49 +24,53 @@ _UNIT = matches(r"[A-Za-z0-9:_.\\@-]{1,200}\.service", "a unit name ending in .s
 _LISTEN = matches(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", "host:port")
 
 PROXY_SCHEMA = Table(keys={
-    "listen": Key(str, _LISTEN),
-    "hold_timeout_s": Key(float, in_range(0, 3600)),
-    "capture_bodies": Key(bool),
-    "capture_max_bytes": Key(int, in_range(0, 1 << 30)),
+    "listen": Key(str, _LISTEN, "host:port clients use; the active profile's server is the backend"),
+    "hold_timeout_s": Key(float, in_range(0, 3600), "how long a request is held while the backend restarts"),
+    "capture_bodies": Key(bool, doc="keep request bodies (files 0600) so the tuner can replay them"),
+    "capture_max_bytes": Key(int, in_range(0, 1 << 30), "largest body kept"),
 })
 DEPLOYMENT_KEYS = {
-    "unit": Key(str, _UNIT),
-    "scope": Key(str, one_of("user", "system")),
-    "profiles_dir": Key(str),
-    "backups_keep": Key(int, in_range(1, 1000)),
-    "lock_timeout_s": Key(float, in_range(0, 3600)),
+    "unit": Key(str, _UNIT, "the llama-server unit specd owns (required)"),
+    "scope": Key(str, one_of("user", "system"), "where the unit lives: user (~/.config/systemd/user) or system (/etc/systemd/system)"),
+    "profiles_dir": Key(str, doc="where the profile files are (required; relative paths are from specd.toml)"),
+    "backups_keep": Key(int, in_range(1, 1000), "`.pre-*` copies of the unit kept beside it"),
+    "lock_timeout_s": Key(float, in_range(0, 3600), "how long a command waits for another's lock"),
 }
 CONFIG_SCHEMA = Table(
-    keys={**DEPLOYMENT_KEYS, "deployment": Key(list)},
+    keys={**DEPLOYMENT_KEYS, "deployment": Key(list, doc="[[deployment]] tables: several units on one box")},
     tables={
         "proxy": PROXY_SCHEMA,
         "daemon": Table(keys={
-            "health_interval_s": Key(float, in_range(1, 3600)),
-            "failures_before_restart": Key(int, in_range(1, 100)),
-            "rollback_grace_s": Key(float, in_range(0, 86400)),
-            "housekeeping_interval_s": Key(float, in_range(60, 86400 * 7)),
-            "metrics_listen": Key(str, _LISTEN),
+            "health_interval_s": Key(float, in_range(1, 3600), "seconds between health checks of the endpoint"),
+            "failures_before_restart": Key(int, in_range(1, 100), "failed checks in a row before acting"),
+            "rollback_grace_s": Key(float, in_range(0, 86400),
+                                    "within this long after a switch, a failure rolls back instead of restarting"),
+            "housekeeping_interval_s": Key(float, in_range(60, 86400 * 7), "pruning of backups, history, traffic"),
+            "metrics_listen": Key(str, _LISTEN, "host:port for read-only /metrics and /status"),
         }),
         "tuner": Table(keys={
-            "enabled": Key(bool),
-            "cron": Key(str),
-            "idle_minutes": Key(float, in_range(0, 10000)),
-            "budget_minutes": Key(float, in_range(1, 10000)),
-            "margin": Key(float, in_range(0, 10)),
-            "n": Key(int, in_range(1, 1000)),
-            "workload": Key(str),
-            "candidates": Key(list),
+            "enabled": Key(bool, doc="run the nightly tuning job"),
+            "cron": Key(str, doc="when, as a crontab line"),
+            "idle_minutes": Key(float, in_range(0, 10000), "only after this long without traffic"),
+            "budget_minutes": Key(float, in_range(1, 10000), "the most a run may take"),
+            "margin": Key(float, in_range(0, 10), "the wall-clock gain a switch needs, 0.05 = 5%"),
+            "n": Key(int, in_range(1, 1000), "requests per profile"),
+            "workload": Key(str, doc="recent (recorded traffic), a built-in name or a JSONL file"),
+            "candidates": Key(list, doc="profiles to compare"),
         }),
     },
 )
 DEPLOYMENT_SCHEMA = Table(keys=DEPLOYMENT_KEYS, tables={"proxy": PROXY_SCHEMA})
 
 
+DEFAULT_HOLD_TIMEOUT_S = 120.0  # how long the proxy holds a request while the backend restarts
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8080
-    hold_timeout_s: float = 120.0
+    hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S
     capture_bodies: bool = False
     capture_max_bytes: int = 1 << 20
 
@@ -147,14 +151,15 @@ def resolve_config_path(explicit: Path | None = None) -> Path:
 def _proxy(raw: Mapping[str, Any] | None) -> ProxyConfig | None:
     if raw is None:
         return None
-    listen = str(raw.get("listen", "127.0.0.1:8080"))
+    defaults = ProxyConfig()
+    listen = str(raw.get("listen", f"{defaults.listen_host}:{defaults.listen_port}"))
     host, _, port = listen.rpartition(":")
     return ProxyConfig(
         listen_host=host.strip("[]"),
         listen_port=int(port),
-        hold_timeout_s=float(raw.get("hold_timeout_s", 120.0)),
-        capture_bodies=bool(raw.get("capture_bodies", False)),
-        capture_max_bytes=int(raw.get("capture_max_bytes", 1 << 20)),
+        hold_timeout_s=float(raw.get("hold_timeout_s", defaults.hold_timeout_s)),
+        capture_bodies=bool(raw.get("capture_bodies", defaults.capture_bodies)),
+        capture_max_bytes=int(raw.get("capture_max_bytes", defaults.capture_max_bytes)),
     )
 
 
@@ -223,3 +228,26 @@ def load_config(explicit: Path | None = None) -> Config:
         daemon=DaemonConfig(**{k: v for k, v in daemon_raw.items()}),
         tuner=TunerConfig(**tuner_raw),
     )
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "off" if value is None else "all that validate" if value == () else str(value)
+
+
+def config_key_table() -> str:
+    """The README's table of specd.toml keys: docs from the schema, defaults from the dataclasses."""
+    defaults: dict[str, object] = {"proxy": ProxyConfig(), "daemon": DaemonConfig(), "tuner": TunerConfig()}
+    top = Deployment("", "user", Path())
+    rows = ["| key | meaning | default |", "|---|---|---|"]
+    for name, key in CONFIG_SCHEMA.keys.items():
+        default = _shown(getattr(top, name)) if name in ("scope", "backups_keep", "lock_timeout_s") else ""
+        rows.append(f"| `{name}` | {key.doc} | {default} |")
+    for table, schema in CONFIG_SCHEMA.tables.items():
+        instance = defaults[table]
+        for name, key in schema.keys.items():
+            value = (f"{instance.listen_host}:{instance.listen_port}" if isinstance(instance, ProxyConfig)
+                     and name == "listen" else _shown(getattr(instance, name)))
+            rows.append(f"| `[{table}] {name}` | {key.doc} | {value} |")
+    return "\n".join(rows) + "\n"

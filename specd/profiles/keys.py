@@ -126,6 +126,7 @@ KEYS: tuple[ProfileKey, ...] = (
 TOP_KEYS = tuple(k for k in KEYS if k.table == "top")
 SPECULATIVE_KEYS = tuple(k for k in KEYS if k.table == "speculative")
 BY_FLAG: dict[str, ProfileKey] = {spelling: key for key in KEYS for spelling in key.flags}
+BY_NAME: dict[str, ProfileKey] = {key.name: key for key in TOP_KEYS}
 
 
 def _directive_values(value: Any) -> str | None:

@@ -193,6 +193,21 @@ def test_an_exception_at_any_step_after_the_intent_reverts(world: World, step: s
     assert world.history.list(UNIT, limit=1)[0].outcome == "reverted"
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), SystemdError("the daemon's drain failed")],
+                         ids=lambda e: type(e).__name__)
+def test_a_switch_interrupted_before_its_restart_began_reverts_without_restarting(world: World,
+                                                                                  error: BaseException) -> None:
+    # Ctrl-C while DrainingSystemd.restart waits for in-flight streams: systemd never got the restart.
+    old_pid = world.systemd.main_pid
+    world.systemd.fail["restart"] = error
+    with pytest.raises(SwitchFailed) as raised:
+        world.switcher().switch("new")
+    assert world.unit_path.read_text() == unit_text("old")
+    assert world.systemd.main_pid == old_pid and world.systemd.calls.count("restart") == 1  # the failed one only
+    assert "kept running" in str(raised.value) and world.history.list(UNIT, limit=1)[0].outcome == "reverted"
+    assert intents.load(UNIT) is None
+
+
 def test_a_failed_backup_restarts_nothing(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     real_write = unitfiles.atomic_write
 
@@ -290,3 +305,10 @@ def test_an_interrupted_switch_is_never_recorded_as_a_hand_edit(world: World, st
     world.switcher().recover()
     assert world.unit_path.read_text() == unit_text("old")
     assert world.switcher().record_external_edit() is None
+
+
+def test_without_journald_the_revert_message_says_why_there_are_no_log_lines(tmp_path: Path) -> None:
+    from specd.deploy.systemd import journal_tail
+
+    note = journal_tail("llama.service", "user", journal_socket=tmp_path / "absent")
+    assert "no systemd-journald" in note and "ExecStart=" in note

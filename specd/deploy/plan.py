@@ -1,0 +1,56 @@
+"""What a switch, rollback or revert installs and how it is checked: the named steps, the target
+(unit text, where and how to health-gate it) and the outcome. Data only; `switch` runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd.deploy.health import HealthResult
+from specd.deploy.history import Generation
+from specd.deploy.preflight import Preflight
+from specd.profiles.keys import BY_NAME
+from specd.unit.parse import parse_unit
+
+STEPS = ("preflight", "intent", "backup", "write", "reload", "restart", "gate", "commit")
+REVERT_STEPS = ("revert-write", "revert-reload", "revert-restart", "revert-gate")
+WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
+                    for moment in ("before-fsync", "before-rename", "before-dirsync"))
+DEFAULT_GATE_TIMEOUT_S: float = BY_NAME["health_timeout_s"].default  # for a unit specd did not render
+
+
+HealthGate = Callable[..., HealthResult]
+JournalReader = Callable[[str, str], str]
+FaultHook = Callable[[str], None]
+PreflightRunner = Callable[..., Preflight]  # (deployment, profile name, *, current_main_pid) -> Preflight
+UNIT_UNTOUCHED_STEPS = ("intent", "backup")  # the unit file has not been replaced yet
+NOT_RESTARTED_STEPS = ("write", "reload")  # replaced, but the restart (and its drain) had not finished
+
+
+@dataclass(frozen=True)
+class Outcome:
+    generation: Generation
+    health: HealthResult | None
+    notes: tuple[str, ...] = ()
+    unchanged: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to install: the unit text and how to health-gate it."""
+
+    text: str
+    profile: str | None
+    alias: str | None  # None: router mode
+    base_url: str
+    timeout_s: float
+    stability_s: float
+    api_key: str | None = None
+    secrets: tuple[tuple[Path, str], ...] = ()  # (path, content) written 0600 before the unit
+
+
+def target_from_text(text: str, profile: str | None, *, where: str, stability_s: float = 5.0) -> Target:
+    command = parse_unit(text, where)
+    return Target(text, profile, command.alias, command.base_url, DEFAULT_GATE_TIMEOUT_S, stability_s,
+                  command.api_key)
