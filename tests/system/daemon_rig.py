@@ -93,6 +93,7 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
                                                   "DBUS_SESSION_BUS_ADDRESS") if key in box.env
         )
         unit_path = box.manager.unit_dir / name
+        unit_path.parent.mkdir(parents=True, exist_ok=True)
         unit_path.write_text(
             "[Service]\nType=notify\nNotifyAccess=main\nWatchdogSec=20\nTimeoutStopSec=40\n"
             f"ExecStart={sys.executable} -m specd daemon\nWorkingDirectory={REPO}\n"
