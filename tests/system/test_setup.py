@@ -82,6 +82,12 @@ def _assert_next_commands_work(env: dict[str, str]) -> None:
     assert profiles.returncode == 0 and "ngram-mod" in profiles.stdout, profiles
     history = _specd(env, "history")
     assert history.returncode == 0 and "rollback" in history.stdout, history
+    switched = _specd(env, "switch", "ngram-mod")
+    assert switched.returncode == 0 and "ngram-mod is healthy" in switched.stdout, switched
+    doctor = _specd(env, "doctor", "--json")  # not suggested, but a new user runs it
+    findings = json.loads(doctor.stdout)
+    profiles_checked = [f for f in findings if f["check"].startswith("profile ")]
+    assert profiles_checked and all("is held by" not in f["detail"] for f in profiles_checked), findings
 
 
 def _exports(env_sh: Path) -> dict[str, str]:
