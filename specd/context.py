@@ -1,40 +1,54 @@
 """The composition root: builds the real seams a deployment's operations run over.
 
-Library code (`specd.deploy`, `specd.daemon`, `specd.tune`) takes its systemd client, history and
-health gate as arguments; the CLI, the daemon and the tuner get them here. Restarts made through
-`systemd_for` first drain the daemon's proxy for the unit (the drain is the caller's concern,
-not the transaction's).
+Library code (`specd.deploy`, `specd.daemon`, `specd.tune`) takes a `Seams` (state paths, history,
+systemd client, clock, HTTP, GPU access) and never builds its own; the CLI, the daemon and the
+tuner get them here. The systemd client built here drains the daemon's proxy before a restart or
+stop (the drain is the caller's concern, not the transaction's).
 """
 
 from __future__ import annotations
 
 from specd.daemon.control import DrainingSystemd
-from specd.deploy.history import History
+from specd.deploy.history import History, Trigger
+from specd.deploy.seams import Seams
 from specd.deploy.switch import Switcher
 from specd.deploy.systemd import SystemdClient, connect_systemd
+from specd.errors import SystemdError
+from specd.paths import StateDir
 from specd.profiles.config import Deployment
+
+
+def state_dir() -> StateDir:
+    """The state directory of this environment (XDG_STATE_HOME)."""
+    return StateDir.from_environment()
 
 
 def systemd_for(deployment: Deployment) -> SystemdClient:
     """The systemd client for a deployment; its restarts and stops drain the daemon's proxy."""
-    return DrainingSystemd(connect_systemd(deployment.scope))
+    return DrainingSystemd(connect_systemd(deployment.scope), state_dir())
 
 
-def switcher_for(deployment: Deployment, *, trigger: str = "cli", history: History | None = None,
+def seams_for(deployment: Deployment, *, history: History | None = None,
+              systemd: SystemdClient | None = None) -> Seams:
+    """A deployment's real seams; the bus is connected on first use. Each thread that runs
+    operations builds its own (one SQLite connection per thread)."""
+    state = state_dir()
+    return Seams(deployment, state, history or History(state.db), lambda: systemd_for(deployment),
+                 _systemd=systemd)
+
+
+def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: History | None = None,
                  systemd: SystemdClient | None = None) -> Switcher:
-    """A Switcher over the real seams: the bus is connected on first use, restarts drain."""
-    return Switcher(deployment, trigger=trigger, history=history, systemd=systemd,
-                    connect=lambda: systemd_for(deployment))
+    """A Switcher over the real seams."""
+    return Switcher(seams_for(deployment, history=history, systemd=systemd), trigger=trigger)
 
 
-def main_pid_of(deployment: Deployment) -> int:
+def main_pid_of(seams: Seams) -> int:
     """The deployment's running server's PID (0 when none or the manager cannot be asked): what
     preflight must not count as someone else holding the port or the VRAM."""
-    from specd.errors import SystemdError
-
-    if not deployment.unit_path.exists():
+    if not seams.deployment.unit_path.exists():
         return 0
     try:
-        return switcher_for(deployment).systemd.unit_state(deployment.unit).main_pid
+        return seams.systemd.unit_state(seams.unit).main_pid
     except SystemdError:
         return 0

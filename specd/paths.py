@@ -5,7 +5,9 @@ Resolved at call time (never cached) so tests and the daemon can point HOME/XDG_
 
 from __future__ import annotations
 
+import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -34,7 +36,61 @@ def cache_dir() -> Path:
 
 
 def db_path() -> Path:
-    return state_dir() / "specd.db"
+    return StateDir.from_environment().db
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """Every file specd keeps in its state directory, named in one place. The composition root
+    (`specd.context`) builds one and passes it down; tests pass one under a tmp dir."""
+
+    root: Path
+
+    @classmethod
+    def from_environment(cls) -> StateDir:
+        return cls(state_dir())
+
+    @property
+    def db(self) -> Path:
+        """SQLite: history, events, traffic, bench results, pins."""
+        return self.root / "specd.db"
+
+    def intent(self, unit: str) -> Path:
+        """The record of a switch or rollback in progress."""
+        return self.root / "intents" / f"{unit}.json"
+
+    def lock(self, unit: str) -> Path:
+        return self.root / "locks" / f"{unit}.lock"
+
+    def unit_store(self, deployment: str) -> Path:
+        """Every unit text specd installed or saw, by content hash (what rollback restores)."""
+        return self.root / "units" / deployment
+
+    def capture(self, deployment: str) -> Path:
+        """Request bodies the proxy captured (0600), when `capture_bodies` is on."""
+        return self.root / "capture" / deployment
+
+    def api_key_file(self, key: str) -> Path:
+        """Where a profile's api_key is kept for the server (0600, named by its hash): the unit, the
+        unit store and the history then hold only this path, never the key."""
+        return self.root / "secrets" / f"api-key-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+    @property
+    def daemon_socket(self) -> Path:
+        return self.root / "daemon.sock"
+
+    @property
+    def daemon_status(self) -> Path:
+        return self.root / "daemon.json"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.root / "daemon.lock"
+
+    @property
+    def quickstart_manager(self) -> Path:
+        """The private `systemd --user` quickstart keeps running on a box without a user manager."""
+        return self.root / "quickstart-systemd"
 
 
 def default_config_path() -> Path:
@@ -68,8 +124,5 @@ def shipped(folder: str, *parts: str) -> Path:
 
 
 def api_key_file(key: str) -> Path:
-    """Where a profile's api_key is kept for the server (0600, named by its hash): the unit, the
-    unit store and the history then hold only this path, never the key."""
-    import hashlib
-
-    return state_dir() / "secrets" / f"api-key-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    """`StateDir.api_key_file` of the environment's state dir: what a rendered unit names."""
+    return StateDir.from_environment().api_key_file(key)

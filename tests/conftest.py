@@ -15,6 +15,8 @@ import httpx
 import pytest
 import tomlkit
 
+from specd.deploy.history import History
+from specd.paths import StateDir
 from specd.profiles.config import Deployment, load_config
 from specd.setup.sandbox import PrivateSystemd, free_port, private_systemd_env
 
@@ -58,6 +60,14 @@ class Box:
     @property
     def unit_path(self) -> Path:
         return self.manager.unit_dir / self.unit
+
+    @property
+    def state(self) -> StateDir:
+        """The box's state directory (what `specd` run with `env` uses)."""
+        return StateDir(Path(self.env["XDG_STATE_HOME"]) / "specd")
+
+    def history(self) -> History:
+        return History(self.state.db)
 
     def specd(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300,
               check: bool = False) -> subprocess.CompletedProcess[str]:

@@ -10,6 +10,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from specd import context
 from specd.cli import app, console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.context import main_pid_of, switcher_for
@@ -83,23 +84,22 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
     Exit status: 0 healthy; 3 the endpoint is not healthy, the deployment is marked failed or
     stopped, or an interrupted switch awaits `specd recover`.
     """
-    cfg, deployment = deployment_of(config, unit)
-    data = collect_status(cfg, deployment, daemon_status(deployment.unit))
-    pending = switcher_for(deployment).pending_intent()
-    if pending is not None:
-        data["pending"] = (f"an interrupted {pending.kind} to {pending.profile or 'the previous unit'} (stopped "
-                           f"after step '{pending.step}') awaits recovery: run `specd recover`")
+    _, deployment = deployment_of(config, unit)
+    seams = context.seams_for(deployment)
+    report = collect_status(seams, daemon_status(seams.state, deployment.unit))
     if json_out:
-        print_json(data)
+        print_json(report.as_dict())
     else:
         table = Table(show_header=False, box=None)
-        for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "generation", "pending"):
-            if data.get(key) not in (None, ""):
-                table.add_row(key.replace("_", " "), str(data[key]))
-        daemon = data["daemon"]
-        table.add_row("daemon", str(daemon.get("detail", "")))
+        rows = [("unit", report.unit), ("active profile", report.active_profile), ("state", report.state),
+                ("unit state", report.unit_state), ("endpoint", report.endpoint), ("health", report.health),
+                ("generation", report.generation), ("history", report.history_problem),
+                ("pending", report.pending), ("daemon", report.daemon.get("detail", ""))]
+        for label, value in rows:
+            if value not in (None, ""):
+                table.add_row(label, str(value))
         console.print(table)
-    if not data.get("healthy") or "state" in data or pending is not None:
+    if report.needs_attention:
         raise typer.Exit(STATUS_UNHEALTHY_EXIT)
 
 
@@ -139,7 +139,7 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
 def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """The unit file PROFILE would install (after every preflight check)."""
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(deployment))
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(context.seams_for(deployment)))
     if json_out:
         print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
         return
@@ -152,8 +152,9 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
 def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> None:
     """Unified diff of the installed unit against what PROFILE would install."""
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(deployment))
-    installed = switcher_for(deployment).installed_text() or ""
+    switcher = switcher_for(deployment)
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(switcher.seams))
+    installed = switcher.installed_text() or ""
     lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
                                  fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
     typer.echo("".join(lines) or f"no difference: {deployment.unit} already holds {profile}", nl=False)

@@ -34,11 +34,12 @@ def daemon(config: ConfigOption = None, unit: UnitOption = None) -> None:
     switch), validates profile edits, records hand edits of the unit, serves [proxy], keeps traffic
     records, runs the nightly tuning, and serves Prometheus metrics on its control socket.
     """
+    from specd import context
     from specd.daemon.app import run_daemon
 
     cfg = load_config(config)
     deployments = [cfg.deployment(unit)] if unit else list(cfg.deployments)
-    raise typer.Exit(run_daemon(cfg, deployments))
+    raise typer.Exit(run_daemon(cfg, deployments, state=context.state_dir(), make_seams=context.seams_for))
 
 
 def _histogram_rows(buckets: list[dict[str, Any]]) -> list[tuple[str, int]]:
@@ -71,11 +72,12 @@ def traffic_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """What clients sent: request count, prompt/output lengths, task classes, acceptance per profile."""
+    from specd import context
     from specd.traffic import records as traffic
 
     _, deployment = deployment_of(config, unit)
     window = parse_duration(since)
-    conn = traffic.open_db()
+    conn = traffic.open_db(context.state_dir().db)
     try:
         summary = traffic.summarize(conn, time.time() - window, unit=deployment.unit)
     finally:

@@ -34,9 +34,8 @@ import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
-from specd import paths
 from specd.daemon import control
-from specd.daemon.control import daemon_status, status_path
+from specd.daemon.control import daemon_status
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
@@ -44,8 +43,10 @@ from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_serve
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
+from specd.deploy.seams import Seams
 from specd.deploy.unitfiles import prune_backups, read_text
 from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
+from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
@@ -87,12 +88,18 @@ class Runtime:
     last_generation: int = 0
 
 
+SeamsFactory = Callable[[Deployment], Seams]  # specd.context.seams_for: one set per thread that uses it
+
+
 class Daemon:
-    def __init__(self, config: Config, deployments: list[Deployment] | None = None) -> None:
+    def __init__(self, config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
+                 make_seams: SeamsFactory) -> None:
         self.config = config
         self.deployments = deployments or list(config.deployments)
+        self.state = state
+        self._make_seams = make_seams
         self.metrics = SpecdMetrics()
-        self.history = History()  # the event loop's connection; jobs and watchers open their own
+        self.history = History(state.db)  # the event loop's connection; jobs and watchers have their own
         self.recorder: traffic.Recorder | None = None
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                            "misfire_grace_time": 60})
@@ -105,25 +112,25 @@ class Daemon:
     # ---- startup --------------------------------------------------------------------------------
 
     def _take_daemon_lock(self) -> None:
-        path = paths.state_dir() / "daemon.lock"
+        path = self.state.daemon_lock
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LockBusy(f"another specd daemon runs here (see {status_path()})") from None
+            raise LockBusy(f"another specd daemon runs here (see {self.state.daemon_status})") from None
         self._lock_fd = fd
 
     def _build(self) -> None:
         if any(d.proxy is not None for d in self.deployments):
-            self.recorder = traffic.Recorder()
+            self.recorder = traffic.Recorder(self.state.db)
         for deployment in self.deployments:
             unit = deployment.unit
-            monitor = HealthMonitor(deployment, self.config.daemon,
+            monitor = HealthMonitor(self._make_seams(deployment), self.config.daemon,
                                     on_result=partial(self._health_result, unit),
                                     on_action=partial(self._count_action, unit))
-            watcher = DeploymentWatcher(deployment, on_profile_errors=partial(self._profile_errors, unit),
+            watcher = DeploymentWatcher(self._make_seams(deployment), on_profile_errors=partial(self._profile_errors, unit),
                                         on_external_edit=partial(self._external_edit, unit))
             runtime = Runtime(deployment, monitor, watcher)
             if deployment.proxy is not None:
@@ -139,7 +146,7 @@ class Daemon:
                               "own address; give the proxy another port")
         capture = None
         if settings.capture_bodies:
-            capture = BodyCapture(paths.state_dir() / "capture" / deployment.name, settings.capture_max_bytes)
+            capture = BodyCapture(self.state.capture(deployment.name), settings.capture_max_bytes)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
                      lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
 
@@ -223,19 +230,19 @@ class Daemon:
                 log.info("%s: no traffic source: %s", runtime.deployment.unit, exc)
                 runtime.info["sampling_warned"] = True
             return
-        conn = traffic.open_db()
+        conn = traffic.open_db(self.state.db)
         try:
             traffic.record_sample(conn, counters, unit=runtime.deployment.unit, profile=backend.profile)
         finally:
             conn.close()
 
     def _housekeeping(self) -> None:
-        conn = traffic.open_db()
+        conn = traffic.open_db(self.state.db)
         try:
             removed = traffic.prune(conn, time.time() - TRAFFIC_KEEP_S)
         finally:
             conn.close()
-        history = History()  # this thread's own connection
+        history = History(self.state.db)  # this thread's own connection
         try:
             for deployment in self.deployments:
                 backups = prune_backups(deployment.unit_path, deployment.backups_keep)
@@ -289,7 +296,7 @@ class Daemon:
     def _write_status(self, running: bool = True) -> None:
         data = self.status()
         data["running"] = running
-        path = status_path()
+        path = self.state.daemon_status
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps(data, default=str))
         os.replace(tmp, path)
@@ -303,7 +310,7 @@ class Daemon:
             loop.add_signal_handler(sig, stop.set)
         self._take_daemon_lock()
         self._build()
-        sock = control.socket_path()
+        sock = self.state.daemon_socket
         sock.unlink(missing_ok=True)
         control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
                                         resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
@@ -360,7 +367,7 @@ class Daemon:
         for runtime in self.runtimes.values():
             runtime.monitor.close()
         self._write_status(running=False)
-        control.socket_path().unlink(missing_ok=True)
+        self.state.daemon_socket.unlink(missing_ok=True)
         self._http.close()
         log.info("specd daemon stopped after %.1f s", time.monotonic() - started)
 
@@ -380,7 +387,8 @@ def _tuner_entry() -> Callable[[Deployment], object] | None:
     return entry if callable(entry) else None
 
 
-def run_daemon(config: Config, deployments: list[Deployment] | None = None) -> int:
+def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
+               make_seams: SeamsFactory) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
-    return asyncio.run(Daemon(config, deployments).run())
+    return asyncio.run(Daemon(config, deployments, state=state, make_seams=make_seams).run())

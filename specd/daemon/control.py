@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Self
 
 import httpx
@@ -28,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specd import paths
 from specd.deploy.systemd import SystemdClient, UnitState
+from specd.paths import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +41,10 @@ DRAIN_LEASE_S = 10.0
 STALE_AFTER_S = 30.0  # the daemon rewrites its status file every 5 s
 
 
-def socket_path() -> Path:
-    return paths.state_dir() / "daemon.sock"
-
-
-def status_path() -> Path:
-    return paths.state_dir() / "daemon.json"
-
-
-def daemon_status(unit: str | None = None) -> dict[str, Any]:
+def daemon_status(state: StateDir, unit: str | None = None) -> dict[str, Any]:
     """For `specd status`: is the daemon alive, the last health result, the next tuning run."""
     try:
-        data = json.loads(status_path().read_text())
+        data = json.loads(state.daemon_status.read_text())
     except (OSError, ValueError):
         return {"running": False, "detail": "no specd daemon has run here (`specd daemon`, or units/specd.service)"}
     pid = int(data.get("pid", 0))
@@ -69,8 +60,9 @@ def daemon_status(unit: str | None = None) -> dict[str, Any]:
     }
 
 
-def _request(method: str, path: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
-    sock = socket_path()
+def _request(state: StateDir, method: str, path: str, params: dict[str, Any],
+             timeout_s: float) -> dict[str, Any] | None:
+    sock = state.daemon_socket
     if not sock.exists():
         return None
     transport = httpx.HTTPTransport(uds=str(sock))
@@ -86,25 +78,26 @@ def _request(method: str, path: str, params: dict[str, Any], timeout_s: float) -
     return answer
 
 
-def drain(unit: str, timeout_s: float = DRAIN_TIMEOUT_S, lease_s: float = DRAIN_LEASE_S) -> dict[str, Any] | None:
+def drain(state: StateDir, unit: str, timeout_s: float = DRAIN_TIMEOUT_S,
+          lease_s: float = DRAIN_LEASE_S) -> dict[str, Any] | None:
     """Hold new requests to `unit`'s proxy and wait for in-flight ones; None when nothing proxies it."""
-    return _request("POST", "/drain", {"unit": unit, "timeout": timeout_s, "lease": lease_s}, timeout_s + 10)
+    return _request(state, "POST", "/drain", {"unit": unit, "timeout": timeout_s, "lease": lease_s}, timeout_s + 10)
 
 
-def renew(unit: str, lease_s: float = DRAIN_LEASE_S) -> dict[str, Any] | None:
-    return _request("POST", "/renew", {"unit": unit, "lease": lease_s}, 5)
+def renew(state: StateDir, unit: str, lease_s: float = DRAIN_LEASE_S) -> dict[str, Any] | None:
+    return _request(state, "POST", "/renew", {"unit": unit, "lease": lease_s}, 5)
 
 
-def resume(unit: str) -> dict[str, Any] | None:
-    return _request("POST", "/resume", {"unit": unit}, 10)
+def resume(state: StateDir, unit: str) -> dict[str, Any] | None:
+    return _request(state, "POST", "/resume", {"unit": unit}, 10)
 
 
-def daemon_request(path: str) -> dict[str, Any] | None:
-    return _request("GET", path, {}, 5)
+def daemon_request(state: StateDir, path: str) -> dict[str, Any] | None:
+    return _request(state, "GET", path, {}, 5)
 
 
-def _in_flight(unit: str) -> int:
-    answer = daemon_request("/status") or {}
+def _in_flight(state: StateDir, unit: str) -> int:
+    answer = daemon_request(state, "/status") or {}
     proxy = (answer.get("units", {}).get(unit) or {}).get("proxy") or {}
     return int(proxy.get("active", 0))
 
@@ -112,13 +105,14 @@ def _in_flight(unit: str) -> int:
 class _Renewal:
     """Renews a drain's lease every third of it, from a thread, until stopped."""
 
-    def __init__(self, unit: str, lease_s: float) -> None:
+    def __init__(self, state: StateDir, unit: str, lease_s: float) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(unit, lease_s), daemon=True, name="drain-lease")
+        self._thread = threading.Thread(target=self._run, args=(state, unit, lease_s), daemon=True,
+                                        name="drain-lease")
 
-    def _run(self, unit: str, lease_s: float) -> None:
+    def _run(self, state: StateDir, unit: str, lease_s: float) -> None:
         while not self._stop.wait(lease_s / 3):
-            renew(unit, lease_s)
+            renew(state, unit, lease_s)
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -129,31 +123,32 @@ class _Renewal:
 
 
 @contextmanager
-def drained(unit: str, timeout_s: float = DRAIN_TIMEOUT_S,
+def drained(state: StateDir, unit: str, timeout_s: float = DRAIN_TIMEOUT_S,
             lease_s: float = DRAIN_LEASE_S) -> Iterator[dict[str, Any] | None]:
     """Drain around a restart. Resumes in every case, Ctrl-C or SIGTERM during the drain call
     itself included; a killed caller's pause ends with its lease."""
-    if socket_path().exists():
-        waiting = _in_flight(unit)
+    if state.daemon_socket.exists():
+        waiting = _in_flight(state, unit)
         if waiting:
             log.warning("waiting for %d in-flight request%s to %s, up to %.0f s; Ctrl-C aborts the switch and "
                         "resumes traffic", waiting, "" if waiting == 1 else "s", unit, timeout_s)
     try:
-        with _Renewal(unit, lease_s):
-            answer = drain(unit, timeout_s, lease_s)
+        with _Renewal(state, unit, lease_s):
+            answer = drain(state, unit, timeout_s, lease_s)
             if answer is not None and not answer.get("drained"):
                 log.warning("%s: %s request(s) still in flight after %.0f s; restarting anyway",
                             unit, answer.get("active"), timeout_s)
             yield answer
     finally:
-        resume(unit)
+        resume(state, unit)
 
 
 class DrainingSystemd:
     """A SystemdClient whose restart and stop drain the daemon's proxy for the unit first."""
 
-    def __init__(self, inner: SystemdClient, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+    def __init__(self, inner: SystemdClient, state: StateDir, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         self.inner = inner
+        self.state = state
         self.scope = inner.scope
         self.timeout_s = timeout_s
 
@@ -161,11 +156,11 @@ class DrainingSystemd:
         self.inner.reload()
 
     def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
-        with drained(unit, self.timeout_s):
+        with drained(self.state, unit, self.timeout_s):
             return self.inner.restart(unit, timeout_s=timeout_s)
 
     def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
-        with drained(unit, self.timeout_s):
+        with drained(self.state, unit, self.timeout_s):
             return self.inner.stop(unit, timeout_s=timeout_s)
 
     def reset_failed(self, unit: str) -> None:

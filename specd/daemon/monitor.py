@@ -24,23 +24,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
-import httpx
-
-from specd.context import switcher_for, systemd_for
+from specd.clock import utc_now
 from specd.deploy.health import HealthResult, check_once, wait_healthy
-from specd.deploy.history import Generation, History
-from specd.deploy.lock import deployment_lock
+from specd.deploy.history import Generation
 from specd.deploy.plan import DEFAULT_GATE_TIMEOUT_S
+from specd.deploy.seams import Seams
+from specd.deploy.switch import Switcher
 from specd.deploy.systemd import SystemdClient, UnitState
 from specd.deploy.unitfiles import read_text
 from specd.errors import HealthError, LockBusy, SpecdError, UsageError
-from specd.profiles.config import DaemonConfig, Deployment
+from specd.profiles.config import DaemonConfig
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
@@ -108,27 +106,27 @@ class MonitorState:
 
 
 class HealthMonitor:
-    def __init__(self, deployment: Deployment, settings: DaemonConfig, *,
-                 systemd: SystemdClient | None = None, history: History | None = None,
+    """Runs on the scheduler's threads over seams of its own."""
+
+    def __init__(self, seams: Seams, settings: DaemonConfig, *,
                  on_result: Callable[[HealthResult], None] = lambda result: None,
                  on_action: Callable[[str, str], None] = lambda action, detail: None) -> None:
-        self.deployment = deployment
+        self.seams = seams
+        self.deployment = seams.deployment
         self.settings = settings
-        self._systemd = systemd
-        self.history = history or History()
+        self.history = seams.history
+        self._clock = seams.clock
         self.state = MonitorState()
         self._on_result, self._on_action = on_result, on_action
         # A hung server accepts connections and never answers: the read timeout bounds each round, so a
         # hang is acted on within failures_before_restart x (interval + timeout).
         probe_timeout_s = max(1.0, min(10.0, settings.health_interval_s))
-        self._http = httpx.Client(timeout=httpx.Timeout(probe_timeout_s, connect=min(2.0, probe_timeout_s)))
+        self._http = seams.http(probe_timeout_s)
         self._stop_rounds = 0
 
     @property
     def systemd(self) -> SystemdClient:
-        if self._systemd is None:
-            self._systemd = systemd_for(self.deployment)
-        return self._systemd
+        return self.seams.systemd
 
     @property
     def unit(self) -> str:
@@ -186,7 +184,7 @@ class HealthMonitor:
         if result is None:
             self.state = MonitorState()
             return "none"
-        self.state.last, self.state.last_checked = result, time.time()
+        self.state.last, self.state.last_checked = result, self._clock.time()
         self._on_result(result)
         self.state.failures = 0 if result.ok else self.state.failures + 1
         if result.ok:
@@ -197,7 +195,7 @@ class HealthMonitor:
         log.warning("%s: health check failed (%d in a row): %s", self.unit, self.state.failures, result.detail)
         newest = next(iter(self.history.list(self.unit, limit=1)), None)
         action = decide(self.state.failures, self.settings.failures_before_restart, newest,
-                        self.settings.rollback_grace_s, datetime.now(UTC), self.state.episode)
+                        self.settings.rollback_grace_s, utc_now(self._clock), self.state.episode)
         if action in ("restart", "rollback"):
             self._act(action, result.detail)
         elif action == "give-up":
@@ -212,7 +210,7 @@ class HealthMonitor:
         log.error("%s: %s", self.unit, detail)
         self.history.event(self.unit, "monitor-failed", detail)
         self._on_action("failed", detail)
-        self.state.last_action, self.state.last_action_at = f"give-up: {detail}", time.time()
+        self.state.last_action, self.state.last_action_at = f"give-up: {detail}", self._clock.time()
 
     def _act(self, action: Action, reason: str) -> None:
         if action == "rollback":
@@ -229,7 +227,7 @@ class HealthMonitor:
             self.history.event(self.unit, f"daemon-{action}-failed", detail)
             self._on_action(f"{action}-failed", detail)
             if action == "rollback":  # nothing to roll back to, or it failed: restart right away
-                self.state.last_action, self.state.last_action_at = f"{action}: {detail}", time.time()
+                self.state.last_action, self.state.last_action_at = f"{action}: {detail}", self._clock.time()
                 self._act("restart", reason)
                 return
         else:
@@ -237,10 +235,10 @@ class HealthMonitor:
             self._on_action(action, detail)
         self.state.episode.attempts += 1
         self.state.failures = 0
-        self.state.last_action, self.state.last_action_at = f"{action}: {detail}", time.time()
+        self.state.last_action, self.state.last_action_at = f"{action}: {detail}", self._clock.time()
 
     def _restart(self, reason: str) -> str:
-        with deployment_lock(self.unit, "daemon: restart after failed health checks", timeout_s=0):
+        with self.seams.lock("daemon: restart after failed health checks", timeout_s=0):
             text = read_text(self.deployment.unit_path)
             if text is None:
                 return "unit file is gone; nothing to restart"
@@ -250,7 +248,8 @@ class HealthMonitor:
             self.systemd.reset_failed(self.unit)
             self.systemd.restart(self.unit)
             try:
-                health = wait_healthy(command.base_url, command.alias, api_key=command.api_key, timeout_s=DEFAULT_GATE_TIMEOUT_S, stability_s=2.0,
+                health = wait_healthy(command.base_url, command.alias, api_key=command.api_key,
+                                      timeout_s=DEFAULT_GATE_TIMEOUT_S, stability_s=2.0,
                                       unit_state=lambda: self.systemd.unit_state(self.unit))
             except HealthError as exc:
                 detail = f"restarted after {self.settings.failures_before_restart} failed checks ({reason}); " \
@@ -264,8 +263,8 @@ class HealthMonitor:
             return detail
 
     def _rollback(self, reason: str) -> str:
-        no_wait = dataclasses.replace(self.deployment, lock_timeout_s=0.0)
-        outcome = switcher_for(no_wait, trigger="daemon", systemd=self.systemd, history=self.history).rollback()
+        no_wait = dataclasses.replace(self.seams, deployment=dataclasses.replace(self.deployment, lock_timeout_s=0.0))
+        outcome = Switcher(no_wait, trigger="daemon").rollback()
         generation = outcome.generation
         detail = (f"rolled back to {generation.profile} (generation {generation.id}) after "
                   f"{self.settings.failures_before_restart} failed checks within "

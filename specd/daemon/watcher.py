@@ -20,11 +20,11 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from specd.context import switcher_for
 from specd.deploy.history import History
+from specd.deploy.seams import Seams
+from specd.deploy.switch import Switcher
 from specd.deploy.unitfiles import read_text, sha256_text
 from specd.errors import LockBusy
-from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles
 
 log = logging.getLogger(__name__)
@@ -43,9 +43,9 @@ def expected_unit_sha(history: History, unit: str) -> str | None:
     return content.unit_sha256
 
 
-def record_external_edit(deployment: Deployment, history: History) -> int | None:
+def record_external_edit(seams: Seams) -> int | None:
     """Record a hand-edited unit as a generation; None when the file is what specd installed."""
-    generation = switcher_for(deployment, trigger="daemon", history=history).record_external_edit()
+    generation = Switcher(seams, trigger="daemon").record_external_edit()
     return generation.id if generation is not None else None
 
 
@@ -78,15 +78,17 @@ class _Debounced(FileSystemEventHandler):
 
 
 class DeploymentWatcher:
-    """Watches one deployment's profiles directory and unit file."""
+    """Watches one deployment's profiles directory and unit file, over seams of its own (its
+    checks run on watchdog's and timer threads, never the daemon's event loop)."""
 
-    def __init__(self, deployment: Deployment, *,
+    def __init__(self, seams: Seams, *,
                  on_profile_errors: Callable[[dict[str, str]], None] = lambda errors: None,
                  on_external_edit: Callable[[int], None] = lambda generation_id: None) -> None:
-        self.deployment = deployment
+        self.seams = seams
+        self.deployment = deployment = seams.deployment
         self.profile_errors: dict[str, str] = {}
         self._on_profile_errors, self._on_external_edit = on_profile_errors, on_external_edit
-        self._history = History()
+        self._history = seams.history
         self._serial = threading.Lock()
         self._observer = Observer()
         self._profiles = _Debounced(lambda p: p.suffix == ".toml", self.check_profiles)
@@ -136,7 +138,7 @@ class DeploymentWatcher:
             if text is None or sha256_text(text) == expected_unit_sha(self._history, self.deployment.unit):
                 return None
             try:
-                generation_id = record_external_edit(self.deployment, self._history)
+                generation_id = record_external_edit(self.seams)
             except LockBusy:
                 self._unit.schedule(RETRY_S)
                 return None

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from specd.errors import StateDbError
 from specd.store import connect, ensure_schema
@@ -41,7 +41,12 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
-OK_OUTCOMES = ("ok",)
+GenerationKind = Literal["switch", "rollback", "external-edit"]
+# pending: under way (or interrupted); ok: installed and healthy; reverted: failed and put back;
+# failed: failed and the revert failed too.
+GenerationOutcome = Literal["pending", "ok", "reverted", "failed"]
+# Who asked: a person at the CLI, the daemon (monitor, watcher), the tuner, or a bench/verify run.
+Trigger = Literal["cli", "daemon", "tuner", "bench", "verify"]
 
 
 @dataclass(frozen=True)
@@ -49,14 +54,14 @@ class Generation:
     id: int
     unit: str
     created_at: str
-    kind: str
+    kind: GenerationKind
     profile: str | None
     unit_sha256: str | None
     backup_path: str | None
     previous_id: int | None
     restores_id: int | None
-    trigger: str
-    outcome: str
+    trigger: Trigger
+    outcome: GenerationOutcome
     detail: str
     preflight_s: float | None
     restart_s: float | None
@@ -77,7 +82,7 @@ def now_iso() -> str:
 
 
 class History:
-    def __init__(self, db_path: Path | None = None) -> None:
+    def __init__(self, db_path: Path) -> None:
         self.path = db_path
         self.conn = connect(db_path)
         ensure_schema(self.conn, SCHEMA)
@@ -100,8 +105,9 @@ class History:
     def close(self) -> None:
         self.conn.close()
 
-    def add(self, unit: str, *, kind: str, profile: str | None, unit_sha256: str | None, backup_path: Path | None,
-            previous_id: int | None, trigger: str, outcome: str = "pending", restores_id: int | None = None,
+    def add(self, unit: str, *, kind: GenerationKind, profile: str | None, unit_sha256: str | None,
+            backup_path: Path | None, previous_id: int | None, trigger: Trigger,
+            outcome: GenerationOutcome = "pending", restores_id: int | None = None,
             detail: str = "") -> int:
         cursor = self._execute(
             "INSERT INTO generations (unit, created_at, kind, profile, unit_sha256, backup_path, previous_id,"
@@ -111,7 +117,7 @@ class History:
         )
         return int(cursor.lastrowid or 0)
 
-    def finish(self, generation_id: int, *, outcome: str, detail: str = "", preflight_s: float | None = None,
+    def finish(self, generation_id: int, *, outcome: GenerationOutcome, detail: str = "", preflight_s: float | None = None,
                restart_s: float | None = None, health_s: float | None = None, total_s: float | None = None) -> None:
         self._execute(
             "UPDATE generations SET outcome=?, detail=?, preflight_s=COALESCE(?, preflight_s),"

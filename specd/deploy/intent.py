@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
-from specd import paths
 from specd.deploy.unitfiles import atomic_write
+
+OperationKind = Literal["switch", "rollback"]
 
 
 @dataclass
@@ -21,7 +23,7 @@ class Intent:
     unit_path: str
     generation_id: int
     profile: str | None
-    kind: str
+    kind: OperationKind
     old_existed: bool
     old_active: bool
     old_sha256: str | None
@@ -32,16 +34,11 @@ class Intent:
     old_main_pid: int = 0  # the server running when the switch began: still it means never restarted
 
 
-def intent_path(unit: str) -> Path:
-    return paths.state_dir() / "intents" / f"{unit}.json"
+def save(intent: Intent, path: Path) -> None:
+    atomic_write(path, json.dumps(asdict(intent), indent=1).encode(), mode=0o600)
 
 
-def save(intent: Intent) -> None:
-    atomic_write(intent_path(intent.unit), json.dumps(asdict(intent), indent=1).encode(), mode=0o600)
-
-
-def load(unit: str) -> Intent | None:
-    path = intent_path(unit)
+def load(path: Path) -> Intent | None:
     try:
         return Intent(**json.loads(path.read_text()))
     except FileNotFoundError:
@@ -51,5 +48,5 @@ def load(unit: str) -> Intent | None:
         return None
 
 
-def clear(unit: str) -> None:
-    intent_path(unit).unlink(missing_ok=True)
+def clear(path: Path) -> None:
+    path.unlink(missing_ok=True)

@@ -10,18 +10,13 @@ import fcntl
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specd import paths
+from specd.clock import SYSTEM_CLOCK, Clock
 from specd.errors import LockBusy
-
-
-def lock_path(unit: str) -> Path:
-    return paths.state_dir() / "locks" / f"{unit}.lock"
 
 
 def _holder(fd: int) -> str:
@@ -34,24 +29,25 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def deployment_lock(unit: str, what: str, *, timeout_s: float = 10.0) -> Iterator[None]:
-    """Hold the unit's lock for `what`; wait up to timeout_s, then raise LockBusy naming the holder."""
-    path = lock_path(unit)
+def deployment_lock(path: Path, unit: str, what: str, *, timeout_s: float = 10.0,
+                    clock: Clock = SYSTEM_CLOCK) -> Iterator[None]:
+    """Hold `unit`'s lock file `path` for `what`; wait up to timeout_s, then raise LockBusy naming
+    the holder."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() >= deadline:
+                if clock.monotonic() >= deadline:
                     raise LockBusy(
                         f"{unit} is busy: {_holder(fd)} holds the specd lock",
                         hint="wait for it to finish, then try again",
                     ) from None
-                time.sleep(0.1)
+                clock.sleep(0.1)
         record = {"pid": os.getpid(), "what": what, "since": datetime.now(UTC).isoformat(timespec="seconds"),
                   "argv": sys.argv[:4]}
         os.ftruncate(fd, 0)

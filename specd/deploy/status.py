@@ -1,22 +1,58 @@
-"""What `specd status` reports, gathered from the unit file, systemd, the endpoint and the daemon."""
+"""What `specd status` reports, gathered from the unit file, systemd, the endpoint, the history and
+the daemon. Read-only: it never recovers, restarts or records anything."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
-import httpx
-
+from specd.deploy import intent as intents
 from specd.deploy.health import check_once
 from specd.deploy.history import History
-from specd.deploy.systemd import connect_systemd
+from specd.deploy.seams import Seams
 from specd.deploy.unitfiles import read_text
 from specd.errors import SpecdError, UsageError
-from specd.profiles.config import Config, Deployment
+from specd.profiles.config import Scope
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
 # Daemon events that change what the deployment *is*, newest wins (recorded by the health monitor).
 STATE_EVENTS = {"monitor-failed": "failed", "owner-stopped": "stopped by its owner", "owner-started": "running"}
+PROBE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    unit: str
+    scope: Scope
+    unit_path: str
+    active_profile: str | None  # None: no unit, or a unit specd did not render
+    managed: bool
+    unit_state: str  # systemd's words: "active (running)", "not installed", "unknown (why)"
+    main_pid: int | None
+    n_restarts: int | None
+    endpoint: str | None
+    alias: str | None
+    health: str  # "healthy" or "unhealthy: why"
+    healthy: bool
+    generation: int | None
+    daemon: dict[str, Any]  # the daemon's own report (specd.daemon.control.daemon_status)
+    state: str | None = None  # "failed: why" or "stopped by its owner: when" (the monitor's mark)
+    pending: str | None = None  # an interrupted switch or rollback awaiting `specd recover`
+    history_problem: str | None = None  # the state database could not be read
+
+    @property
+    def needs_attention(self) -> bool:
+        """What `specd status` exits non-zero for: not healthy, marked failed or stopped, or pending."""
+        return not self.healthy or self.state is not None or self.pending is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` form; optional marks appear only when set."""
+        data = asdict(self)
+        for optional in ("state", "pending", "history_problem"):
+            if data[optional] is None:
+                del data[optional]
+        return data
 
 
 def deployment_state(history: History, unit: str) -> str | None:
@@ -28,45 +64,45 @@ def deployment_state(history: History, unit: str) -> str | None:
     return None
 
 
-def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any]) -> dict[str, Any]:
+def pending_note(seams: Seams) -> str | None:
+    pending = intents.load(seams.state.intent(seams.unit))
+    if pending is None:
+        return None
+    return (f"an interrupted {pending.kind} to {pending.profile or 'the previous unit'} (stopped after step "
+            f"'{pending.step}') awaits recovery: run `specd recover`")
+
+
+def collect_status(seams: Seams, daemon: dict[str, Any]) -> StatusReport:
     """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report."""
+    deployment = seams.deployment
     text = read_text(deployment.unit_path)
-    data: dict[str, Any] = {
-        "unit": deployment.unit,
-        "scope": deployment.scope,
-        "unit_path": str(deployment.unit_path),
-        "active_profile": profile_of_unit(text) if text else None,
-        "managed": bool(text and profile_of_unit(text)),
-    }
-    if text is None:
-        data.update(unit_state="not installed", health="no unit", endpoint=None)
-    else:
+    unit_state, main_pid, n_restarts = "not installed", None, None
+    endpoint = alias = None
+    health, healthy = "no unit", False
+    if text is not None:
         try:
-            state = connect_systemd(deployment.scope).unit_state(deployment.unit)
-            data["unit_state"] = state.describe()
-            data["main_pid"] = state.main_pid
-            data["n_restarts"] = state.n_restarts
+            state = seams.systemd.unit_state(deployment.unit)
+            unit_state, main_pid, n_restarts = state.describe(), state.main_pid, state.n_restarts
         except SpecdError as exc:
-            data["unit_state"] = f"unknown ({exc.message})"
+            unit_state = f"unknown ({exc.message})"
         try:
             command = parse_unit(text, str(deployment.unit_path))
-            data["endpoint"] = command.base_url
-            data["alias"] = command.alias
-            with httpx.Client(timeout=3.0) as client:
+            endpoint, alias = command.base_url, command.alias
+            with seams.http(PROBE_TIMEOUT_S) as client:
                 probe = check_once(client, command.base_url, command.alias, api_key=command.api_key)
-            data["health"] = "healthy" if probe.ok else f"unhealthy: {probe.detail}"
-            data["healthy"] = probe.ok
+            health, healthy = ("healthy", True) if probe.ok else (f"unhealthy: {probe.detail}", False)
         except UsageError as exc:
-            data.update(endpoint=None, health=f"unknown ({exc.message})", healthy=False)
+            health = f"unknown ({exc.message})"
+    generation = marked = problem = None
     try:
-        history = History()
-        active = history.active(deployment.unit)
-        data["generation"] = active.id if active else None
-        marked = deployment_state(history, deployment.unit)
-        if marked is not None:
-            data["state"] = marked
-        history.close()
+        active = seams.history.active(deployment.unit)
+        generation = active.id if active else None
+        marked = deployment_state(seams.history, deployment.unit)
     except SpecdError as exc:
-        data["generation"] = f"unknown ({exc.message})"
-    data["daemon"] = daemon
-    return data
+        problem = exc.message
+    return StatusReport(
+        unit=deployment.unit, scope=deployment.scope, unit_path=str(deployment.unit_path),
+        active_profile=profile_of_unit(text) if text else None, managed=bool(text and profile_of_unit(text)),
+        unit_state=unit_state, main_pid=main_pid, n_restarts=n_restarts, endpoint=endpoint, alias=alias,
+        health=health, healthy=healthy, generation=generation, daemon=daemon, state=marked,
+        pending=pending_note(seams), history_problem=problem)

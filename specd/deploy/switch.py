@@ -8,24 +8,20 @@ nothing is restarted; otherwise the previous unit is put back, restarted and hea
 SwitchFailed says why. A kill anywhere is undone by the next *mutating* specd command or the
 daemon (`recover`); read-only commands only report a pending intent.
 
-The seams (systemd client, history, health gate, journal reader, fault hook) are passed in;
-`specd.context` builds the real ones, tests pass fakes.
+The seams (`Seams`: state paths, history, systemd client, clock; plus the health gate, journal
+reader, fault hook and preflight) are passed in; `specd.context` builds the real ones, tests pass
+fakes.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from specd import paths
 from specd.deploy import intent as intents
-from specd.deploy.faults import checkpoint
 from specd.deploy.health import HealthResult, wait_healthy
-from specd.deploy.history import Generation, History
-from specd.deploy.lock import deployment_lock
+from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.plan import (
     NOT_RESTARTED_STEPS,
     REVERT_STEPS,
@@ -41,9 +37,9 @@ from specd.deploy.plan import (
     target_from_text,
 )
 from specd.deploy.preflight import Preflight, run_preflight
-from specd.deploy.systemd import SystemdClient, UnitState, connect_systemd, journal_tail
+from specd.deploy.seams import Seams
+from specd.deploy.systemd import SystemdClient, UnitState, journal_tail
 from specd.deploy.unitfiles import (
-    ContentStore,
     atomic_write,
     backup_name,
     disk_free,
@@ -54,6 +50,7 @@ from specd.deploy.unitfiles import (
     sha256_text,
     write_backup,
 )
+from specd.durable import checkpoint
 from specd.errors import (
     LockBusy,
     ProfileError,
@@ -72,20 +69,20 @@ __all__ = ["REVERT_STEPS", "STEPS", "WRITE_STEPS", "Outcome", "Switcher", "Targe
 class Switcher:
     """Switch, rollback and recovery for one deployment over the seams it is given.
 
-    `connect` builds the systemd client on first use (read-only callers may never need the bus);
-    `specd.context.switcher_for` passes one whose restarts drain the daemon's proxy.
+    `specd.context.switcher_for` passes real seams whose systemd client drains the daemon's proxy
+    around restarts; tests pass a `Seams` over a tmp dir and fakes.
     """
 
-    def __init__(self, deployment: Deployment, *, trigger: str = "cli", systemd: SystemdClient | None = None,
-                 history: History | None = None, connect: Callable[[], SystemdClient] | None = None,
-                 gate: HealthGate = wait_healthy, journal: JournalReader = journal_tail,
-                 fault: FaultHook = checkpoint, preflight: PreflightRunner = run_preflight) -> None:
-        self.deployment = deployment
+    def __init__(self, seams: Seams, *, trigger: Trigger = "cli", gate: HealthGate = wait_healthy,
+                 journal: JournalReader = journal_tail, fault: FaultHook = checkpoint,
+                 preflight: PreflightRunner = run_preflight) -> None:
+        self.seams = seams
+        self.deployment: Deployment = seams.deployment
         self.trigger = trigger
-        self._systemd = systemd
-        self._connect = connect or (lambda: connect_systemd(deployment.scope))
-        self.history = history or History()
-        self.store = ContentStore(paths.state_dir() / "units" / deployment.name)
+        self.history: History = seams.history
+        self.store = seams.units
+        self._intent_path = seams.state.intent(seams.unit)
+        self._clock = seams.clock
         self._gate = gate
         self._journal = journal
         self._fault = fault
@@ -93,21 +90,18 @@ class Switcher:
 
     @property
     def systemd(self) -> SystemdClient:
-        if self._systemd is None:
-            self._systemd = self._connect()
-        return self._systemd
+        return self.seams.systemd
 
     def pending_intent(self) -> intents.Intent | None:
         """An interrupted switch or rollback that awaits recovery (read-only)."""
-        return intents.load(self.unit)
+        return intents.load(self._intent_path)
 
     @property
     def unit(self) -> str:
         return self.deployment.unit
 
     def lock(self, what: str, timeout_s: float | None = None) -> AbstractContextManager[None]:
-        return deployment_lock(self.unit, what, timeout_s=self.deployment.lock_timeout_s if timeout_s is None
-                               else timeout_s)
+        return self.seams.lock(what, timeout_s)
 
     def installed_text(self) -> str | None:
         return read_text(self.deployment.unit_path)
@@ -122,7 +116,7 @@ class Switcher:
         with self.lock(f"switch {name}"):
             self._recover_locked()
             self._record_edit_locked()
-            started = time.monotonic()
+            started = self._clock.monotonic()
             current = self.installed_text()
             main_pid = self._state_or_none().main_pid if current is not None else 0
             pre: Preflight = self._preflight(self.deployment, name, current_main_pid=main_pid)
@@ -143,7 +137,7 @@ class Switcher:
             self._recover_locked()
             if self.history.active(self.unit) is not None:
                 self._record_edit_locked()  # without history, rollback works from the .pre-* files
-            started = time.monotonic()
+            started = self._clock.monotonic()
             target_gen, text = self._rollback_target(to)
             profile = target_gen.profile if target_gen else profile_of_unit(text)
             where = f"generation {target_gen.id}" if target_gen else "newest .pre-* backup"
@@ -160,7 +154,7 @@ class Switcher:
 
     def recover(self, *, wait: bool = True) -> str | None:
         """Undo an interrupted operation, if any. With wait=False, skip when the lock is busy."""
-        if not wait and intents.load(self.unit) is None:
+        if not wait and intents.load(self._intent_path) is None:
             return None
         try:
             with self.lock("recover", None if wait else 0.0):
@@ -177,7 +171,7 @@ class Switcher:
             return self._record_edit_locked()
 
     def _record_edit_locked(self) -> Generation | None:
-        if intents.load(self.unit) is not None:
+        if intents.load(self._intent_path) is not None:
             return None  # a half-done switch, not a hand edit: recovery owns that state
         text = self.installed_text()
         active = self.history.active(self.unit)
@@ -200,7 +194,7 @@ class Switcher:
     def _state_or_none(self) -> UnitState:
         return self.systemd.unit_state(self.unit)
 
-    def _install(self, target: Target, *, kind: str, restores_id: int | None, preflight_s: float, started: float,
+    def _install(self, target: Target, *, kind: intents.OperationKind, restores_id: int | None, preflight_s: float, started: float,
                  notes: tuple[str, ...]) -> Outcome:
         unit_path = self.deployment.unit_path
         current = self.installed_text()
@@ -222,7 +216,7 @@ class Switcher:
             backup_path=str(backup) if backup else None, new_sha256=new_sha,
             old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
         )
-        intents.save(intent)
+        intents.save(intent, self._intent_path)
         self._fault("intent")
         try:
             restart_s, health = self._apply(intent, target, current, backup)
@@ -232,8 +226,8 @@ class Switcher:
         # What the switch itself found worth keeping; "no GPU: VRAM check skipped" on every row is not.
         kept = [note for note in notes if "VRAM check skipped" not in note]
         self.history.finish(generation_id, outcome="ok", detail=" ".join(kept), preflight_s=preflight_s,
-                            restart_s=restart_s, health_s=health.total_s, total_s=time.monotonic() - started)
-        intents.clear(self.unit)
+                            restart_s=restart_s, health_s=health.total_s, total_s=self._clock.monotonic() - started)
+        intents.clear(self._intent_path)
         self._fault("commit")
         prune_backups(unit_path, self.deployment.backups_keep)
         generation = self.history.get(generation_id)
@@ -243,7 +237,7 @@ class Switcher:
     def _reached(self, intent: intents.Intent, step: str) -> None:
         """Record in the intent that `step` is done, then pass the step's fault point."""
         intent.step = step
-        intents.save(intent)
+        intents.save(intent, self._intent_path)
         self._fault(step)
 
     def _apply(self, intent: intents.Intent, target: Target, current: str | None,
@@ -258,12 +252,12 @@ class Switcher:
             atomic_write(secret, content.encode("utf-8"), mode=0o600)
         atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
         self._reached(intent, "write")
-        t_restart = time.monotonic()
+        t_restart = self._clock.monotonic()
         self.systemd.reset_failed(self.unit)
         self.systemd.reload()
         self._reached(intent, "reload")
         self.systemd.restart(self.unit)
-        restart_s = time.monotonic() - t_restart
+        restart_s = self._clock.monotonic() - t_restart
         self._reached(intent, "restart")
         health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s,
                             stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(self.unit),
@@ -327,18 +321,18 @@ class Switcher:
         except Exception as revert_failure:  # the unit is whatever the last atomic write left: whole
             self.history.finish(intent.generation_id, outcome="failed",
                                 detail=f"{reason}; revert failed: {revert_failure}")
-            intents.clear(self.unit)
+            intents.clear(self._intent_path)
             raise SwitchFailed(
                 f"{what} failed: {reason}\nthe revert failed too: {revert_failure}\n"
                 f"the unit file is the previous one; check `specd status`\n--- journal ---\n{journal}"
             ) from revert_failure
         self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
-        intents.clear(self.unit)
+        intents.clear(self._intent_path)
         raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}")
 
     def _recover_locked(self) -> str | None:
         remove_stale_temp_files(self.deployment.unit_path)
-        pending = intents.load(self.unit)
+        pending = intents.load(self._intent_path)
         if pending is None:
             return None
         log.warning("found an interrupted %s of %s at step %s; reverting", pending.kind, self.unit, pending.step)

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import tomlkit
 import tomlkit.exceptions
@@ -96,10 +96,13 @@ class TunerConfig:
     candidates: tuple[str, ...] = ()
 
 
+Scope = Literal["user", "system"]  # which systemd manager owns the unit
+
+
 @dataclass(frozen=True)
 class Deployment:
     unit: str
-    scope: str
+    scope: Scope
     profiles_dir: Path
     backups_keep: int = 10
     lock_timeout_s: float = 10.0
@@ -172,7 +175,7 @@ def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: Proxy
         profiles_dir = base_dir / profiles_dir
     return Deployment(
         unit=str(raw["unit"]),
-        scope=str(raw.get("scope", "user")),
+        scope=cast(Scope, str(raw.get("scope", "user"))),  # validated against the schema at load
         profiles_dir=profiles_dir,
         backups_keep=int(raw.get("backups_keep", 10)),
         lock_timeout_s=float(raw.get("lock_timeout_s", 10.0)),

@@ -74,7 +74,7 @@ def _gpu() -> Finding:
 
 
 def _profiles(config_path: Path | None) -> list[Finding]:
-    from specd.context import main_pid_of
+    from specd.context import main_pid_of, seams_for
     from specd.deploy.preflight import run_preflight
 
     try:
@@ -88,6 +88,7 @@ def _profiles(config_path: Path | None) -> list[Finding]:
             findings.append(Finding(f"{deployment.unit} profiles", False, f"{deployment.profiles_dir} is not a directory",
                                     "create it and put profile files in it (see profiles/ in the repo)"))
             continue
+        main_pid = main_pid_of(seams_for(deployment))
         for item in list_profiles(deployment.profiles_dir):
             label = f"profile {item.name}"
             if item.abstract:
@@ -96,7 +97,7 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 findings.append(Finding(label, False, item.error, "fix the file"))
                 continue
             try:
-                run_preflight(deployment, item.name, current_main_pid=main_pid_of(deployment))
+                run_preflight(deployment, item.name, current_main_pid=main_pid)
                 findings.append(Finding(label, True, "ready to switch to"))
             except SpecdError as exc:
                 profile = load_profile(deployment.profiles_dir, item.name)

@@ -123,7 +123,7 @@ def show_answer(say: Say, answer: Answer) -> None:
 # --- where the demo runs ------------------------------------------------------------------------------
 
 def private_root() -> Path:
-    return paths.state_dir() / "quickstart-systemd"
+    return paths.StateDir.from_environment().quickstart_manager
 
 
 def _record_path() -> Path:

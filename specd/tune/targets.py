@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from specd.context import switcher_for
+from specd.deploy.history import Trigger
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
 from specd.errors import HealthError, UsageError
 from specd.gpu import nvml as gpu
@@ -56,7 +57,7 @@ class DeploymentTarget:
 
     concurrent = True
 
-    def __init__(self, deployment: Deployment, *, trigger: str = "bench") -> None:
+    def __init__(self, deployment: Deployment, *, trigger: Trigger = "bench") -> None:
         self.deployment = deployment
         self.trigger = trigger
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specd import paths
-from specd.deploy.history import History
+from specd.deploy.history import History, Trigger
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
@@ -287,14 +287,14 @@ def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequenc
     return listing
 
 
-def record(deployment: Deployment, decision: Decision, trigger: str) -> str:
+def record(deployment: Deployment, decision: Decision, trigger: Trigger) -> str:
     """One history event per decision: the sentence, then the numbers as JSON."""
     numbers = {"best": decision.best, "switched": decision.switch, "margin": decision.margin,
                "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
                              for e in decision.estimates}}
     detail = f"{decision.reason} | {json.dumps(numbers, separators=(',', ':'))}"
-    history = History()
+    history = History(paths.db_path())
     try:
         history.event(deployment.unit, "tune-dry-run" if decision.dry_run else "tune", detail)
     finally:
@@ -304,7 +304,7 @@ def record(deployment: Deployment, decision: Decision, trigger: str) -> str:
 
 def tune_deployment(config: Config, deployment: Deployment, *, workload: str | None = None, n: int | None = None,
                     margin: float | None = None, dry_run: bool = False, candidates: Sequence[str] = (),
-                    budget_s: float | None = None, trigger: str = "tuner", max_tokens: int | None = None,
+                    budget_s: float | None = None, trigger: Trigger = "tuner", max_tokens: int | None = None,
                     progress: Progress | None = None, concurrency: int | None = None,
                     cache_reuse: bool = False, verify: bool = True) -> TuneResult:
     """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record."""
@@ -352,7 +352,7 @@ def nightly(config: Config, deployment: Deployment) -> Decision | None:
     tuner = config.tuner
     if not tuner.enabled:
         return None
-    history = History()
+    history = History(paths.db_path())
     try:
         pin = get_pin(deployment.unit)
         if pin is not None:
@@ -368,7 +368,7 @@ def nightly(config: Config, deployment: Deployment) -> Decision | None:
     try:
         result = tune_deployment(config, deployment, budget_s=tuner.budget_minutes * 60.0, trigger="tuner")
     except SpecdError as exc:
-        failed = History()
+        failed = History(paths.db_path())
         try:
             failed.event(deployment.unit, "tune-failed", str(exc).splitlines()[0])
         finally:

@@ -13,14 +13,15 @@ from typing import Any
 
 import tomlkit
 
-from specd.deploy.unitfiles import atomic_write
+from specd.durable import atomic_write
 from specd.errors import SpecdError, UsageError
+from specd.profiles.config import Scope
 from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags
 from specd.profiles.keys import BY_FLAG, MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA
 from specd.profiles.load import profile_path
 from specd.profiles.schema import Table, validate
 from specd.unit.parse import ParsedUnit, read_unit
-from specd.unit.syntax import Scope, UnitContext, read_unit_text, resolve_name_specifiers
+from specd.unit.syntax import UnitContext, read_unit_text, resolve_name_specifiers
 from specd.unit.wrappers import unwrap
 
 _BOOLEAN = {flag: key.name for flag, key in BY_FLAG.items() if key.kind is bool}

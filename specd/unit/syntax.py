@@ -17,11 +17,10 @@ import pwd
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from specd.errors import UsageError
+from specd.profiles.config import Scope
 
-Scope = Literal["user", "system"]
 _C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\",
               '"': '"', "'": "'", "s": " "}
 

@@ -19,7 +19,8 @@ import pytest
 from specd.daemon.app import daemon_status
 from specd.daemon.monitor import decide
 from specd.daemon.service import notify
-from specd.deploy.history import Generation, History
+from specd.deploy.history import Generation
+from specd.paths import StateDir
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
 from tests.proxy_fakes import read_stream
@@ -109,7 +110,7 @@ def test_a_hung_server_is_killed_and_restarted_within_the_bound(box: Box, start_
     # bound: failures_before_restart (2) x health_interval_s (1) + the check's own 10 s read timeout
     # x 2 + load and gate (~15 s on a loaded 2-core box): well under the stop timeout it is not waited on.
     daemon.wait_for("the unit to run again", lambda: daemon.main_pid(box.unit) not in (0, old_pid), timeout_s=60)
-    events = daemon.wait_for("a restart event", lambda: [e for e in History().events(box.unit)
+    events = daemon.wait_for("a restart event", lambda: [e for e in box.history().events(box.unit)
                                                          if e["kind"] == "daemon-restart"])
     assert "healthy" in events[0]["detail"]
     assert time.monotonic() - hung_at < 60
@@ -124,8 +125,8 @@ def test_a_hang_right_after_a_switch_rolls_back(box: Box, start_daemon: Any) -> 
     daemon = start_daemon(grace_s=600)
     hang(daemon.main_pid(box.unit))
     daemon.wait_for("a rollback", lambda: profile_of_unit(box.unit_path.read_text()) == "autoregressive")
-    newest = History().list(box.unit, limit=1)[0]
-    daemon.wait_for("the rollback to finish", lambda: History().list(box.unit, limit=1)[0].outcome == "ok")
+    newest = box.history().list(box.unit, limit=1)[0]
+    daemon.wait_for("the rollback to finish", lambda: box.history().list(box.unit, limit=1)[0].outcome == "ok")
     assert (newest.kind, newest.trigger, newest.profile) == ("rollback", "daemon", "autoregressive")
     assert json.loads(box.specd("status", "--json", check=True).stdout)["healthy"]
 
@@ -146,7 +147,7 @@ def test_a_unit_its_owner_stops_stays_stopped_until_started(box: Box, start_daem
     box.specd("switch", "autoregressive", check=True)
     daemon = start_daemon(grace_s=0)
     assert daemon.systemctl("stop", box.unit).returncode == 0
-    event = daemon.wait_for("the owner-stopped event", lambda: [e for e in History().events(box.unit)
+    event = daemon.wait_for("the owner-stopped event", lambda: [e for e in box.history().events(box.unit)
                                                                 if e["kind"] == "owner-stopped"])
     assert "stopped on purpose" in event[0]["detail"]
     deadline = time.monotonic() + 6  # six health rounds: nothing starts it again
@@ -156,7 +157,7 @@ def test_a_unit_its_owner_stops_stays_stopped_until_started(box: Box, start_daem
     status = box.specd("status", "--json")
     assert status.returncode == 3 and "stopped by its owner" in json.loads(status.stdout)["state"]
     assert daemon.systemctl("start", box.unit).returncode == 0
-    daemon.wait_for("the owner-started event", lambda: [e for e in History().events(box.unit)
+    daemon.wait_for("the owner-started event", lambda: [e for e in box.history().events(box.unit)
                                                         if e["kind"] == "owner-started"])
     daemon.wait_for("a healthy status", lambda: box.specd("status", "--json").returncode == 0)
 
@@ -168,7 +169,7 @@ def test_a_hand_edit_of_the_unit_becomes_a_generation(box: Box, start_daemon: An
     installed = box.unit_path.read_text()
     box.unit_path.write_text(installed.replace("[Service]", "[Service]\n# tuned by hand\nNice=1", 1))
     generation = daemon.wait_for("an external-edit generation", lambda: next(
-        (g for g in History().list(box.unit) if g.kind == "external-edit"), None))
+        (g for g in box.history().list(box.unit) if g.kind == "external-edit"), None))
     assert generation.trigger == "daemon" and generation.outcome == "ok"
     assert list(box.unit_path.parent.glob(f"{box.unit}.pre-*"))  # the text before the edit is backed up
     rolled = box.specd("rollback")
@@ -185,7 +186,7 @@ def test_an_invalid_profile_edit_is_reported_and_not_applied(box: Box, start_dae
     path.write_text(path.read_text().replace("draft_n_max = 16", 'draft_n_max = "many"'))
     errors = daemon.wait_for("the error in the status", lambda: daemon.status()["units"][box.unit]["profile_errors"])
     assert "ngram-simple" in errors and "draft_n_max" in errors["ngram-simple"]
-    assert any(e["kind"] == "profile-invalid" for e in History().events(box.unit))
+    assert any(e["kind"] == "profile-invalid" for e in box.history().events(box.unit))
     time.sleep(3)  # a few health rounds: nothing restarts, nothing is rewritten
     assert daemon.main_pid(box.unit) == pid and box.unit_path.read_text() == installed
     assert "draft_n_max" in daemon.log()  # reported in the journal too
@@ -252,17 +253,16 @@ def test_sd_notify_sends_datagrams_to_the_notify_socket(tmp_path: Path, monkeypa
     assert notify("READY=1") is False
 
 
-def test_daemon_status_tells_a_live_daemon_from_a_dead_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    assert daemon_status()["running"] is False  # never ran
+def test_daemon_status_tells_a_live_daemon_from_a_dead_one(tmp_path: Path) -> None:
+    assert daemon_status(StateDir(tmp_path / "specd"))["running"] is False  # never ran
     path = tmp_path / "specd" / "daemon.json"
     path.parent.mkdir(parents=True)
     health = {"healthy": True, "detail": "healthy"}
     record = {"running": True, "pid": os.getpid(), "heartbeat_at": time.time(), "next_tuning": "2026-01-01T03:30",
               "units": {"u.service": {"health": health}}}
     path.write_text(json.dumps(record))
-    status = daemon_status()
+    status = daemon_status(StateDir(tmp_path / "specd"))
     assert status["running"] is True and status["last_health"] == health
     assert status["next_tuning"] == "2026-01-01T03:30"
     path.write_text(json.dumps({**record, "heartbeat_at": time.time() - 600}))  # killed -9: no heartbeat
-    assert daemon_status()["running"] is False
+    assert daemon_status(StateDir(tmp_path / "specd"))["running"] is False

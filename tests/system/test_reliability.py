@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specd.context import seams_for
 from specd.deploy.switch import WRITE_STEPS, Switcher
 from specd.deploy.systemd import PydbusSystemd
 from specd.deploy.unitfiles import atomic_write
@@ -150,7 +151,7 @@ def test_failing_daemon_reload_reverts(box) -> None:
     before = box.unit_path.read_text()
     systemd = FailingReloadSystemd("user")
     old_pid = systemd.unit_state(box.unit).main_pid
-    switcher = Switcher(box.deployment, systemd=systemd)
+    switcher = Switcher(seams_for(box.deployment, systemd=systemd))
     with pytest.raises(SwitchFailed) as failure:
         switcher.switch("ngram-simple")
     # The reload failed before any restart: the old unit goes back and its server simply keeps running.

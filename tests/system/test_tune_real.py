@@ -11,7 +11,6 @@ import json
 import sqlite3
 from pathlib import Path
 
-from specd.deploy.history import History
 from tests.conftest import Box
 
 FUNCTIONS = [
@@ -64,7 +63,7 @@ def test_the_tuner_benches_interleaved_and_ends_on_what_it_decided(box: Box, rea
     expected = rewrite["best"] if rewrite["switch"] else "autoregressive"
     status = json.loads(box.specd("status", "--json", check=True).stdout)
     assert rewrite["final_profile"] == status["active_profile"] == expected
-    kinds = [e["kind"] for e in History().events(box.unit) if e["kind"] == "tune"]
+    kinds = [e["kind"] for e in box.history().events(box.unit) if e["kind"] == "tune"]
     assert len(kinds) == 2
     # Drift-robust: the profiles ran interleaved (A B | B A | ...), not one block after the other.
     db = sqlite3.connect(Path(box.env["XDG_STATE_HOME"]) / "specd" / "specd.db")

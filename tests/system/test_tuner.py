@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from specd.deploy.history import History
 from specd.profiles.config import load_config
 from specd.traffic import records as traffic
 from specd.tune.bench import ModelTarget, Settings
@@ -141,7 +140,7 @@ def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box,
     assert isinstance(estimates, dict) and set(estimates) == {"plain", "mtp"}
     on_creative = _tune(box, creative)
     assert on_creative["best"] == "plain" and on_creative["switch"] is True and _active(box) == "plain"
-    events = History().events(box.unit)
+    events = box.history().events(box.unit)
     assert [e["kind"] for e in events[:4]] == ["tune", "tune", "tune", "tune-dry-run"]
     assert events[0]["detail"].startswith("switched to plain")
 
@@ -182,13 +181,13 @@ def test_nightly_waits_for_idle_traffic_then_tunes_and_records(box: Box, tmp_pat
     traffic.insert_records(conn, [traffic.TrafficRecord(ts=time.time() - 60, endpoint="/v1/chat/completions",
                                                         stream=False, status=200, total_ms=5.0, unit=box.unit)])
     assert nightly(config, box.deployment) is None
-    assert History().events(box.unit)[0]["detail"].startswith("traffic 1 min ago")
+    assert box.history().events(box.unit)[0]["detail"].startswith("traffic 1 min ago")
     conn.execute("DELETE FROM traffic")
     conn.close()
     decision = nightly(config, box.deployment)
     assert decision is not None and decision.best == "mtp" and decision.switch
     assert _active(box) == "mtp"
-    event = History().events(box.unit)[0]
+    event = box.history().events(box.unit)[0]
     assert event["kind"] == "tune" and event["detail"].startswith("switched to mtp")
     numbers = json.loads(event["detail"].split(" | ", 1)[1])
     assert set(numbers["estimates"]) == {"plain", "mtp"} and numbers["trigger"] == "tuner"

@@ -22,10 +22,12 @@ from specd.deploy import unitfiles
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.preflight import Preflight
+from specd.deploy.seams import Seams
 from specd.deploy.switch import STEPS, Switcher
 from specd.deploy.systemd import UnitState
 from specd.errors import HealthError, PreflightError, SwitchFailed, SystemdError
 from specd.gpu.gguf import GgufInfo
+from specd.paths import StateDir
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 
@@ -119,6 +121,7 @@ class World:
     systemd: FakeSystemdClient
     gate: FakeGate
     history: History
+    state: StateDir
 
     @property
     def unit_path(self) -> Path:
@@ -130,9 +133,13 @@ class World:
             info = GgufInfo.__new__(GgufInfo)
             return Preflight(profile, [], unit_text(name), info, None)
 
-        return Switcher(self.deployment, systemd=self.systemd, history=self.history, gate=self.gate,
-                        journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
+        seams = Seams(self.deployment, self.state, self.history, connect=lambda: self.systemd)
+        return Switcher(seams, gate=self.gate, journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
                         preflight=fake_preflight)
+
+    def intent(self) -> intents.Intent | None:
+        """The pending intent record, as a read-only command sees it."""
+        return intents.load(self.state.intent(UNIT))
 
     def temp_files(self) -> list[str]:
         return [p.name for p in self.unit_path.parent.glob(".*specd-tmp-*")]
@@ -140,7 +147,8 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    # The transaction gets its state directory from its seams: the environment's must stay untouched.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -148,8 +156,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
         (profiles / f"{name}.toml").write_text(
             f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8080\n'
             "health_timeout_s = 5\nstability_s = 0\n")
-    world = World(Deployment(UNIT, "user", profiles), FakeSystemdClient(), FakeGate(),
-                  History(tmp_path / "state" / "specd" / "specd.db"))
+    state = StateDir(tmp_path / "state" / "specd")
+    world = World(Deployment(UNIT, "user", profiles), FakeSystemdClient(), FakeGate(), History(state.db), state)
     world.switcher().switch("old")
     world.systemd.calls.clear()
     return world
@@ -159,8 +167,19 @@ def test_a_good_switch_commits_and_leaves_nothing_behind(world: World) -> None:
     outcome = world.switcher().switch("new")
     assert outcome.generation.outcome == "ok" and outcome.generation.profile == "new"
     assert world.unit_path.read_text() == unit_text("new")
-    assert intents.load(UNIT) is None and world.temp_files() == []
+    assert world.intent() is None and world.temp_files() == []
     assert next(b.path.read_text() for b in unitfiles.list_backups(world.unit_path)) == unit_text("old")
+
+
+def test_the_transaction_keeps_its_state_where_its_seams_say(world: World, tmp_path: Path) -> None:
+    world.gate.failures.append(HealthError("never healthy"))
+    with pytest.raises(SwitchFailed):
+        world.switcher().switch("new")
+    world.switcher().switch("new")
+    world.switcher().rollback()
+    assert sorted(p.name for p in world.state.root.iterdir()) == ["intents", "locks", "specd.db", "specd.db-shm",
+                                                                  "specd.db-wal", "units"]
+    assert not (tmp_path / "environment-state").exists()
 
 
 @pytest.mark.parametrize("failure", [
@@ -177,7 +196,7 @@ def test_any_failure_at_the_gate_reverts_to_the_old_unit(world: World, failure: 
     assert type(failure).__name__ in str(raised.value) or str(failure) in str(raised.value) \
         or "interrupted" in str(raised.value)
     assert world.unit_path.read_text() == unit_text("old")
-    assert intents.load(UNIT) is None and world.temp_files() == []
+    assert world.intent() is None and world.temp_files() == []
     assert world.history.list(UNIT, limit=1)[0].outcome == "reverted"
     assert world.systemd.calls.count("restart") == 2  # the new profile, then the old one again
 
@@ -189,7 +208,7 @@ def test_an_exception_at_any_step_after_the_intent_reverts(world: World, step: s
     with pytest.raises(SwitchFailed):
         world.switcher(FaultAt(step, error)).switch("new")
     assert world.unit_path.read_text() == unit_text("old")
-    assert intents.load(UNIT) is None and world.temp_files() == []
+    assert world.intent() is None and world.temp_files() == []
     assert world.history.list(UNIT, limit=1)[0].outcome == "reverted"
 
 
@@ -205,7 +224,7 @@ def test_a_switch_interrupted_before_its_restart_began_reverts_without_restartin
     assert world.unit_path.read_text() == unit_text("old")
     assert world.systemd.main_pid == old_pid and world.systemd.calls.count("restart") == 1  # the failed one only
     assert "kept running" in str(raised.value) and world.history.list(UNIT, limit=1)[0].outcome == "reverted"
-    assert intents.load(UNIT) is None
+    assert world.intent() is None
 
 
 def test_a_failed_backup_restarts_nothing(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,7 +240,7 @@ def test_a_failed_backup_restarts_nothing(world: World, monkeypatch: pytest.Monk
     with pytest.raises(SwitchFailed, match="nothing was changed"):
         world.switcher().switch("new")
     assert world.systemd.calls.count("restart") == 0 and world.systemd.main_pid == pid
-    assert world.unit_path.read_text() == unit_text("old") and intents.load(UNIT) is None
+    assert world.unit_path.read_text() == unit_text("old") and world.intent() is None
 
 
 @pytest.mark.parametrize("step", AFTER_INTENT)
@@ -239,7 +258,7 @@ def test_a_kill_at_any_step_leaves_a_pending_intent_that_only_recovery_acts_on(w
 
     world.switcher().recover()
     assert world.unit_path.read_text() == unit_text("old")
-    assert intents.load(UNIT) is None and world.temp_files() == []
+    assert world.intent() is None and world.temp_files() == []
     newest = world.history.list(UNIT, limit=1)[0]
     assert newest.profile == "new" and newest.outcome == "reverted"
 
@@ -270,7 +289,7 @@ def test_a_kill_while_writing_a_backup_leaves_no_temp_file_after_recovery(world:
     assert any(".pre-" in name for name in world.temp_files())
     monkeypatch.setattr("specd.deploy.switch.atomic_write", real_write)
     world.switcher().recover()
-    assert world.temp_files() == [] and intents.load(UNIT) is None
+    assert world.temp_files() == [] and world.intent() is None
 
 
 def test_a_revert_that_fails_says_so_and_leaves_a_whole_unit(world: World) -> None:
@@ -278,7 +297,7 @@ def test_a_revert_that_fails_says_so_and_leaves_a_whole_unit(world: World) -> No
     with pytest.raises(SwitchFailed, match="the revert failed too"):
         world.switcher().switch("new")
     assert world.unit_path.read_text() == unit_text("old")
-    assert intents.load(UNIT) is None
+    assert world.intent() is None
     assert world.history.list(UNIT, limit=1)[0].outcome == "failed"
 
 
@@ -290,7 +309,7 @@ def test_a_kill_during_rollback_is_recovered_to_the_unit_before_it(world: World,
     assert world.switcher().pending_intent() is not None
     world.switcher().recover()
     assert world.unit_path.read_text() == unit_text("new")
-    assert intents.load(UNIT) is None and world.temp_files() == []
+    assert world.intent() is None and world.temp_files() == []
     world.switcher().rollback()
     assert world.unit_path.read_text() == unit_text("old")
 

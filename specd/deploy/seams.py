@@ -1,0 +1,66 @@
+"""The seams one deployment's operations run over: where its state lives, its history, the
+service manager, HTTP, GPU access and the clock.
+
+`specd.context` (the composition root) builds the real ones once and passes them down; nothing
+below it reaches for a global path, opens its own database or connects its own bus. Tests build
+one over a tmp dir and fakes (`Seams(..., connect=lambda: FakeSystemdClient())`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+import httpx
+
+from specd.clock import SYSTEM_CLOCK, Clock
+from specd.deploy.history import History
+from specd.deploy.lock import deployment_lock
+from specd.deploy.systemd import SystemdClient
+from specd.deploy.unitfiles import ContentStore
+from specd.gpu.nvml import Nvml
+from specd.paths import StateDir
+from specd.profiles.config import Deployment
+
+HttpFactory = Callable[[float], httpx.Client]  # timeout_s -> a client the caller closes
+
+
+def default_http(timeout_s: float) -> httpx.Client:
+    return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(2.0, timeout_s)))
+
+
+@dataclass
+class Seams:
+    deployment: Deployment
+    state: StateDir
+    history: History
+    connect: Callable[[], SystemdClient]  # called on first use: read-only callers may never need the bus
+    clock: Clock = SYSTEM_CLOCK
+    http: HttpFactory = default_http
+    nvml: Nvml | None = None  # None: pynvml, when the box has an NVIDIA driver
+    _systemd: SystemdClient | None = field(default=None, repr=False)
+
+    @property
+    def unit(self) -> str:
+        return self.deployment.unit
+
+    @property
+    def systemd(self) -> SystemdClient:
+        if self._systemd is None:
+            self._systemd = self.connect()
+        return self._systemd
+
+    @property
+    def units(self) -> ContentStore:
+        """Every unit text installed or seen for this deployment, by hash."""
+        return ContentStore(self.state.unit_store(self.deployment.name))
+
+    def lock(self, what: str, timeout_s: float | None = None) -> AbstractContextManager[None]:
+        """The deployment's lock (one mutating operation at a time, across processes)."""
+        return deployment_lock(self.state.lock(self.unit), self.unit, what,
+                               timeout_s=self.deployment.lock_timeout_s if timeout_s is None else timeout_s,
+                               clock=self.clock)
+
+    def close(self) -> None:
+        self.history.close()

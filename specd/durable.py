@@ -1,0 +1,82 @@
+"""Files that must survive a crash or a power loss, and the named fault points crash tests stop at.
+
+Writes go temp file in the same directory -> fsync -> rename -> fsync the directory, so after a
+crash the target is the old or the new content in full, never a mix or an empty file. The lowest
+layer: the unit, its backups, the intent record and imported profiles are all written this way.
+
+`SPECD_FAULT=step1,step2` makes specd kill itself with SIGKILL when it reaches one of those
+steps (`checkpoint`) — a process kill at that exact moment. Unset in normal use.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import signal
+from pathlib import Path
+
+from specd.errors import PreflightError, SpecdError
+
+TMP_INFIX = ".specd-tmp-"
+BACKUP_INFIX = ".pre-"
+
+
+def checkpoint(step: str) -> None:
+    faults = os.environ.get("SPECD_FAULT", "")
+    if faults and step in faults.split(","):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, fault_name: str = "file") -> None:
+    """Replace `path` with `data` atomically and durably; the old file stays whole on any error."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}{TMP_INFIX}{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            checkpoint(f"{fault_name}-before-fsync")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        checkpoint(f"{fault_name}-before-rename")
+        os.replace(tmp, path)
+        checkpoint(f"{fault_name}-before-dirsync")
+        fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise PreflightError(f"{path.parent}: no space left on the device; nothing was changed") from exc
+        raise SpecdError(f"cannot write {path}: {exc.strerror}; the previous file is unchanged") from exc
+
+
+def remove_stale_temp_files(path: Path) -> list[Path]:
+    """Temp files a crash left beside `path` or beside one of its `.pre-*` backups (never the
+    target itself, which is always whole)."""
+    stale = [*path.parent.glob(f".{path.name}{TMP_INFIX}*"), *path.parent.glob(f".{path.name}{BACKUP_INFIX}*{TMP_INFIX}*")]
+    for leftover in stale:
+        leftover.unlink(missing_ok=True)
+    return stale
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
