@@ -88,6 +88,15 @@ class ParsedUnit:
     directives: tuple[Directive, ...]  # everything but ExecStart= and Environment=, as written
     notes: tuple[str, ...]  # where each resolved value came from (specifiers, variables, files)
     assigned: dict[str, str]  # what Environment= lines set (EnvironmentFile= variables are not copied)
+    unset: tuple[str, ...] = ()  # variables ExecStart= uses that nothing sets (they expand to nothing)
+    skipped_files: tuple[str, ...] = ()  # optional EnvironmentFile=s that do not exist here
+
+    def unset_cause(self) -> str:
+        """Why a value of the command is empty, when variables it uses are unset: for a refusal."""
+        if not self.unset:
+            return ""
+        files = "".join(f"; EnvironmentFile=-{path} does not exist here" for path in self.skipped_files)
+        return f"ExecStart= uses ${', $'.join(self.unset)}, which nothing sets here{files}"
 
 
 def _exec_words(value: str, where: str) -> list[str]:
@@ -97,7 +106,8 @@ def _exec_words(value: str, where: str) -> list[str]:
     return words
 
 
-def _environment_file(value: str, context: UnitContext, here: str, notes: list[str]) -> dict[str, str]:
+def _environment_file(value: str, context: UnitContext, here: str, notes: list[str],
+                      skipped: list[str]) -> dict[str, str]:
     """An EnvironmentFile= line's variables; `-path` may be missing, as systemd allows."""
     optional = value.startswith("-")
     path = Path(resolve_specifiers(value.removeprefix("-"), context, here))
@@ -106,6 +116,7 @@ def _environment_file(value: str, context: UnitContext, here: str, notes: list[s
     except UsageError:
         if optional:
             notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
+            skipped.append(str(path))
             return {}
         raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
                          "the unit too (prefix it with - if it is optional)") from None
@@ -169,15 +180,18 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
     if not service.exec_start:
         raise UsageError(f"{where}: no ExecStart= in its [Service] section")
     environment = dict(service.assigned)
+    skipped: list[str] = []
     for directive, here in service.files:  # systemd: EnvironmentFile= variables win over Environment=
-        environment.update(_environment_file(directive.value, context, here, service.notes))
+        environment.update(_environment_file(directive.value, context, here, service.notes, skipped))
     notes = service.notes
     for name in sorted(referenced_variables(service.exec_start)):
         source = "unset: expands to nothing" if name not in environment else "from the unit's environment"
         notes.append(f"ExecStart ({service.exec_line}) uses ${name}: {source}")
     argv = expand_variables(service.exec_start, environment)
     directives = (*service.directives, *(directive for directive, _ in service.files))
-    return ParsedUnit(UnitCommand(argv, environment), directives, tuple(notes), service.assigned)
+    unset = tuple(sorted(referenced_variables(service.exec_start) - set(environment)))
+    return ParsedUnit(UnitCommand(argv, environment), directives, tuple(notes), service.assigned, unset,
+                      tuple(skipped))
 
 
 def parse_unit(text: str, where: str = "unit") -> UnitCommand:
