@@ -6,6 +6,7 @@ Used by `specd import`, and to find the alias and port of a unit whose profile f
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
@@ -108,21 +109,26 @@ def _exec_words(value: str, where: str) -> list[str]:
 
 def _environment_file(value: str, context: UnitContext, here: str, notes: list[str],
                       skipped: list[str]) -> dict[str, str]:
-    """An EnvironmentFile= line's variables; `-path` may be missing, as systemd allows."""
+    """An EnvironmentFile= line's variables: a path or a glob (files in name order, later ones winning),
+    which may match nothing or be unreadable when prefixed with `-`, as systemd allows."""
     optional = value.startswith("-")
-    path = Path(resolve_specifiers(value.removeprefix("-"), context, here))
-    try:
-        file_text = read_unit_text(path)
-    except UsageError:
-        if optional:
-            notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
-            skipped.append(str(path))
-            return {}
-        raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
-                         "the unit too (prefix it with - if it is optional)") from None
-    loaded = parse_environment_file(file_text, str(path))
-    if loaded:
-        notes.append(f"{', '.join(sorted(loaded))} from EnvironmentFile={path}")
+    pattern = resolve_specifiers(value.removeprefix("-"), context, here)
+    paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    loaded: dict[str, str] = {}
+    for path in paths or [pattern]:
+        try:
+            file_text = read_unit_text(Path(path))
+        except UsageError:
+            if optional:
+                notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
+                skipped.append(path)
+                continue
+            raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
+                             "the unit too (prefix it with - if it is optional)") from None
+        variables = parse_environment_file(file_text, path)
+        if variables:
+            notes.append(f"{', '.join(sorted(variables))} from EnvironmentFile={path}")
+        loaded.update(variables)
     return loaded
 
 

@@ -171,3 +171,15 @@ def test_carried_directives_replace_the_templates_and_add_the_rest() -> None:
     assert service == ["Type=simple", "ExecStart=/bin/a", "Restart=always", "User=llama", "ExecStartPre=/bin/true",
                        "ExecStartPre=/bin/false"]
     assert text.startswith("[Unit]\nDescription=x\n\n[Service]") and text.endswith("[Install]\nWantedBy=default.target\n")
+
+
+def test_several_environment_files_and_globs_are_read_in_order_later_ones_winning(tmp_path: Path) -> None:
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "10-model.env").write_text("MODEL=/m/a.gguf\nCTX=4096\n")
+    (tmp_path / "conf.d" / "20-override.env").write_text("CTX=8192\n")
+    (tmp_path / "last.env").write_text("FLAGS=-fa on\n")
+    text = (f"[Service]\nEnvironmentFile={tmp_path}/conf.d/*.env\nEnvironmentFile={tmp_path}/last.env\n"
+            f"EnvironmentFile=-{tmp_path}/none/*.env\nExecStart=/opt/llama-server -m ${{MODEL}} -c ${{CTX}} $FLAGS\n")
+    assert argv_of(text) == ["/opt/llama-server", "-m", "/m/a.gguf", "-c", "8192", "-fa", "on"]
+    with pytest.raises(UsageError, match=r"EnvironmentFile=.*/none/\*.env cannot be read"):
+        argv_of(f"[Service]\nEnvironmentFile={tmp_path}/none/*.env\nExecStart=/opt/llama-server\n")
