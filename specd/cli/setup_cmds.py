@@ -12,7 +12,8 @@ from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.errors import UsageError
 from specd.setup.doctor import run_doctor
-from specd.unit.importer import import_unit_report, resolve_source
+from specd.unit.importer import import_unit_report
+from specd.unit.locate import resolve_source
 from specd.unit.swap_import import import_llama_swap
 
 

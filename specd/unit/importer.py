@@ -19,6 +19,7 @@ from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags,
 from specd.profiles.keys import BY_FLAG, BY_NAME, MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA
 from specd.profiles.load import profile_path
 from specd.profiles.schema import Table, validate
+from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
 from specd.unit.syntax import Scope, UnitContext, read_unit_text, resolve_name_specifiers
 from specd.unit.wrappers import unwrap
@@ -322,48 +323,6 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
         result.data["env"] = dict(environment)
         _report_settings(environment, flags, result)
     return result
-
-
-def _unit_directories(scope: str) -> list[Path]:
-    from specd import paths
-
-    if scope == "user":
-        return [paths.user_unit_dir(), Path("/etc/systemd/user"), Path("/usr/lib/systemd/user")]
-    return [paths.SYSTEM_UNIT_DIR, Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")]
-
-
-def drop_in_files(unit_path: Path, unit_name: str, scope: str) -> list[Path]:
-    """`NAME.d/*.conf` (and the template's `NAME@.service.d/`) beside the unit and in the scope's unit
-    directories, in systemd's order: by file name, a name in an earlier directory hiding later ones."""
-    names = [unit_name]
-    if "@" in unit_name:
-        stem, _, suffix = unit_name.rpartition(".")
-        names.insert(0, stem.split("@", 1)[0] + "@." + suffix)
-    by_name: dict[str, Path] = {}
-    for directory in [unit_path.parent, *_unit_directories(scope)]:
-        for name in names:
-            folder = directory / f"{name}.d"
-            if folder.is_dir():
-                for conf in folder.glob("*.conf"):
-                    by_name.setdefault(conf.name, conf)
-    return [by_name[name] for name in sorted(by_name)]
-
-
-def resolve_source(source: str, scope: str) -> Path:
-    """`--from`: a path, or the name of an installed unit (template instances included)."""
-    path = Path(source)
-    if path.exists() or "/" in source:
-        return path
-    directories = _unit_directories(scope)
-    names = [source]
-    if "@" in source:  # llama-server@qwen.service is read from llama-server@.service
-        stem, _, suffix = source.rpartition(".")
-        names.append(stem.split("@", 1)[0] + "@." + suffix)
-    for directory in directories:
-        for name in names:
-            if (directory / name).is_file():
-                return directory / name
-    raise UsageError(f"no unit file {source} in {', '.join(map(str, directories))}; pass its path to --from")
 
 
 def import_unit(unit_path: Path, profiles_dir: Path, name: str, *, force: bool = False,

@@ -12,6 +12,7 @@ from pathlib import Path, PurePath
 
 from specd.errors import UsageError
 from specd.unit.syntax import (
+    SPECIFIER_MEANINGS,
     UnitContext,
     expand_variables,
     logical_lines,
@@ -20,6 +21,7 @@ from specd.unit.syntax import (
     read_unit_text,
     referenced_variables,
     resolve_specifiers,
+    specifiers_in,
     split_words,
 )
 
@@ -144,8 +146,12 @@ class _Service:
     directives: list[Directive] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    specifiers: set[str] = field(default_factory=set)  # used where specd resolves them itself
+
     def take(self, directive: Directive, here: str) -> None:
         key, value = directive.key, directive.value
+        if directive.section == "Service" and key in ("ExecStart", "Environment", "EnvironmentFile"):
+            self.specifiers |= specifiers_in(value)
         if directive.section != "Service" or key not in ("ExecStart", "Environment", "EnvironmentFile"):
             self.directives.append(directive)
         elif key == "ExecStart":
@@ -190,6 +196,9 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
     for directive, here in service.files:  # systemd: EnvironmentFile= variables win over Environment=
         environment.update(_environment_file(directive.value, context, here, service.notes, skipped))
     notes = service.notes
+    for code in sorted(service.specifiers & set(SPECIFIER_MEANINGS)):
+        notes.append(f"%{code} is {context.specifier(code)!r}: {SPECIFIER_MEANINGS[code]} "
+                     f"({context.unit_name}, {context.scope} manager)")
     for name in sorted(referenced_variables(service.exec_start)):
         source = "unset: expands to nothing" if name not in environment else "from the unit's environment"
         notes.append(f"ExecStart ({service.exec_line}) uses ${name}: {source}")

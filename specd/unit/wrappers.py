@@ -72,9 +72,12 @@ def unwrap(argv: list[str], environment: dict[str, str], where: str, *,
             if script_index is None or not any("c" in f for f in flags):
                 raise UsageError(f"{where}: ExecStart= runs the shell {argv[0]} without -c 'command': specd cannot "
                                  "see the llama-server command; put it in ExecStart= directly")
-            script = script_command(argv[script_index], {**(manager_environment or {}), **environment, **env}, where, read_source=_read_sourced)
+            script = script_command(argv[script_index], {**(manager_environment or {}), **environment, **env},
+                                    where, read_source=_read_sourced)
             notes.extend([f"unwrapped `{argv[0]} {' '.join(flags)}`: imported the llama-server command of its script",
                           *script.notes])
+            if any("l" in flag for flag in flags if not flag.startswith("--")) or "--login" in flags:
+                notes.append("a login shell also reads /etc/profile and ~/.profile first: specd did not follow them")
             env.update(script.exported)
             if script.exported:
                 notes.append(f"the script exports {', '.join(sorted(script.exported))}: they go to [env]")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from specd.errors import UsageError
-from specd.unit.importer import profile_from_unit, resolve_source
+from specd.unit.importer import profile_from_unit
+from specd.unit.locate import resolve_source
 from specd.unit.parse import read_unit
 from specd.unit.syntax import UnitContext, expand_variables, logical_lines, split_words
 
@@ -183,3 +184,12 @@ def test_several_environment_files_and_globs_are_read_in_order_later_ones_winnin
     assert argv_of(text) == ["/opt/llama-server", "-m", "/m/a.gguf", "-c", "8192", "-fa", "on"]
     with pytest.raises(UsageError, match=r"EnvironmentFile=.*/none/\*.env cannot be read"):
         argv_of(f"[Service]\nEnvironmentFile={tmp_path}/none/*.env\nExecStart=/opt/llama-server\n")
+
+
+def test_import_says_what_each_specifier_resolved_to() -> None:
+    result = profile_from_unit("[Service]\nExecStart=%h/bin/llama-server -m %h/models/%i.gguf --port 9000 -a x%%\n",
+                               "t.service", "d", CTX)
+    said = [row.became for row in result.rows if row.source == "unit"]
+    assert "%h is '/home/ann': the home directory of the manager's user (llama-server@qwen.service, user manager)" in said
+    assert "%i is 'qwen': the unit's instance (llama-server@qwen.service, user manager)" in said
+    assert not any(line.startswith("%%") for line in said)
