@@ -186,7 +186,7 @@ def _refuse_what_profiles_cannot_express(result: ImportResult, rest: list[str], 
     data["router"] = True
     result.row("no model (-m, -hf, --models-dir, --models-preset)",
                "router = true: llama-server starts in router mode and serves the models of its download cache "
-               "($LLAMA_CACHE, else ~/.cache/llama.cpp); "
+               "($LLAMA_CACHE, else the Hugging Face cache ~/.cache/huggingface/hub); "
                + ("this build has router mode" if flags else "a build without router mode would not start: "
                   "preflight checks the binary"))
 
@@ -219,7 +219,7 @@ def _settings_from_environment(result: ImportResult, environment: dict[str, str]
         if variable not in environment:
             environment[variable] = value
             copied = "; copied from its EnvironmentFile= into [env]"
-        result.row(f"{variable}={_shown(name, value)}", f"{name} = {_shown(name, converted)} (llama-server reads "
+        result.row(f"{variable}={value}", f"{name} = {_shown(name, converted)} (llama-server reads "
                                                         f"it from the environment; the render keeps it there{copied})")
 
 
