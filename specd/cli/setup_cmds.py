@@ -66,7 +66,9 @@ def import_(
     if json_out:
         print_json({"profile": str(target), "rows": [row.__dict__ for row in result.rows]})
         return
-    table = Table("from the unit", "became", title=f"specd import {name} <- {path}")
+    table = Table(title=f"specd import {name} <- {path}")
+    table.add_column("from the unit", overflow="fold")  # paths fold onto the next line, never cut
+    table.add_column("became", overflow="fold")
     for row in result.rows:
         table.add_row(row.source, row.became)
     console.print(table)

@@ -185,7 +185,8 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
                 section = line.text[1:-1]
             elif "=" not in line.text:
                 service.notes.append(f"{here}: {line.text[:60]!r} is neither a [Section] nor KEY=value; "
-                                     "systemd ignores it")
+                                     "systemd ignores it, so nothing on it reaches the server (if it continues "
+                                     "the line before, that line lacks its trailing \\)")
             else:
                 key, value = (part.strip() for part in line.text.split("=", 1))
                 service.take(Directive(section, key, value, line.line), here)

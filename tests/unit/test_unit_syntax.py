@@ -193,3 +193,13 @@ def test_import_says_what_each_specifier_resolved_to() -> None:
     assert "%h is '/home/ann': the home directory of the manager's user (llama-server@qwen.service, user manager)" in said
     assert "%i is 'qwen': the unit's instance (llama-server@qwen.service, user manager)" in said
     assert not any(line.startswith("%%") for line in said)
+
+
+def test_a_line_dropped_after_a_broken_continuation_is_reported_with_its_line() -> None:
+    # terR0Q/ai_runners' shape: the second line lacks its trailing backslash, so systemd drops the third.
+    text = "[Service]\nExecStart=/opt/llama-server \\\n  -m /m.gguf\n  --port 11434 --threads 6\n"
+    result = profile_from_unit(text, "t.service", "d", CTX)
+    assert result.data["port"] == 8080 and "threads" not in result.data  # what systemd runs
+    said = [row.became for row in result.rows if row.source == "unit"]
+    assert any(line.startswith("t.service line 4: '--port 11434 --threads 6' is neither") and "trailing" in line
+               for line in said), said
