@@ -1,7 +1,8 @@
 """`specd import` on real units and llama-swap configs from public repositories (tests/corpus).
 
 For every unit: systemd itself says what the unit runs (tests/system/systemd_truth.py: load it
-into the private manager, then let systemd do its exec-time expansion in a probe). `specd import`
+into the private manager, then let systemd do its exec-time expansion in a probe); when that is a
+`bash -c` program, the real bash runs it up to its `exec` (tests/system/server_argv.py). `specd import`
 turns the unit into a profile; the profile is rendered back into a unit (`specd show --json`, or
 the same render without the box checks when `show` refuses only because the unit's binary or
 model is not on this machine), and that unit goes through the same systemd truth. Outcomes:
