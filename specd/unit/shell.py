@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -53,6 +54,7 @@ class _Shell(Expander):
     exported: set[str] = field(default_factory=set)
     read_source: Callable[[str], str | None] = lambda path: None
     output: list[str] | None = None  # inside $(...): what `echo` prints
+    cwd: str | None = None  # where a `cd` to an absolute directory went
 
     def run(self, statements: list[Node]) -> int:
         status = 0
@@ -166,8 +168,10 @@ class _Shell(Expander):
         if name in _NO_OPS or name == "false":
             return 1 if name == "false" else 0
         if name == "cd" and len(args) <= 1:
-            self.notes.append(f"the script's `cd {args[0] if args else '~'}` is not carried: paths in the command "
-                              "are kept as written (set WorkingDirectory= for relative ones)")
+            target = args[0] if args else self.variables.get("HOME", "~")
+            self.cwd = target if target.startswith("/") else None
+            self.notes.append(f"the script's `cd {target}` is not carried: a program path under it is made absolute, "
+                              "other paths in the command are kept as written")
             return 0
         if name in ("source", ".") and len(args) == 1 and args[0].startswith("/"):
             return self.source(args[0], node)
@@ -304,6 +308,9 @@ def script_command(script: str, environment: dict[str, str], where: str, *,
                     if name in shell.variables}
         exported.update({name: shell.variables[name] for name in environment
                          if name in shell.variables and shell.variables[name] != environment[name]})
-        return ScriptCommand(reached.argv, exported, tuple(shell.notes))
+        argv = list(reached.argv)
+        if shell.cwd and "/" in argv[0] and not argv[0].startswith("/"):  # ./llama-server after cd DIR
+            argv[0] = str(PurePosixPath(shell.cwd) / argv[0])
+        return ScriptCommand(argv, exported, tuple(shell.notes))
     raise UsageError(f"{where}: the shell script {script[:80]!r} runs no program; specd cannot see a "
                      "llama-server command in it")

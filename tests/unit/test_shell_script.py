@@ -126,3 +126,9 @@ def test_the_command_found_is_what_the_real_bash_execs(tmp_path: Path, statement
     by_bash = record.read_bytes().decode().split("\0")[:-1]
     found = script_command(script, {**base, **environment, "HOME": "/home/u"}, "t", read_source=no_files)
     assert found.argv == by_bash, script
+
+
+def test_a_relative_program_after_cd_is_made_absolute() -> None:
+    assert command("cd /opt/llama.cpp/build/bin && exec ./llama-server -m /m.gguf") == [
+        "/opt/llama.cpp/build/bin/llama-server", "-m", "/m.gguf"]
+    assert command("cd /srv && exec /opt/llama-server -m /m.gguf")[0] == "/opt/llama-server"
