@@ -22,7 +22,7 @@ from specd.profiles.schema import Table, validate
 from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
 from specd.unit.syntax import Scope, UnitContext, read_unit_text, resolve_name_specifiers
-from specd.unit.wrappers import unwrap
+from specd.unit.wrappers import is_llama_server, unwrap
 
 _BOOLEAN = {flag: key.name for flag, key in BY_FLAG.items() if key.kind is bool}
 _SECRET = {"api_key"}
@@ -273,7 +273,10 @@ def _report_settings(environment: dict[str, str], flags: BinaryFlags | None, res
 
 
 def _unit_binary_flags(binary: str) -> BinaryFlags | None:
-    """The unit's own binary's options, when that binary is on this machine."""
+    """The unit's own binary's options, when that binary is on this machine and its name says it is
+    llama-server: import never runs a program whose `--help` might do something else (a script)."""
+    if not is_llama_server(binary):
+        return None
     try:
         return binary_flags(Path(binary))
     except SpecdError:

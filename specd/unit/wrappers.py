@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from specd.errors import UsageError
+from specd.profiles.keys import BY_FLAG
 from specd.unit.shell import script_command
 from specd.unit.syntax import read_unit_text
 
@@ -104,6 +105,10 @@ def _server_command(argv: list[str], env: dict[str, str], notes: list[str], wher
         raise UsageError(f"{where}: ExecStart= runs {argv[0]} with no arguments, a wrapper script specd cannot "
                          "see into; write the llama-server command it runs into ExecStart= (or a copy of the unit) "
                          "and import that")
+    if not is_llama_server(argv[0]) and not any(arg.split("=", 1)[0] in BY_FLAG for arg in argv[1:]):
+        raise UsageError(f"{where}: ExecStart= runs {' '.join(argv)[:80]}: neither the program's name nor its "
+                         "arguments are llama-server's, so it is a wrapper specd cannot see into; write the "
+                         "llama-server command it runs into ExecStart= (or a copy of the unit) and import that")
     if not is_llama_server(argv[0]):
         notes.append(f"{argv[0]} is taken as the llama-server binary (its name does not say so)")
     return Unwrapped(argv, env, tuple(notes))

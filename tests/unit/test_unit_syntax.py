@@ -203,3 +203,16 @@ def test_a_line_dropped_after_a_broken_continuation_is_reported_with_its_line() 
     said = [row.became for row in result.rows if row.source == "unit"]
     assert any(line.startswith("t.service line 4: '--port 11434 --threads 6' is neither") and "trailing" in line
                for line in said), said
+
+
+def test_a_script_with_arguments_that_are_not_llama_servers_is_a_wrapper_not_a_router(tmp_path: Path) -> None:
+    # srgtuszy/rog-ally-ai's shape: `%h/gpu-setup/stack.sh daemon`. Not llama-server, and never run to ask.
+    script = tmp_path / "stack.sh"
+    ran = tmp_path / "ran"
+    script.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    script.chmod(0o755)
+    with pytest.raises(UsageError, match=r"stack.sh daemon: neither the program's name nor its arguments"):
+        imported(f"{script} daemon")
+    assert not ran.exists()
+    data = imported("/opt/bitnet/bitnet-server -m /m.gguf --port 9000")  # a renamed build: its flags say so
+    assert data["binary"] == "/opt/bitnet/bitnet-server" and data["port"] == 9000
