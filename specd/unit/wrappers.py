@@ -68,11 +68,13 @@ def unwrap(argv: list[str], environment: dict[str, str], where: str, *,
             argv = rest
             continue
         if program in SHELLS:
-            flags = [a for a in argv[1:] if a.startswith("-")]
             script_index = next((i for i, a in enumerate(argv) if i > 0 and not a.startswith("-")), None)
-            if script_index is None or not any("c" in f for f in flags):
-                raise UsageError(f"{where}: ExecStart= runs the shell {argv[0]} without -c 'command': specd cannot "
-                                 "see the llama-server command; put it in ExecStart= directly")
+            flags = argv[1:script_index]  # the shell's own options come before its script
+            if script_index is None or not any("c" in f for f in flags if not f.startswith("--")):
+                what = f"the script {argv[script_index]}" if script_index is not None else "no script"
+                raise UsageError(f"{where}: ExecStart= runs the shell {argv[0]} with {what}, not -c 'command': specd "
+                                 "cannot see into a script file; write the llama-server command it runs into "
+                                 "ExecStart= directly, then import")
             script = script_command(argv[script_index], {**(manager_environment or {}), **environment, **env},
                                     where, read_source=_read_sourced)
             notes.extend([f"unwrapped `{argv[0]} {' '.join(flags)}`: imported the llama-server command of its script",

@@ -14,7 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-_SERVER_NAME = re.compile(r"(^|[-_])llama[-_]server$")
+# llama-server, a fork's renamed copy (ik_llama-server, ...), or `server`: llama.cpp's name for the
+# same program until June 2024 (units of old builds still run it).
+_SERVER_NAME = re.compile(r"(^|[-_])llama[-_]server$|^server$")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
 _SHELL_SYNTAX = re.compile(r"[;|&<>()`$\n*?]")
 _NAMES = re.compile(r"^(-[\w-]+(?:,\s*-[\w-]+)*)")

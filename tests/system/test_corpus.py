@@ -56,6 +56,9 @@ pytestmark = pytest.mark.systemd
 
 CORPUS = REPO / "tests" / "corpus"
 UNITS = sorted((CORPUS / "units").iterdir())
+# Gathered after the importer was built (SOURCES.md says how): not used to develop it, so its
+# figure is held out; reported apart, held to the same no-silent-error rule, not to the bar.
+HELD_OUT = sorted((CORPUS / "units-heldout").iterdir())
 SWAP_CONFIGS = sorted((CORPUS / "llama-swap").iterdir())
 MANIFEST = tomllib.loads((CORPUS / "manifest.toml").read_text())
 RESULTS = REPO / "benchmarks" / "results"
@@ -95,7 +98,8 @@ def _sources() -> dict[str, str]:
 
 def test_every_corpus_file_is_listed_with_its_source() -> None:
     listed = _sources()
-    on_disk = {p.name for folder in ("units", "llama-swap", "support") for p in (CORPUS / folder).iterdir()}
+    on_disk = {p.name for folder in ("units", "units-heldout", "llama-swap", "support")
+               for p in (CORPUS / folder).iterdir()}
     assert on_disk == set(listed), f"not in SOURCES.md: {on_disk - set(listed)}; listed but absent: {set(listed) - on_disk}"
     assert len(UNITS) >= 25 and len(SWAP_CONFIGS) >= 3
 
@@ -123,7 +127,7 @@ def _install_originals(manager: PrivateSystemd) -> list[tuple[Path, str, str]]:
     """(corpus file, unit name, what to pass to --from) for each corpus unit, installed in the manager."""
     home = manager.env["HOME"]
     installed = []
-    for index, file in enumerate(UNITS):
+    for index, file in enumerate([*UNITS, *HELD_OUT]):
         meta = MANIFEST.get(file.name, {})
         for support in meta.get("support", []):
             target = Path(str(support["to"]).replace("%h", home))
@@ -287,12 +291,13 @@ def _write_results(section: str, rows: list[Row], summary: dict[str, object]) ->
     lines = ["# `specd import` on the real-world corpus (tests/corpus)", "",
              f"- command: `{data['command']}`", f"- machine: {data['machine']}", f"- date: {data['date']}",
              f"- specd commit: {commit}",
-             ("- in-sample: the corpus is the test; truth is the real systemd's parse "
-              "and exec-time expansion of each original unit (a bash program: what the real bash execs); "
-              "see tests/system/test_corpus.py"),
+             ("- truth: the real systemd's parse and exec-time expansion of each original unit (a bash "
+              "program: what the real bash execs); see tests/system/test_corpus.py"),
              ("- baseline: specd's importer before issue 11, on the same 39 units: 3 round-trip "
-              "(this file at commit 9942713)"), ""]
-    for name in ("units", "llama_swap"):
+              "(this file at commit 9942713)"),
+             ("- units: in-sample (the importer was developed on them); units_heldout: held out (gathered "
+              "after it was built, every file of one search; tests/corpus/SOURCES.md)"), ""]
+    for name in ("units", "units_heldout", "llama_swap"):
         if name not in data:
             continue
         lines += [f"## {name}", "", "summary: " + json.dumps(data[name]["summary"]), "",
@@ -380,18 +385,22 @@ def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: Private
         truth.remove(systemd_manager, name)
     truth.daemon_reload(systemd_manager)
 
-    ordered = [rows[f.name] for f in UNITS]
-    counts = Counter(r.outcome for r in ordered)
-    figure = counts["round-trips"] / len(ordered)
-    summary: dict[str, object] = {"units": len(ordered), **dict(sorted(counts.items())),
-                                  "round_trip_share": round(figure, 3),
-               "bar": ROUND_TRIP_BAR, "bar_met": figure >= ROUND_TRIP_BAR}
-    _write_results("units", ordered, summary)
-    report = f"{summary}\n{_table(ordered)}"
-    assert counts["traceback"] == 0, report
-    assert counts["silently-wrong"] == 0, report
-    assert counts["refused-unclear"] + counts["accepted-then-refused"] == 0, report
-    assert figure >= ROUND_TRIP_BAR, report
+    report = ""
+    for section, files in (("units", UNITS), ("units_heldout", HELD_OUT)):
+        ordered = [rows[f.name] for f in files]
+        counts = Counter(r.outcome for r in ordered)
+        figure = counts["round-trips"] / len(ordered)
+        summary: dict[str, object] = {"units": len(ordered), **dict(sorted(counts.items())),
+                                      "round_trip_share": round(figure, 3)}
+        if section == "units":
+            summary |= {"bar": ROUND_TRIP_BAR, "bar_met": figure >= ROUND_TRIP_BAR}
+        _write_results(section, ordered, summary)
+        report += f"{section}: {summary}\n{_table(ordered)}\n"
+    every = Counter(r.outcome for r in rows.values())
+    assert every["traceback"] == 0, report
+    assert every["silently-wrong"] == 0, report
+    assert every["refused-unclear"] + every["accepted-then-refused"] == 0, report
+    assert sum(r.outcome == "round-trips" for f in UNITS for r in [rows[f.name]]) / len(UNITS) >= ROUND_TRIP_BAR, report
 
 
 def _normalised(name: str) -> str:

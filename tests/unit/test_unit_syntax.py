@@ -105,7 +105,10 @@ def test_bash_c_and_env_wrappers_import_the_inner_command() -> None:
 @pytest.mark.parametrize(("exec_start", "says"), [
     ("/usr/bin/docker run --rm -p 8080:8080 ghcr.io/ggml-org/llama.cpp:server -m /m.gguf", "in a container"),
     ("/usr/local/bin/start-llama.sh", "wrapper script specd cannot see into"),
-    ("/bin/bash /usr/local/bin/start-llama.sh", "without -c"),
+    ("/bin/bash /usr/local/bin/start-llama.sh", "with the script /usr/local/bin/start-llama.sh, not -c"),
+    # daruoktab/document-agent's shape: the script's own arguments (-c 16384 among them) are not bash's options
+    ("/bin/bash /srv/logged-exec.sh /srv/log /usr/local/bin/llama-server -m q.gguf -c 16384",
+     "with the script /srv/logged-exec.sh, not -c"),
     ("/bin/bash -c '/opt/llama-server -m $UNSET'", "neither the unit nor the script sets"),
 ])
 def test_wrappers_specd_cannot_carry_are_refused_naming_them(exec_start: str, says: str) -> None:
