@@ -12,7 +12,8 @@ from specd.cli import app, console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.errors import UsageError
 from specd.setup.doctor import run_doctor
-from specd.unit.importer import import_unit_report, resolve_source
+from specd.unit.importer import import_unit_report
+from specd.unit.locate import resolve_source
 from specd.unit.swap_import import import_llama_swap
 
 
@@ -65,7 +66,9 @@ def import_(
     if json_out:
         print_json({"profile": str(target), "rows": [row.__dict__ for row in result.rows]})
         return
-    table = Table("from the unit", "became", title=f"specd import {name} <- {path}")
+    table = Table(title=f"specd import {name} <- {path}")
+    table.add_column("from the unit", overflow="fold")  # paths fold onto the next line, never cut
+    table.add_column("became", overflow="fold")
     for row in result.rows:
         table.add_row(row.source, row.became)
     console.print(table)

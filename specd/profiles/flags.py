@@ -51,6 +51,13 @@ class BinaryFlags:
         """The option an environment variable sets (llama-server reads LLAMA_ARG_* like flags)."""
         return dict(self.env_names).get(variable)
 
+    def variable_of(self, flag: str) -> str:
+        """The LLAMA_ARG_* variable this build reads for an option: its --help names it; llama.cpp's
+        convention (the long name, upper case) when this build's --help names none."""
+        wanted = self.canonical(flag)
+        named = [variable for variable, option in self.env_names if self.canonical(option) == wanted]
+        return named[0] if named else conventional_variable(flag)
+
     def has(self, flag: str) -> bool:
         return any(flag in group for group in self.groups)
 
@@ -88,6 +95,11 @@ class BinaryFlags:
             f"profile '{profile_name}': speculative type '{name}' is not offered by {self.binary}; "
             f"its --spec-type accepts {', '.join(offered) or 'nothing'}{hint}"
         )
+
+
+def conventional_variable(flag: str) -> str:
+    """llama.cpp's name for the variable of a long option: --models-dir is LLAMA_ARG_MODELS_DIR."""
+    return "LLAMA_ARG_" + flag.lstrip("-").upper().replace("-", "_")
 
 
 def parse_help(binary: str, text: str) -> BinaryFlags:

@@ -69,7 +69,7 @@ KEYS: tuple[ProfileKey, ...] = (
                path=True),
     ProfileKey("launcher", list, "words run in front of the binary: toolbox run -c BOX, numactl ...",
                list_of_strings, default=()),
-    # Where the model comes from: exactly one of model, hf_repo, models_dir/models_preset (router mode).
+    # Where the model comes from: exactly one of model, hf_repo, router mode (models_dir/models_preset/router).
     _flag("model", str, "a local GGUF file", ("--model", "-m"), _ABS_PATH, path=True),
     _flag("hf_repo", str, "a model from Hugging Face, downloaded on first start", ("--hf-repo", "-hf", "-hfr"),
           _HF_REPO),
@@ -77,6 +77,10 @@ KEYS: tuple[ProfileKey, ...] = (
     _flag("models_dir", str, "router mode: a directory of GGUF files", ("--models-dir",), _ABS_PATH, path=True),
     _flag("models_preset", str, "router mode: an INI file of model presets", ("--models-preset",), _ABS_PATH,
           path=True),
+    ProfileKey("router", bool, "router mode with neither models_dir nor models_preset: llama-server (a build "
+               "with --models-dir) serves the models of its download cache ($LLAMA_CACHE, ~/.cache/huggingface/hub), as it "
+               "does when no model is given",
+               default=False),
     _flag("models_max", int, "router mode: models loaded at once", ("--models-max",), in_range(0, 1024)),
     _flag("alias", str, "the model name clients ask for (several: comma-separated; the gate asks for the first)",
           ("--alias", "-a"), _ALIAS),

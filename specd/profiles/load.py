@@ -71,6 +71,7 @@ class Profile:
     hf_file: str | None
     models_dir: Path | None
     models_preset: Path | None
+    router: bool
     models_max: int | None
     alias: str | None
     host: str
@@ -96,11 +97,9 @@ class Profile:
     env: tuple[tuple[str, str], ...] = ()
     systemd: tuple[Directive, ...] = ()
     inherits_chain: tuple[str, ...] = ()
-
-    @property
-    def router(self) -> bool:
-        """Router mode: llama-server serves the models of a directory or preset file, no -m."""
-        return self.models_dir is not None or self.models_preset is not None
+    # Path keys as written (after ~ and ${SPECD_CACHE}): the argv gets these bytes, not Path's
+    # normalised form (`/a//b` stays `/a//b`), so a rendered unit passes what the profile says.
+    written_paths: tuple[tuple[str, str], ...] = ()
 
     @property
     def base_url(self) -> str:
@@ -170,22 +169,30 @@ def _merge(base: dict[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _expanded_text(raw: str) -> str:
+    return os.path.expanduser(raw.replace("${SPECD_CACHE}", str(paths.cache_dir())))
+
+
 def _expand(raw: str) -> Path:
-    expanded = raw.replace("${SPECD_CACHE}", str(paths.cache_dir()))
-    return Path(os.path.expanduser(expanded))
+    return Path(_expanded_text(raw))
 
 
 def _check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
-    """Exactly one model source: a local file, a Hugging Face repo, or router mode (dir and/or preset)."""
+    """Exactly one model source: a local file, a Hugging Face repo, or router mode (dir and/or preset, or
+    `router = true`: the models of llama-server's cache)."""
     sources = [key for key in MODEL_SOURCES if key in data]
     router = {"models_dir", "models_preset"} & set(sources)
-    if not sources:
+    if data.get("router") and set(sources) - router:
+        raise ProfileError(f"{path}: profile '{name}' sets 'router = true' and {' and '.join(map(repr, sources))}; "
+                           "router mode serves many models: drop 'model'/'hf_repo', or 'router'")
+    if not sources and not data.get("router"):
         raise ProfileError(f"{path}: profile '{name}' needs a model: 'model' (a GGUF file), 'hf_repo' "
-                           "(Hugging Face) or 'models_dir'/'models_preset' (router mode)")
+                           "(Hugging Face), 'models_dir'/'models_preset' (router mode) or 'router = true' (router "
+                           "mode over llama-server's download cache)")
     if len(sources) > 1 and not (router and len(sources) == len(router)):
         raise ProfileError(f"{path}: profile '{name}' sets {' and '.join(map(repr, sources))}; "
                            "pick one model source")
-    if not router and "alias" not in data:
+    if not router and not data.get("router") and "alias" not in data:
         raise ProfileError(f"{path}: profile '{name}' needs 'alias' (the model name clients ask for)")
     if "api_key" in data and "api_key_file" in data:
         raise ProfileError(f"{path}: profile '{name}' sets both 'api_key' and 'api_key_file'; pick one")
@@ -239,6 +246,9 @@ def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False)
         env=tuple(sorted(data.get("env", {}).items())),
         systemd=_directives(data.get("systemd", {})),
         inherits_chain=tuple(s.name for s in chain[1:]),
+        written_paths=tuple((f"{prefix}{key.name}", _expanded_text(str(table[key.name])))
+                            for prefix, table, keys in (("", data, TOP_KEYS), ("speculative.", spec, SPECULATIVE_KEYS))
+                            for key in keys if key.path and key.name in table),
     )
 
 

@@ -16,13 +16,14 @@ import tomlkit
 from specd.durable import atomic_write
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Scope
-from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags
-from specd.profiles.keys import BY_FLAG, MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA
+from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags, conventional_variable
+from specd.profiles.keys import BY_FLAG, BY_NAME, MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA
 from specd.profiles.load import profile_path
 from specd.profiles.schema import Table, validate
+from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
 from specd.unit.syntax import UnitContext, read_unit_text, resolve_name_specifiers
-from specd.unit.wrappers import unwrap
+from specd.unit.wrappers import is_llama_server, unwrap
 
 _BOOLEAN = {flag: key.name for flag, key in BY_FLAG.items() if key.kind is bool}
 _SECRET = {"api_key"}
@@ -145,17 +146,82 @@ def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any
     return rest
 
 
-def _refuse_what_profiles_cannot_express(data: dict[str, Any], rest: list[str], where: str) -> None:
-    host = data.get("host")
-    if isinstance(host, str) and (host.startswith("/") or host.endswith(".sock")):
-        raise UsageError(f"{where}: --host {host} is a Unix socket; specd's health gate and proxy speak TCP: "
-                         "listen on 127.0.0.1 and a port, then import")
-    if "--host" in rest:
-        raise UsageError(f"{where}: its --host is not a host name or address specd can gate; listen on an address "
-                         "and a port, then import")
-    if not any(key in data for key in MODEL_SOURCES):
+def _value_of(rest: list[str], names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first (flag, value) of `rest` whose flag is one of `names` (kept in args: specd could not type it)."""
+    for index, word in enumerate(rest):
+        name, equals, inline = word.partition("=")
+        if name in names and (equals or index + 1 < len(rest)):
+            return name, inline if equals else rest[index + 1]
+    return None
+
+
+def _refuse_what_profiles_cannot_express(result: ImportResult, rest: list[str], where: str,
+                                         flags: BinaryFlags | None, unset_cause: str) -> None:
+    """Refuse, naming the cause, what a profile cannot run as the unit does; router mode when no model is named."""
+    data = result.data
+    host = _value_of(rest, BY_NAME["host"].flags) if "host" not in data else None
+    if host is not None and (host[1].startswith("/") or host[1].endswith(".sock")):
+        raise UsageError(f"{where}: --host {host[1]} is a Unix socket; specd's health gate, proxy and bench speak TCP: "
+                         "listen on an address and a port (--host 127.0.0.1 --port 8080), then import")
+    if host is not None:
+        raise UsageError(f"{where}: --host {host[1]!r} is not a host name or address specd can gate; listen on an "
+                         "address and a port, then import")
+    model_flags = tuple(f for key in MODEL_SOURCES for f in BY_NAME[key].flags)
+    given = _value_of(rest, model_flags) if not any(key in data for key in MODEL_SOURCES) else None
+    if given is not None and not given[1]:
+        why = f" ({unset_cause})" if unset_cause else ""
+        raise UsageError(f"{where}: {given[0]} is given an empty value{why}; the model llama-server would load is "
+                         "unknown: import the unit where its variables are set")
+    if given is not None and not given[1].startswith(("/", "~")) and BY_FLAG[given[0]].path:
+        raise UsageError(f"{where}: {given[0]} {given[1]} is not an absolute path; llama-server reads it relative to "
+                         "WorkingDirectory=: write the absolute path into the unit, then import")
+    if given is not None:
+        raise UsageError(f"{where}: {given[0]} {given[1]!r} is not a model source specd can check "
+                         f"({BY_FLAG[given[0]].doc}); fix the unit, then import")
+    if any(key in data for key in MODEL_SOURCES):
+        return
+    if flags is not None and not flags.has("--models-dir"):
         raise UsageError(f"{where}: its llama-server command names no model (-m, -hf, --models-dir or "
-                         "--models-preset): the server would not start with it")
+                         f"--models-preset) and {data['binary']} has no router mode (no --models-dir in its --help): "
+                         "the server would not start with it")
+    data["router"] = True
+    result.row("no model (-m, -hf, --models-dir, --models-preset)",
+               "router = true: llama-server starts in router mode and serves the models of its download cache "
+               "($LLAMA_CACHE, else the Hugging Face cache ~/.cache/huggingface/hub); "
+               + ("this build has router mode" if flags else "a build without router mode would not start: "
+                  "preflight checks the binary"))
+
+
+# Keys a unit may set through llama-server's LLAMA_ARG_* variables alone that specd must know itself:
+# where the server listens, what it serves (the gate asks for it), and the model.
+_SETTINGS_SPECD_NEEDS = ("host", "port", "alias", *MODEL_SOURCES)
+
+
+def _settings_from_environment(result: ImportResult, environment: dict[str, str], seen: dict[str, str],
+                               flags: BinaryFlags | None, where: str) -> None:
+    """A LLAMA_ARG_* variable configures llama-server as its flag does: where no flag set one of the keys
+    specd needs, the variable's value becomes the key, and the variable stays in [env] (the render then
+    writes no flag for that key, so the server gets the setting the way it got it before)."""
+    data = result.data
+    for name in _SETTINGS_SPECD_NEEDS:
+        key = BY_NAME[name]
+        variable = flags.variable_of(key.flags[0]) if flags else conventional_variable(key.flags[0])
+        value = seen.get(variable)
+        if name in data or not value:
+            continue
+        converted = _convert(value, key.kind)
+        if not _accepts(PROFILE_SCHEMA, name, converted):
+            socket = name == "host" and (value.startswith("/") or value.endswith(".sock"))
+            raise UsageError(f"{where}: {variable}={value} " + (
+                "is a Unix socket; specd's health gate, proxy and bench speak TCP: listen on an address and a port"
+                if socket else f"is not a value specd can check for {name} ({key.doc})") + "; fix it, then import")
+        data[name] = converted
+        copied = ""
+        if variable not in environment:
+            environment[variable] = value
+            copied = "; copied from its EnvironmentFile= into [env]"
+        result.row(f"{variable}={value}", f"{name} = {_shown(name, converted)} (llama-server reads "
+                                                        f"it from the environment; the render keeps it there{copied})")
 
 
 def _fill_defaults(result: ImportResult, speculative: dict[str, Any]) -> None:
@@ -208,7 +274,10 @@ def _report_settings(environment: dict[str, str], flags: BinaryFlags | None, res
 
 
 def _unit_binary_flags(binary: str) -> BinaryFlags | None:
-    """The unit's own binary's options, when that binary is on this machine."""
+    """The unit's own binary's options, when that binary is on this machine and its name says it is
+    llama-server: import never runs a program whose `--help` might do something else (a script)."""
+    if not is_llama_server(binary):
+        return None
     try:
         return binary_flags(Path(binary))
     except SpecdError:
@@ -220,9 +289,11 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
     """The profile a unit's llama-server command becomes, and a row for each part of the unit."""
     context = context or UnitContext.for_unit("unit.service", "user")
     parsed = read_unit(text, where, context, drop_ins)
-    unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where)
+    manager = {"HOME": context.home, "USER": context.user, "LOGNAME": context.user} if context.scope == "user" else {}
+    unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where, manager_environment=manager)
     result = profile_from_command(unwrapped.argv, {**parsed.assigned, **unwrapped.environment}, description,
-                                  where=where, notes=(*parsed.notes, *unwrapped.notes))
+                                  where=where, notes=(*parsed.notes, *unwrapped.notes), unset_cause=parsed.unset_cause(),
+                                  settings_environment={**parsed.command.environment, **unwrapped.environment})
     if unwrapped.launcher:
         result.data["launcher"] = list(unwrapped.launcher)
     for drop_in, _ in drop_ins:
@@ -232,15 +303,21 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
 
 
 def profile_from_command(argv: list[str], environment: dict[str, str], description: str, *, where: str,
-                         notes: tuple[str, ...] = ()) -> ImportResult:
-    """The profile one llama-server command line (binary first) and its environment become."""
+                         notes: tuple[str, ...] = (), unset_cause: str = "",
+                         settings_environment: dict[str, str] | None = None) -> ImportResult:
+    """The profile one llama-server command line (binary first) and its environment become.
+
+    environment: what the profile's [env] carries; settings_environment: everything llama-server
+    sees (with EnvironmentFile= variables, which the carried EnvironmentFile= keeps giving it)."""
     result = ImportResult({"description": description, "binary": argv[0]})
     for note in notes:
         result.row("unit", note)
     flags = _unit_binary_flags(argv[0])
     speculative: dict[str, Any] = {}
     rest = _map_flags(argv[1:], result, speculative, flags)
-    _refuse_what_profiles_cannot_express(result.data, rest, where)
+    environment = dict(environment)
+    _settings_from_environment(result, environment, settings_environment or environment, flags, where)
+    _refuse_what_profiles_cannot_express(result, rest, where, flags, unset_cause)
     _fill_defaults(result, speculative)
     if rest:
         result.data["args"] = rest
@@ -250,48 +327,6 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
         result.data["env"] = dict(environment)
         _report_settings(environment, flags, result)
     return result
-
-
-def _unit_directories(scope: str) -> list[Path]:
-    from specd import paths
-
-    if scope == "user":
-        return [paths.user_unit_dir(), Path("/etc/systemd/user"), Path("/usr/lib/systemd/user")]
-    return [paths.SYSTEM_UNIT_DIR, Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")]
-
-
-def drop_in_files(unit_path: Path, unit_name: str, scope: str) -> list[Path]:
-    """`NAME.d/*.conf` (and the template's `NAME@.service.d/`) beside the unit and in the scope's unit
-    directories, in systemd's order: by file name, a name in an earlier directory hiding later ones."""
-    names = [unit_name]
-    if "@" in unit_name:
-        stem, _, suffix = unit_name.rpartition(".")
-        names.insert(0, stem.split("@", 1)[0] + "@." + suffix)
-    by_name: dict[str, Path] = {}
-    for directory in [unit_path.parent, *_unit_directories(scope)]:
-        for name in names:
-            folder = directory / f"{name}.d"
-            if folder.is_dir():
-                for conf in folder.glob("*.conf"):
-                    by_name.setdefault(conf.name, conf)
-    return [by_name[name] for name in sorted(by_name)]
-
-
-def resolve_source(source: str, scope: str) -> Path:
-    """`--from`: a path, or the name of an installed unit (template instances included)."""
-    path = Path(source)
-    if path.exists() or "/" in source:
-        return path
-    directories = _unit_directories(scope)
-    names = [source]
-    if "@" in source:  # llama-server@qwen.service is read from llama-server@.service
-        stem, _, suffix = source.rpartition(".")
-        names.append(stem.split("@", 1)[0] + "@." + suffix)
-    for directory in directories:
-        for name in names:
-            if (directory / name).is_file():
-                return directory / name
-    raise UsageError(f"no unit file {source} in {', '.join(map(str, directories))}; pass its path to --from")
 
 
 def import_unit(unit_path: Path, profiles_dir: Path, name: str, *, force: bool = False,

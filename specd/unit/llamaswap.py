@@ -10,32 +10,38 @@ llama-swap's own loader (github.com/mostlygeek/llama-swap, internal/config):
   replaced); one pass, so a macro may only use macros declared before it. `${PORT}` is allocated
   from `startPort` (default 5800) in sorted model-ID order, only to models whose cmd uses it; a
   proxy defaults to `http://localhost:${PORT}`. Any `${name}` left afterwards is an error.
+  The macro rules live in swap_macros.py.
 - commands.go `SanitizeCommand`/`StripComments`: comment lines dropped, trailing `\\` joined, and
-  words split with github.com/billziss-gh/golib/shlex `Posix.Split` (mirrored in `split_posix`).
+  words split with github.com/billziss-gh/golib/shlex `Posix.Split` (swap_cmd.py).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, TypeAlias
+from typing import Any
 
 import yaml
 
 from specd.errors import UsageError
+from specd.unit.swap_cmd import sanitize_command, split_posix, strip_comments
+from specd.unit.swap_macros import (
+    Macros,
+    Value,
+    check_leftovers,
+    go_str,
+    macro_list,
+    merge,
+    strings,
+    substitute,
+)
 
-Scalar: TypeAlias = "str | int | float | bool"
-Value: TypeAlias = "Scalar | None | list[Value] | dict[str, Value]"
+__all__ = ["SwapConfig", "SwapModel", "read_llama_swap", "split_posix"]
 
 START_PORT = 5800
 DEFAULT_PROXY = "http://localhost:${PORT}"
-_MACRO_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
-_MACRO_USE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
 _ENV_USE = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
-_RESERVED = ("PID", "PORT", "MODEL_ID")
 
 _MODEL_REASONS = {
     "ttl": "specd keeps one server running",
@@ -86,17 +92,14 @@ class SwapConfig:
     not_carried: tuple[str, ...]  # top-level keys not carried (groups, hooks, globalTTL, ...)
 
 
-Macros = list[tuple[str, Scalar]]
-
-
 def read_llama_swap(text: str, where: str, environ: Mapping[str, str]) -> SwapConfig:
     """Parse llama-swap config `text` (read from `where`, named in errors) with `environ` for ${env.X}."""
     raw = _load(_substitute_env(text, where, environ), where)
-    macros = _macro_list(raw.get("macros"), where, "macros")
+    macros = macro_list(raw.get("macros"), where, "macros")
     models_raw = {} if raw.get("models") is None else raw["models"]
     if not isinstance(models_raw, dict):
         raise UsageError(f"{where}: 'models' must be a mapping of model ID to settings")
-    port = _substitute(raw.get("startPort", START_PORT), macros)
+    port = substitute(raw.get("startPort", START_PORT), macros)
     if isinstance(port, bool) or not isinstance(port, int) or port < 1:
         raise UsageError(f"{where}: startPort must be a whole number of at least 1, not {port!r}")
     models: list[SwapModel] = []
@@ -136,24 +139,12 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _strings(value: object) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(key)
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
 def _substitute_env(text: str, where: str, environ: Mapping[str, str]) -> str:
     """${env.NAME} in the raw text, as llama-swap's substituteEnvMacros (comments are not scanned)."""
     parsed = _load(text, where)
-    for name in dict.fromkeys(m for s in _strings(parsed) for m in _ENV_USE.findall(s)):
+    for name in dict.fromkeys(m for s in strings(parsed) for m in _ENV_USE.findall(s)):
         slug = "${env." + name + "}"
-        users = [mid for mid, m in _mapping(parsed.get("models")).items() if any(slug in s for s in _strings(m))]
+        users = [mid for mid, m in _mapping(parsed.get("models")).items() if any(slug in s for s in strings(m))]
         place = f"model {users[0]}" if users else "top level"
         value = environ.get(name)
         if value is None:
@@ -168,87 +159,11 @@ def _mapping(value: Value) -> dict[str, Value]:
     return value if isinstance(value, dict) else {}
 
 
-def _macro_list(value: Value, where: str, context: str) -> Macros:
-    if value is None:
-        return []
-    if not isinstance(value, dict):
-        raise UsageError(f"{where}: {context} must be a mapping")
-    out: Macros = []
-    for name, item in value.items():
-        name = str(name)
-        problem = None
-        if len(name) >= 64:
-            problem = "exceeds maximum length of 63 characters"
-        elif not _MACRO_NAME.match(name):
-            problem = "contains invalid characters, must match ^[a-zA-Z0-9_-]+$"
-        elif name in _RESERVED:
-            problem = "is reserved"
-        elif not isinstance(item, (str, int, float, bool)):
-            problem = "must be a string, number or boolean"
-        elif isinstance(item, str) and "${" + name + "}" in item:
-            problem = "contains a self-reference"
-        if problem is not None or not isinstance(item, (str, int, float, bool)):
-            raise UsageError(f"{where}: {context}: macro '{name}' {problem}")
-        out.append((name, item))
-    return out
-
-
-def _go_str(value: Scalar) -> str:
-    """Go's fmt %v of a YAML scalar, as llama-swap writes a macro value into a string."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _go_float(value)
-    return str(value)
-
-
-def _go_float(value: float) -> str:
-    """strconv 'g' with shortest digits: exponent form below 1e-4 and from 1e6 on."""
-    if math.isnan(value) or math.isinf(value):
-        return "NaN" if math.isnan(value) else "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "0"
-    shortest = Decimal(repr(abs(value))).normalize()
-    digits = "".join(map(str, shortest.as_tuple().digits))
-    exp = len(digits) - 1 + int(shortest.as_tuple().exponent)
-    sign = "-" if value < 0 else ""
-    if -4 <= exp < 6:
-        return sign + format(shortest, "f")
-    frac = "." + digits[1:] if len(digits) > 1 else ""
-    return f"{sign}{digits[0]}{frac}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-
-
-def _substitute(value: Value, macros: Macros) -> Value:
-    """substituteMacroList: each macro once, last declared first; a whole-string use keeps the type."""
-    for name, macro in reversed(macros):
-        value = _substitute_one(value, "${" + name + "}", macro)
-    return value
-
-
-def _substitute_one(value: Value, slug: str, macro: Scalar) -> Value:
-    if isinstance(value, str):
-        if value == slug:
-            return macro
-        return value.replace(slug, _go_str(macro))
-    if isinstance(value, dict):
-        return {k: _substitute_one(v, slug, macro) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute_one(v, slug, macro) for v in value]
-    return value
-
-
-def _merge(model_id: str, glob: Macros, local: Macros) -> Macros:
-    """mergeModelMacros: MODEL_ID first, then globals; a model macro replaces a global in place."""
-    merged: dict[str, Scalar] = dict([("MODEL_ID", model_id), *glob])
-    merged.update(local)
-    return list(merged.items())
-
-
 def _model(model_id: str, value: Value, glob: Macros, port: int, where: str) -> tuple[SwapModel, int]:
     here = f"{where}: model {model_id}"
     if not isinstance(value, dict):
         raise UsageError(f"{here}: the settings must be a mapping")
-    local = _macro_list(value.get("macros"), where, f"model {model_id}")
+    local = macro_list(value.get("macros"), where, f"model {model_id}")
     settings: dict[str, Value] = {k: v for k, v in value.items() if k != "macros"}
     had_cmd = settings.get("cmd") is not None
     for key in ("cmd", "cmdStop"):
@@ -256,20 +171,20 @@ def _model(model_id: str, value: Value, glob: Macros, port: int, where: str) -> 
             settings[key] = strip_comments(str(settings[key]))
     if settings.get("proxy") is None:
         settings["proxy"] = DEFAULT_PROXY
-    settings = _mapping(_substitute(settings, _merge(model_id, glob, local)))
+    settings = _mapping(substitute(settings, merge(model_id, glob, local)))
     cmd = _text(settings.get("cmd"), here, "cmd")
     proxy = _text(settings.get("proxy"), here, "proxy")
     assigned: int | None = None
     if "${PORT}" in cmd:
         assigned, port = port, port + 1
-        settings = _mapping(_substitute(settings, [("PORT", assigned)]))
+        settings = _mapping(substitute(settings, [("PORT", assigned)]))
         cmd, proxy = _text(settings.get("cmd"), here, "cmd"), _text(settings.get("proxy"), here, "proxy")
     elif "${PORT}" in proxy:
         what = "proxy uses ${PORT} but cmd does not - ${PORT} is only available when used in cmd"
         if "proxy" not in value or value.get("proxy") is None:
             what = f"cmd does not use ${{PORT}} and there is no proxy: (llama-swap's default is {DEFAULT_PROXY})"
         raise UsageError(f"{here}: {what}")
-    _check_leftovers(settings, here, [n for n, _ in glob + local])
+    check_leftovers(settings, here, [n for n, _ in glob + local])
     argv = sanitize_command(cmd) if had_cmd else ()
     if had_cmd and not argv:
         raise UsageError(f"{here}: cmd is empty")
@@ -295,7 +210,7 @@ def _text(value: Value, here: str, key: str) -> str:
         return ""
     if isinstance(value, (list, dict)):
         raise UsageError(f"{here}: {key} must be text, not a {'list' if isinstance(value, list) else 'mapping'}")
-    return _go_str(value)
+    return go_str(value)
 
 
 def _list(value: Value, here: str, key: str) -> list[Value]:
@@ -316,18 +231,6 @@ def _environment(value: Value, here: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _check_leftovers(settings: dict[str, Value], here: str, declared: list[str]) -> None:
-    """validateMacroUses: nothing of the form ${name} may survive (except ${PID} in cmdStop)."""
-    for key, value in settings.items():
-        for text in _strings(value):
-            for name in _MACRO_USE.findall(text):
-                if name == "PID" and key == "cmdStop":
-                    continue
-                why = " (llama-swap expands macros once, last declared first: a macro may only use" \
-                      " macros declared before it, and macros may not refer to each other in a cycle)"
-                raise UsageError(f"{here}: {key}: unknown macro '${{{name}}}'" + (why if name in declared else ""))
-
-
 def _check_aliases(models: list[SwapModel], where: str) -> None:
     owner: dict[str, str] = {}
     for model in models:
@@ -344,78 +247,9 @@ def _note(key: str, value: Value, reasons: Mapping[str, str]) -> str:
     elif isinstance(value, list):
         shown = f"[{len(value)} entries]"
     else:
-        shown = "null" if value is None else _go_str(value)
+        shown = "null" if value is None else go_str(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
     return f"not carried: {key}={shown} ({reasons.get(key, 'no specd equivalent')})"
 
-
-def strip_comments(cmd: str) -> str:
-    """StripComments: drop lines whose first non-blank character is '#'."""
-    return "\n".join(line for line in cmd.split("\n") if not line.strip().startswith("#"))
-
-
-def sanitize_command(cmd: str) -> tuple[str, ...]:
-    """SanitizeCommand: drop comment lines, turn a trailing backslash into a space, split POSIX-style."""
-    lines = []
-    for line in cmd.split("\n"):
-        trimmed = line.strip()
-        if trimmed.startswith("#"):
-            continue
-        lines.append(trimmed[:-1] + " " if trimmed.endswith("\\") else line)
-    return split_posix("\n".join(lines))
-
-
-_END = ""  # stands for "no next character"
-
-
-def _escape(state: str, char: str, nxt: str) -> str | None:
-    """golib shlex Posix.Escape: None = not an escape, _END = drop both, else the escaped char."""
-    if char != "\\" or state == "'":
-        return None
-    if nxt in ("\n", _END):
-        return _END
-    if state == '"' and nxt not in '$`"\\':
-        return None
-    return nxt
-
-
-def split_posix(line: str) -> tuple[str, ...]:
-    """A port of github.com/billziss-gh/golib/shlex Dialect.Split for the Posix dialect."""
-    tokens: list[str] = []
-    token: list[str] | None = None
-    state = [" "]
-    i = 0
-    while i < len(line):
-        char, nxt = line[i], line[i + 1] if i + 1 < len(line) else _END
-        i += 1
-        top = state[-1]
-        esc = _escape(top, char, nxt)
-        if esc is not None:
-            i += 1 if nxt != _END else 0
-            if esc == _END:
-                continue
-        if top == " ":
-            if esc is not None or char not in "\"' \t\n":
-                state.append("A")
-                token = (token or []) + [esc if esc is not None else char]
-            elif char in "\"'":
-                state += ["A", char]
-                token = []
-        elif top == "A":
-            if esc is None and char in "\"'":
-                state.append(char)
-            elif esc is None and char in " \t\n":
-                state.pop()
-                tokens.append("".join(token or []))
-                token = None
-            else:
-                token = (token or []) + [esc if esc is not None else char]
-        elif esc is None and char == top:
-            state.pop()
-        else:
-            token = (token or []) + [esc if esc is not None else char]
-    if token is not None:
-        tokens.append("".join(token))
-    return tuple(tokens)
 

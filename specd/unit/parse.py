@@ -6,11 +6,13 @@ Used by `specd import`, and to find the alias and port of a unit whose profile f
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from specd.errors import UsageError
 from specd.unit.syntax import (
+    SPECIFIER_MEANINGS,
     UnitContext,
     expand_variables,
     logical_lines,
@@ -19,6 +21,7 @@ from specd.unit.syntax import (
     read_unit_text,
     referenced_variables,
     resolve_specifiers,
+    specifiers_in,
     split_words,
 )
 
@@ -88,6 +91,15 @@ class ParsedUnit:
     directives: tuple[Directive, ...]  # everything but ExecStart= and Environment=, as written
     notes: tuple[str, ...]  # where each resolved value came from (specifiers, variables, files)
     assigned: dict[str, str]  # what Environment= lines set (EnvironmentFile= variables are not copied)
+    unset: tuple[str, ...] = ()  # variables ExecStart= uses that nothing sets (they expand to nothing)
+    skipped_files: tuple[str, ...] = ()  # optional EnvironmentFile=s that do not exist here
+
+    def unset_cause(self) -> str:
+        """Why a value of the command is empty, when variables it uses are unset: for a refusal."""
+        if not self.unset:
+            return ""
+        files = "".join(f"; EnvironmentFile=-{path} does not exist here" for path in self.skipped_files)
+        return f"ExecStart= uses ${', $'.join(self.unset)}, which nothing sets here{files}"
 
 
 def _exec_words(value: str, where: str) -> list[str]:
@@ -97,21 +109,28 @@ def _exec_words(value: str, where: str) -> list[str]:
     return words
 
 
-def _environment_file(value: str, context: UnitContext, here: str, notes: list[str]) -> dict[str, str]:
-    """An EnvironmentFile= line's variables; `-path` may be missing, as systemd allows."""
+def _environment_file(value: str, context: UnitContext, here: str, notes: list[str],
+                      skipped: list[str]) -> dict[str, str]:
+    """An EnvironmentFile= line's variables: a path or a glob (files in name order, later ones winning),
+    which may match nothing or be unreadable when prefixed with `-`, as systemd allows."""
     optional = value.startswith("-")
-    path = Path(resolve_specifiers(value.removeprefix("-"), context, here))
-    try:
-        file_text = read_unit_text(path)
-    except UsageError:
-        if optional:
-            notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
-            return {}
-        raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
-                         "the unit too (prefix it with - if it is optional)") from None
-    loaded = parse_environment_file(file_text, str(path))
-    if loaded:
-        notes.append(f"{', '.join(sorted(loaded))} from EnvironmentFile={path}")
+    pattern = resolve_specifiers(value.removeprefix("-"), context, here)
+    paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    loaded: dict[str, str] = {}
+    for path in paths or [pattern]:
+        try:
+            file_text = read_unit_text(Path(path))
+        except UsageError:
+            if optional:
+                notes.append(f"EnvironmentFile={path} (optional) does not exist here: skipped")
+                skipped.append(path)
+                continue
+            raise UsageError(f"{here}: EnvironmentFile={path} cannot be read; systemd would refuse to start "
+                             "the unit too (prefix it with - if it is optional)") from None
+        variables = parse_environment_file(file_text, path)
+        if variables:
+            notes.append(f"{', '.join(sorted(variables))} from EnvironmentFile={path}")
+        loaded.update(variables)
     return loaded
 
 
@@ -127,8 +146,12 @@ class _Service:
     directives: list[Directive] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    specifiers: set[str] = field(default_factory=set)  # used where specd resolves them itself
+
     def take(self, directive: Directive, here: str) -> None:
         key, value = directive.key, directive.value
+        if directive.section == "Service" and key in ("ExecStart", "Environment", "EnvironmentFile"):
+            self.specifiers |= specifiers_in(value)
         if directive.section != "Service" or key not in ("ExecStart", "Environment", "EnvironmentFile"):
             self.directives.append(directive)
         elif key == "ExecStart":
@@ -162,22 +185,29 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
                 section = line.text[1:-1]
             elif "=" not in line.text:
                 service.notes.append(f"{here}: {line.text[:60]!r} is neither a [Section] nor KEY=value; "
-                                     "systemd ignores it")
+                                     "systemd ignores it, so nothing on it reaches the server (if it continues "
+                                     "the line before, that line lacks its trailing \\)")
             else:
                 key, value = (part.strip() for part in line.text.split("=", 1))
                 service.take(Directive(section, key, value, line.line), here)
     if not service.exec_start:
         raise UsageError(f"{where}: no ExecStart= in its [Service] section")
     environment = dict(service.assigned)
+    skipped: list[str] = []
     for directive, here in service.files:  # systemd: EnvironmentFile= variables win over Environment=
-        environment.update(_environment_file(directive.value, context, here, service.notes))
+        environment.update(_environment_file(directive.value, context, here, service.notes, skipped))
     notes = service.notes
+    for code in sorted(service.specifiers & set(SPECIFIER_MEANINGS)):
+        notes.append(f"%{code} is {context.specifier(code)!r}: {SPECIFIER_MEANINGS[code]} "
+                     f"({context.unit_name}, {context.scope} manager)")
     for name in sorted(referenced_variables(service.exec_start)):
         source = "unset: expands to nothing" if name not in environment else "from the unit's environment"
         notes.append(f"ExecStart ({service.exec_line}) uses ${name}: {source}")
     argv = expand_variables(service.exec_start, environment)
     directives = (*service.directives, *(directive for directive, _ in service.files))
-    return ParsedUnit(UnitCommand(argv, environment), directives, tuple(notes), service.assigned)
+    unset = tuple(sorted(referenced_variables(service.exec_start) - set(environment)))
+    return ParsedUnit(UnitCommand(argv, environment), directives, tuple(notes), service.assigned, unset,
+                      tuple(skipped))
 
 
 def parse_unit(text: str, where: str = "unit") -> UnitCommand:

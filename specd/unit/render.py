@@ -69,9 +69,10 @@ def _format(value: object) -> str:
     return str(value)
 
 
-def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
-    """The exact argv the unit will run; every flag is checked against the binary's --help."""
-    argv = [str(profile.binary)]
+def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
+    """The profile's top-level typed keys as flags, in the keys' order."""
+    argv: list[str] = []
+    environment = dict(profile.env)
     for key in TOP_KEYS:
         value = getattr(profile, key.name) if key.flags else None
         if value is None or value is False:
@@ -81,14 +82,27 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
         elif key.kind is bool:
             argv.append(_spelling(flags, key, profile))
         else:
-            argv += [_spelling(flags, key, profile), _format(value)]
+            written = dict(profile.written_paths).get(key.name, _format(value))
+            if environment.get(flags.variable_of(key.flags[0])) == written:
+                continue  # llama-server reads this setting from its LLAMA_ARG_* variable in [env]
+            argv += [_spelling(flags, key, profile), written]
+    return argv
+
+
+def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
+    """The exact argv the unit will run; every flag is checked against the binary's --help."""
+    if profile.router and not flags.has("--models-dir"):
+        raise PreflightError(f"profile '{profile.name}': router = true, but {profile.binary} has no router mode "
+                             "(no --models-dir in its --help): without a model it would not start")
+    argv = [str(profile.binary), *_typed_flags(profile, flags)]
     spec = profile.speculative
     if spec.type != "none":
         argv += ["--spec-type", flags.spec_type_spelling(spec.type, profile_name=profile.name)]
         for key in SPECULATIVE_KEYS:
             value = getattr(spec, key.name)
             if value is not None and key.name != "type":
-                argv += [_spelling(flags, key, profile), _format(value)]
+                written = dict(profile.written_paths).get(f"speculative.{key.name}", _format(value))
+                argv += [_spelling(flags, key, profile), written]
     taken = {flags.canonical(a) for a in argv[1:] if a.startswith("-")}
     for arg in profile.args:
         if arg.startswith("-") and flags.canonical(arg) in taken and arg != "--metrics":

@@ -194,6 +194,21 @@ def resolve_specifiers(text: str, context: UnitContext, where: str) -> str:
     return re.sub(r"%(.)", replace, text)
 
 
+SPECIFIER_MEANINGS = {
+    "h": "the home directory of the manager's user", "u": "the manager's user", "U": "the manager's user id",
+    "g": "the manager's group", "G": "the manager's group id", "n": "the unit's full name",
+    "N": "the unit's name without its type", "p": "the unit's prefix", "P": "the unit's prefix, unescaped",
+    "i": "the unit's instance", "I": "the unit's instance, unescaped", "j": "the last part of the prefix",
+    "J": "the last part of the prefix, unescaped", "t": "the runtime directory", "S": "the state directory",
+    "C": "the cache directory", "E": "the configuration directory", "L": "the log directory",
+}
+
+
+def specifiers_in(text: str) -> set[str]:
+    """The specifier codes `text` uses (%% is not one)."""
+    return {code for code in re.findall(r"%(.)", text) if code != "%"}
+
+
 _NAME_SPECIFIERS = frozenset("nNpPiIjJ")
 
 

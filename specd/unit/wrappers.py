@@ -1,7 +1,8 @@
 """Find the llama-server command inside the wrappers real units put around it.
 
-Imported: `/usr/bin/env [-i] [VAR=value ...] llama-server ...` and `bash|sh -c|-lc 'exec llama-server
-...'` whose script is one command (optionally after `cd DIR &&`). Refused, naming the wrapper: a
+Imported: `/usr/bin/env [-i] [VAR=value ...] llama-server ...` and `bash|sh -c|-lc 'SCRIPT'` whose
+script ends in a llama-server command that can be known before the unit starts (specd/unit/shell.py
+follows it without running it). Refused, naming the wrapper: a
 container (`docker|podman run ... IMAGE llama-server ...`: the profile would have to manage the
 image, devices and the published port, which specd does not do — run llama-server natively, or
 keep the unit by hand) and a script with no llama-server arguments (specd cannot see into it).
@@ -10,11 +11,13 @@ keep the unit by hand) and a script with no llama-server arguments (specd cannot
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from specd.errors import UsageError
+from specd.profiles.keys import BY_FLAG
+from specd.unit.shell import script_command
+from specd.unit.syntax import read_unit_text
 
 SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 CONTAINERS = frozenset({"docker", "podman", "nerdctl"})
@@ -36,52 +39,18 @@ def is_llama_server(program: str) -> bool:
     return name == "server" or re.fullmatch(r"(ik[-_])?llama[-_]server([-_.][\w.]+)?", name) is not None
 
 
-def _shell_script(script: str, where: str, environment: dict[str, str]) -> tuple[list[str], list[str]]:
-    notes: list[str] = []
-    try:
-        lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|")
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError as exc:
-        raise UsageError(f"{where}: cannot read the shell script {script[:80]!r}: {exc}") from exc
-    commands: list[list[str]] = [[]]
-    for token in tokens:
-        if token in ("&&", ";"):
-            commands.append([])
-        elif token in ("|", "||", "&", "|&"):
-            raise UsageError(f"{where}: the shell script runs more than one llama-server command ({token!r}): "
-                             "write the llama-server command into ExecStart= directly, then import")
-        else:
-            commands[-1].append(token)
-    commands = [c for c in commands if c]
-    for command in commands[:-1]:
-        if command[0] == "cd" and len(command) == 2:
-            notes.append(f"the script's `cd {command[1]}` becomes WorkingDirectory= ... not carried: "
-                         "relative paths in the command are kept as written")
-        elif command[0] == "export" or all(re.fullmatch(r"[A-Za-z_]\w*=.*", w) for w in command):
-            for word in command[1:] if command[0] == "export" else command:
-                name, _, value = word.partition("=")
-                environment[name] = value
-        else:
-            raise UsageError(f"{where}: the shell script runs {' '.join(command)[:60]!r} before llama-server; "
-                             "specd imports one llama-server command: move the rest to ExecStartPre=")
-    last = commands[-1] if commands else []
-    if last and last[0] == "exec":
-        last = last[1:]
-    expanded: list[str] = []
-    for word in last:
-        unresolved = re.findall(r"\$\{?([A-Za-z_]\w*)\}?", word)
-        missing = [name for name in unresolved if name not in environment]
-        if missing:
-            raise UsageError(f"{where}: the shell script uses ${missing[0]}, which neither the unit nor the script "
-                             "sets; specd cannot tell its value (set it with Environment=)")
-        value = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: environment[m.group(1)], word)
-        expanded.extend(value.split() if re.fullmatch(r"\$\{?[A-Za-z_]\w*\}?", word) else [value])
-    return expanded, notes
+def _read_sourced(path: str) -> str | None:
+    """A file a wrapper script sources, as the shell would find it when the unit starts (None: absent)."""
+    file = Path(path)
+    return read_unit_text(file) if file.is_file() else None
 
 
-def unwrap(argv: list[str], environment: dict[str, str], where: str) -> Unwrapped:
-    """The llama-server argv inside `argv`; refuses wrappers specd cannot carry, naming them."""
+def unwrap(argv: list[str], environment: dict[str, str], where: str, *,
+           manager_environment: dict[str, str] | None = None) -> Unwrapped:
+    """The llama-server argv inside `argv`; refuses wrappers specd cannot carry, naming them.
+
+    manager_environment: what the service manager itself gives every service (HOME, USER of a
+    user unit); a shell script may use it, the profile does not need to carry it."""
     notes: list[str] = []
     env: dict[str, str] = {}
     for _ in range(3):  # env inside bash -c inside env is as deep as real units go
@@ -99,17 +68,23 @@ def unwrap(argv: list[str], environment: dict[str, str], where: str) -> Unwrappe
             argv = rest
             continue
         if program in SHELLS:
-            flags = [a for a in argv[1:] if a.startswith("-")]
             script_index = next((i for i, a in enumerate(argv) if i > 0 and not a.startswith("-")), None)
-            if script_index is None or not any("c" in f for f in flags):
-                raise UsageError(f"{where}: ExecStart= runs the shell {argv[0]} without -c 'command': specd cannot "
-                                 "see the llama-server command; put it in ExecStart= directly")
-            inner, script_notes = _shell_script(argv[script_index], where, {**environment, **env})
+            flags = argv[1:script_index]  # the shell's own options come before its script
+            if script_index is None or not any("c" in f for f in flags if not f.startswith("--")):
+                what = f"the script {argv[script_index]}" if script_index is not None else "no script"
+                raise UsageError(f"{where}: ExecStart= runs the shell {argv[0]} with {what}, not -c 'command': specd "
+                                 "cannot see into a script file; write the llama-server command it runs into "
+                                 "ExecStart= directly, then import")
+            script = script_command(argv[script_index], {**(manager_environment or {}), **environment, **env},
+                                    where, read_source=_read_sourced)
             notes.extend([f"unwrapped `{argv[0]} {' '.join(flags)}`: imported the llama-server command of its script",
-                          *script_notes])
-            if not inner:
-                raise UsageError(f"{where}: the shell script has no command")
-            argv = inner
+                          *script.notes])
+            if any("l" in flag for flag in flags if not flag.startswith("--")) or "--login" in flags:
+                notes.append("a login shell also reads /etc/profile and ~/.profile first: specd did not follow them")
+            env.update(script.exported)
+            if script.exported:
+                notes.append(f"the script exports {', '.join(sorted(script.exported))}: they go to [env]")
+            argv = script.argv
             continue
         break
     return _server_command(argv, env, notes, where)
@@ -132,6 +107,10 @@ def _server_command(argv: list[str], env: dict[str, str], notes: list[str], wher
         raise UsageError(f"{where}: ExecStart= runs {argv[0]} with no arguments, a wrapper script specd cannot "
                          "see into; write the llama-server command it runs into ExecStart= (or a copy of the unit) "
                          "and import that")
+    if not is_llama_server(argv[0]) and not any(arg.split("=", 1)[0] in BY_FLAG for arg in argv[1:]):
+        raise UsageError(f"{where}: ExecStart= runs {' '.join(argv)[:80]}: neither the program's name nor its "
+                         "arguments are llama-server's, so it is a wrapper specd cannot see into; write the "
+                         "llama-server command it runs into ExecStart= (or a copy of the unit) and import that")
     if not is_llama_server(argv[0]):
         notes.append(f"{argv[0]} is taken as the llama-server binary (its name does not say so)")
     return Unwrapped(argv, env, tuple(notes))

@@ -14,7 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-_SERVER_NAME = re.compile(r"(^|[-_])llama[-_]server$")
+# llama-server, a fork's renamed copy (ik_llama-server, ...), or `server`: llama.cpp's name for the
+# same program until June 2024 (units of old builds still run it).
+_SERVER_NAME = re.compile(r"(^|[-_])llama[-_]server$|^server$")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
 _SHELL_SYNTAX = re.compile(r"[;|&<>()`$\n*?]")
 _NAMES = re.compile(r"^(-[\w-]+(?:,\s*-[\w-]+)*)")
@@ -67,8 +69,39 @@ def _unwrap_env(words: list[str]) -> list[str]:
     return words[index:]
 
 
-def server_command(path: str, argv: tuple[str, ...]) -> ServerCommand | NotAServerCommand:
-    """Find llama-server in [path, *argv]; `env` and `sh -c 'exec? simple command'` are looked through."""
+# bash looks a function up before its builtins (outside POSIX mode), so a function named exec sees
+# the exact argv the script would exec, after the real shell did all of its expansion.
+_EXEC_RECORDER = 'exec() { printf "%s\\0" "$@" > "$SPECD_TRUTH_EXEC_RECORD"; builtin exit 0; }\n'
+
+
+def run_shell_program(shell: str, options: list[str], script: str, env: dict[str, str],
+                      work: Path) -> list[str] | None:
+    """What a bash script execs, as the real bash computes it (None: it execs nothing, or it is not bash).
+
+    The script runs in `work` with PATH pointing at an empty folder, so only the shell's builtins and
+    programs named by absolute path could run; `exec` is a recording function. A login shell's
+    profile files are not read (-l is dropped): they would set PATH and run programs of this box."""
+    if _basename(shell) != "bash":
+        return None
+    record = work / "exec-record"
+    record.unlink(missing_ok=True)
+    empty = work / "empty-path"
+    empty.mkdir(exist_ok=True)
+    flags = [o.replace("l", "") for o in options if not o.startswith("--")]
+    flags = [f for f in flags if f not in ("-", "")]
+    subprocess.run([shell, *flags, _EXEC_RECORDER + script], cwd=work, capture_output=True, timeout=30,
+                   check=False, env={**env, "PATH": str(empty), "SPECD_TRUTH_EXEC_RECORD": str(record)})
+    if not record.exists():
+        return None
+    data = record.read_bytes().decode()
+    return data.split("\0")[:-1] if data else None
+
+
+def server_command(path: str, argv: tuple[str, ...], env: dict[str, str] | None = None,
+                   work: Path | None = None) -> ServerCommand | NotAServerCommand:
+    """Find llama-server in [path, *argv]; `env` and `sh -c 'exec? simple command'` are looked through.
+    With the program's environment and a folder to work in, a bash program (variables, tests,
+    `$(...)`) is run by the real bash up to its `exec` (run_shell_program)."""
     words = [path, *argv]
     while words:
         program = _basename(words[0])
@@ -85,6 +118,10 @@ def server_command(path: str, argv: tuple[str, ...]) -> ServerCommand | NotAServ
                 target = rest[0] if rest else program
                 return NotAServerCommand(f"{program} runs the script {target}", (program, _basename(target)))
             script = rest[0]
+            ran = run_shell_program(words[0], options, script, env, work) if env is not None and work else None
+            if ran:
+                words = ran
+                continue
             if _SHELL_SYNTAX.search(script):
                 return NotAServerCommand(f"{program} -c runs a shell program, not one command", (program, "shell"))
             try:

@@ -1,7 +1,8 @@
 """`specd import` on real units and llama-swap configs from public repositories (tests/corpus).
 
 For every unit: systemd itself says what the unit runs (tests/system/systemd_truth.py: load it
-into the private manager, then let systemd do its exec-time expansion in a probe). `specd import`
+into the private manager, then let systemd do its exec-time expansion in a probe); when that is a
+`bash -c` program, the real bash runs it up to its `exec` (tests/system/server_argv.py). `specd import`
 turns the unit into a profile; the profile is rendered back into a unit (`specd show --json`, or
 the same render without the box checks when `show` refuses only because the unit's binary or
 model is not on this machine), and that unit goes through the same systemd truth. Outcomes:
@@ -33,7 +34,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -55,16 +56,16 @@ pytestmark = pytest.mark.systemd
 
 CORPUS = REPO / "tests" / "corpus"
 UNITS = sorted((CORPUS / "units").iterdir())
+# Gathered after the importer was built (SOURCES.md says how): not used to develop it, so its
+# figure is held out; reported apart, held to the same no-silent-error rule, not to the bar.
+HELD_OUT = sorted((CORPUS / "units-heldout").iterdir())
 SWAP_CONFIGS = sorted((CORPUS / "llama-swap").iterdir())
 MANIFEST = tomllib.loads((CORPUS / "manifest.toml").read_text())
 RESULTS = REPO / "benchmarks" / "results"
-ROUND_TRIP_BAR = 0.90  # issue 11's bar; reported in the results file, not yet met (see below)
-# What the importer reaches today (33 of 39, 2026-11-24): a floor, so any regression fails. The six
-# units that do not round-trip are refused by name and cannot be imported by any importer: a
-# wrapper script with no arguments, two shell programs (conditions, `$(...)`), an EnvironmentFile=
-# that is nowhere in its repository, one whose only model comes from an optional env file that is
-# missing, and a Unix-socket --host (specd's gate and proxy speak TCP).
-ROUND_TRIP_FLOOR = 33 / 39
+ROUND_TRIP_BAR = 0.90  # issue 11's bar. The units that do not round-trip are refused by name, with causes
+# no importer can remove: a wrapper script with no arguments that picks flags from nvidia-smi at start,
+# a --model whose variable comes from an optional env file that is not in its repository, and a
+# Unix-socket --host (specd's gate and proxy speak TCP).
 Outcome = Literal["round-trips", "refused", "refused-unclear", "accepted-then-refused", "silently-wrong",
                   "traceback"]
 _SOURCE_ROW = re.compile(r"^\| `([^`]+)` \| \[([^\]]+)\]\([^)]*\) \| `([^`]+)` \| `([0-9a-f]{40})` \|", re.MULTILINE)
@@ -97,7 +98,8 @@ def _sources() -> dict[str, str]:
 
 def test_every_corpus_file_is_listed_with_its_source() -> None:
     listed = _sources()
-    on_disk = {p.name for folder in ("units", "llama-swap", "support") for p in (CORPUS / folder).iterdir()}
+    on_disk = {p.name for folder in ("units", "units-heldout", "llama-swap", "support")
+               for p in (CORPUS / folder).iterdir()}
     assert on_disk == set(listed), f"not in SOURCES.md: {on_disk - set(listed)}; listed but absent: {set(listed) - on_disk}"
     assert len(UNITS) >= 25 and len(SWAP_CONFIGS) >= 3
 
@@ -125,7 +127,7 @@ def _install_originals(manager: PrivateSystemd) -> list[tuple[Path, str, str]]:
     """(corpus file, unit name, what to pass to --from) for each corpus unit, installed in the manager."""
     home = manager.env["HOME"]
     installed = []
-    for index, file in enumerate(UNITS):
+    for index, file in enumerate([*UNITS, *HELD_OUT]):
         meta = MANIFEST.get(file.name, {})
         for support in meta.get("support", []):
             target = Path(str(support["to"]).replace("%h", home))
@@ -146,12 +148,16 @@ def _install_originals(manager: PrivateSystemd) -> list[tuple[Path, str, str]]:
     return installed
 
 
-def _point_at_environment_file(manager: PrivateSystemd, unit: str, entry: dict[str, str], home: Path) -> None:
+def _point_at_environment_file(manager: PrivateSystemd, unit: str, entry: dict[str, Any], home: Path) -> None:
     """The repository's copy of an EnvironmentFile= that lives outside HOME, and a drop-in that points
-    the unit at it (as `systemctl edit` would); the unit file stays verbatim."""
+    the unit at it (as `systemctl edit` would); the unit file stays verbatim. `filled_in` does what the
+    repository's installer does to its template: `sed -i "s|NAME=.*|NAME=VALUE|"`, in order."""
     copy = home / "corpus-environment" / Path(entry["file"]).name
     copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes((CORPUS / entry["file"]).read_bytes())
+    text = (CORPUS / entry["file"]).read_text()
+    for name, value in entry.get("filled_in", []):
+        text = re.sub(rf"{re.escape(name)}=.*", lambda _, n=name, v=value: f"{n}={v}", text)
+    copy.write_text(text)
     drop_in = manager.unit_dir / f"{unit}.d" / "10-corpus-environment.conf"
     drop_in.parent.mkdir(parents=True, exist_ok=True)
     drop_in.write_text(f"# {entry['replaces']} on the unit's own machine\n[Service]\nEnvironmentFile=\n"
@@ -223,7 +229,7 @@ def _refusal_needles(attempt: Attempt, executed: truth.Executed | None,
 
 
 def _compare(original: truth.Executed, original_loaded: truth.Loaded, rendered: truth.Executed,
-             rendered_loaded: truth.Loaded, aliases: Aliases, base: dict[str, str]) -> list[str]:
+             rendered_loaded: truth.Loaded, aliases: Aliases, base: dict[str, str], work: Path) -> list[str]:
     problems: list[str] = []
     if original.argv is None:
         # systemd would not start the original (a required EnvironmentFile= is missing): the render
@@ -238,8 +244,8 @@ def _compare(original: truth.Executed, original_loaded: truth.Loaded, rendered: 
         return problems
     if rendered.argv is None:
         return [f"the rendered unit would not start: {rendered.failure}"]
-    before_command = server_command(original.path, original.argv)
-    after_command = server_command(rendered.path, rendered.argv)
+    before_command = server_command(original.path, original.argv, original.env, work)
+    after_command = server_command(rendered.path, rendered.argv, rendered.env, work)
     if isinstance(before_command, NotAServerCommand) or isinstance(after_command, NotAServerCommand):
         if (original.path, original.argv) != (rendered.path, rendered.argv):
             problems.append(f"command differs: {[original.path, *original.argv]} -> {[rendered.path, *rendered.argv]}")
@@ -285,9 +291,13 @@ def _write_results(section: str, rows: list[Row], summary: dict[str, object]) ->
     lines = ["# `specd import` on the real-world corpus (tests/corpus)", "",
              f"- command: `{data['command']}`", f"- machine: {data['machine']}", f"- date: {data['date']}",
              f"- specd commit: {commit}",
-             ("- in-sample: the corpus is the test; truth is the real systemd's parse "
-              "and exec-time expansion of each original unit; see tests/system/test_corpus.py"), ""]
-    for name in ("units", "llama_swap"):
+             ("- truth: the real systemd's parse and exec-time expansion of each original unit (a bash "
+              "program: what the real bash execs); see tests/system/test_corpus.py"),
+             ("- baseline: specd's importer before issue 11, on the same 39 units: 3 round-trip "
+              "(this file at commit 9942713)"),
+             ("- units: in-sample (the importer was developed on them); units_heldout: held out (gathered "
+              "after it was built, every file of one search; tests/corpus/SOURCES.md)"), ""]
+    for name in ("units", "units_heldout", "llama_swap"):
         if name not in data:
             continue
         lines += [f"## {name}", "", "summary: " + json.dumps(data[name]["summary"]), "",
@@ -320,7 +330,8 @@ def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: Private
     rendered_units: dict[str, str] = {}
     for index, attempt in enumerate(attempts):
         executed = original_exec.get(attempt.unit)
-        command = server_command(executed.path, executed.argv) if executed and executed.argv is not None else None
+        command = (server_command(executed.path, executed.argv, executed.env, tmp_path)
+                   if executed and executed.argv is not None else None)
         imported = _specd(env, "import", attempt.profile, "--from", attempt.import_from)
         message = (imported.stderr or imported.stdout).strip()
         source = sources.get(attempt.file.name, "?")
@@ -368,24 +379,28 @@ def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: Private
                              f"imported, but systemd does not load the original: {attempt.original.load_state} "
                              f"{attempt.original.load_error}")
             continue
-        problems = _compare(original, attempt.original, rendered_exec[file], loaded, aliases, base)
+        problems = _compare(original, attempt.original, rendered_exec[file], loaded, aliases, base, tmp_path)
         rows[file] = Row(file, source, "silently-wrong" if problems else "round-trips", "; ".join(problems))
     for name in rendered_units.values():
         truth.remove(systemd_manager, name)
     truth.daemon_reload(systemd_manager)
 
-    ordered = [rows[f.name] for f in UNITS]
-    counts = Counter(r.outcome for r in ordered)
-    figure = counts["round-trips"] / len(ordered)
-    summary: dict[str, object] = {"units": len(ordered), **dict(sorted(counts.items())),
-                                  "round_trip_share": round(figure, 3),
-               "bar": ROUND_TRIP_BAR, "bar_met": figure >= ROUND_TRIP_BAR}
-    _write_results("units", ordered, summary)
-    report = f"{summary}\n{_table(ordered)}"
-    assert counts["traceback"] == 0, report
-    assert counts["silently-wrong"] == 0, report
-    assert counts["refused-unclear"] + counts["accepted-then-refused"] == 0, report
-    assert figure >= ROUND_TRIP_FLOOR, report
+    report = ""
+    for section, files in (("units", UNITS), ("units_heldout", HELD_OUT)):
+        ordered = [rows[f.name] for f in files]
+        counts = Counter(r.outcome for r in ordered)
+        figure = counts["round-trips"] / len(ordered)
+        summary: dict[str, object] = {"units": len(ordered), **dict(sorted(counts.items())),
+                                      "round_trip_share": round(figure, 3)}
+        if section == "units":
+            summary |= {"bar": ROUND_TRIP_BAR, "bar_met": figure >= ROUND_TRIP_BAR}
+        _write_results(section, ordered, summary)
+        report += f"{section}: {summary}\n{_table(ordered)}\n"
+    every = Counter(r.outcome for r in rows.values())
+    assert every["traceback"] == 0, report
+    assert every["silently-wrong"] == 0, report
+    assert every["refused-unclear"] + every["accepted-then-refused"] == 0, report
+    assert sum(r.outcome == "round-trips" for f in UNITS for r in [rows[f.name]]) / len(UNITS) >= ROUND_TRIP_BAR, report
 
 
 def _normalised(name: str) -> str:

@@ -24,7 +24,6 @@ from tests.conftest import Box
 from tests.proxy_fakes import read_stream
 from tests.system.daemon_rig import RunningDaemon, chat, real_stack
 
-
 STREAM_TIMEOUT_S = 240  # a 1500-token stream from the tiny model on a loaded 2-core box
 
 

@@ -74,3 +74,21 @@ def test_real_configs_expand_as_llama_swap_would() -> None:
 def test_profile_names_from_model_ids() -> None:
     assert profile_name("qwen2.5-coder_7b") == "qwen2.5-coder_7b"
     assert profile_name("org/model:Q4 K") == "org-model-Q4-K"
+
+
+def test_a_model_set_by_llama_arg_env_becomes_the_profiles_model_and_stays_a_variable(tmp_path: Path) -> None:
+    from specd.profiles.load import load_profile
+    from specd.unit.swap_import import import_llama_swap
+
+    config = tmp_path / "config.yaml"
+    config.write_text("models:\n  coder:\n    aliases: [qwen-coder]\n    env:\n      - LLAMA_ARG_MODEL=/m/coder.gguf\n"
+                      "      - LLAMA_ARG_CTX_SIZE=30000\n    cmd: /opt/llama-server --port ${PORT}\n    ttl: 600\n")
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    [outcome], _ = import_llama_swap(config, profiles, environ={})
+    assert outcome.profile is not None, outcome.reason
+    profile = load_profile(profiles, "coder")
+    assert profile.model == Path("/m/coder.gguf") and profile.port == 5800
+    assert profile.alias == "coder,qwen-coder"  # what clients asked llama-swap for
+    assert dict(profile.env)["LLAMA_ARG_MODEL"] == "/m/coder.gguf"
+    assert outcome.result is not None and any("ttl" in row.became for row in outcome.result.rows)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from specd.errors import UsageError
-from specd.unit.importer import profile_from_unit, resolve_source
+from specd.unit.importer import profile_from_unit
+from specd.unit.locate import resolve_source
 from specd.unit.parse import read_unit
 from specd.unit.syntax import UnitContext, expand_variables, logical_lines, split_words
 
@@ -104,7 +105,10 @@ def test_bash_c_and_env_wrappers_import_the_inner_command() -> None:
 @pytest.mark.parametrize(("exec_start", "says"), [
     ("/usr/bin/docker run --rm -p 8080:8080 ghcr.io/ggml-org/llama.cpp:server -m /m.gguf", "in a container"),
     ("/usr/local/bin/start-llama.sh", "wrapper script specd cannot see into"),
-    ("/bin/bash /usr/local/bin/start-llama.sh", "without -c"),
+    ("/bin/bash /usr/local/bin/start-llama.sh", "with the script /usr/local/bin/start-llama.sh, not -c"),
+    # daruoktab/document-agent's shape: the script's own arguments (-c 16384 among them) are not bash's options
+    ("/bin/bash /srv/logged-exec.sh /srv/log /usr/local/bin/llama-server -m q.gguf -c 16384",
+     "with the script /srv/logged-exec.sh, not -c"),
     ("/bin/bash -c '/opt/llama-server -m $UNSET'", "neither the unit nor the script sets"),
 ])
 def test_wrappers_specd_cannot_carry_are_refused_naming_them(exec_start: str, says: str) -> None:
@@ -171,3 +175,47 @@ def test_carried_directives_replace_the_templates_and_add_the_rest() -> None:
     assert service == ["Type=simple", "ExecStart=/bin/a", "Restart=always", "User=llama", "ExecStartPre=/bin/true",
                        "ExecStartPre=/bin/false"]
     assert text.startswith("[Unit]\nDescription=x\n\n[Service]") and text.endswith("[Install]\nWantedBy=default.target\n")
+
+
+def test_several_environment_files_and_globs_are_read_in_order_later_ones_winning(tmp_path: Path) -> None:
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "10-model.env").write_text("MODEL=/m/a.gguf\nCTX=4096\n")
+    (tmp_path / "conf.d" / "20-override.env").write_text("CTX=8192\n")
+    (tmp_path / "last.env").write_text("FLAGS=-fa on\n")
+    text = (f"[Service]\nEnvironmentFile={tmp_path}/conf.d/*.env\nEnvironmentFile={tmp_path}/last.env\n"
+            f"EnvironmentFile=-{tmp_path}/none/*.env\nExecStart=/opt/llama-server -m ${{MODEL}} -c ${{CTX}} $FLAGS\n")
+    assert argv_of(text) == ["/opt/llama-server", "-m", "/m/a.gguf", "-c", "8192", "-fa", "on"]
+    with pytest.raises(UsageError, match=r"EnvironmentFile=.*/none/\*.env cannot be read"):
+        argv_of(f"[Service]\nEnvironmentFile={tmp_path}/none/*.env\nExecStart=/opt/llama-server\n")
+
+
+def test_import_says_what_each_specifier_resolved_to() -> None:
+    result = profile_from_unit("[Service]\nExecStart=%h/bin/llama-server -m %h/models/%i.gguf --port 9000 -a x%%\n",
+                               "t.service", "d", CTX)
+    said = [row.became for row in result.rows if row.source == "unit"]
+    assert "%h is '/home/ann': the home directory of the manager's user (llama-server@qwen.service, user manager)" in said
+    assert "%i is 'qwen': the unit's instance (llama-server@qwen.service, user manager)" in said
+    assert not any(line.startswith("%%") for line in said)
+
+
+def test_a_line_dropped_after_a_broken_continuation_is_reported_with_its_line() -> None:
+    # terR0Q/ai_runners' shape: the second line lacks its trailing backslash, so systemd drops the third.
+    text = "[Service]\nExecStart=/opt/llama-server \\\n  -m /m.gguf\n  --port 11434 --threads 6\n"
+    result = profile_from_unit(text, "t.service", "d", CTX)
+    assert result.data["port"] == 8080 and "threads" not in result.data  # what systemd runs
+    said = [row.became for row in result.rows if row.source == "unit"]
+    assert any(line.startswith("t.service line 4: '--port 11434 --threads 6' is neither") and "trailing" in line
+               for line in said), said
+
+
+def test_a_script_with_arguments_that_are_not_llama_servers_is_a_wrapper_not_a_router(tmp_path: Path) -> None:
+    # srgtuszy/rog-ally-ai's shape: `%h/gpu-setup/stack.sh daemon`. Not llama-server, and never run to ask.
+    script = tmp_path / "stack.sh"
+    ran = tmp_path / "ran"
+    script.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    script.chmod(0o755)
+    with pytest.raises(UsageError, match=r"stack.sh daemon: neither the program's name nor its arguments"):
+        imported(f"{script} daemon")
+    assert not ran.exists()
+    data = imported("/opt/bitnet/bitnet-server -m /m.gguf --port 9000")  # a renamed build: its flags say so
+    assert data["binary"] == "/opt/bitnet/bitnet-server" and data["port"] == 9000

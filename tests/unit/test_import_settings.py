@@ -1,0 +1,96 @@
+"""What llama-server does on its own, which import must see too: router mode when no model is named,
+settings from LLAMA_ARG_* variables, and refusals that name the real cause (a Unix socket, a model
+variable nothing sets). The help text below is a verbatim excerpt of the reference llama-server's
+`--help` (llama.cpp as vendored in llama-cpp-python 0.3.36)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specd.errors import PreflightError, UsageError
+from specd.profiles.flags import parse_help
+from specd.profiles.load import load_profile
+from specd.unit.importer import ImportResult, profile_from_unit, write_profile
+from specd.unit.render import build_argv
+from specd.unit.syntax import UnitContext
+
+CTX = UnitContext("llama-server.service", "user", home="/home/ann", user="ann", uid=1000)
+HELP = """\
+-c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
+                                        (env: LLAMA_ARG_CTX_SIZE)
+-m,    --model FNAME                    model path to load
+                                        (env: LLAMA_ARG_MODEL)
+-a,    --alias STRING                   set model name aliases, comma-separated (to be used by API)
+                                        (env: LLAMA_ARG_ALIAS)
+--host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
+                                        ending in .sock; with multiple TCP addresses, :: binds IPv6 only;
+                                        (env: LLAMA_ARG_HOST)
+--port PORT                             port to listen (default: 8080)
+                                        (env: LLAMA_ARG_PORT)
+--metrics                               enable prometheus compatible metrics endpoint (default: disabled)
+                                        (env: LLAMA_ARG_ENDPOINT_METRICS)
+--models-dir PATH                       directory containing models for the router server (default: disabled)
+                                        (env: LLAMA_ARG_MODELS_DIR)
+"""
+FLAGS = parse_help("/opt/llama-server", HELP)
+
+
+def imported(unit: str) -> ImportResult:
+    return profile_from_unit(unit, "/etc/systemd/system/llama-server.service", "d", CTX)
+
+
+def rendered(result: ImportResult, tmp_path: Path, help_text: str = HELP) -> list[str]:
+    write_profile(tmp_path / "p.toml", result, source="test")
+    return build_argv(load_profile(tmp_path, "p"), parse_help("/opt/llama-server", help_text))
+
+
+def test_no_model_is_router_mode_over_the_cache_as_llama_server_does_it(tmp_path: Path) -> None:
+    # The Arch package's unit with its shipped /etc/conf.d/llama.cpp (LLAMA_ARGS=""): llama-server with no model.
+    result = imported('[Service]\nEnvironment=LLAMA_ARGS=\nExecStart=/opt/llama-server $LLAMA_ARGS\n')
+    assert result.data["router"] is True and "model" not in result.data and "alias" not in result.data
+    said = [row.became for row in result.rows if row.became.startswith("router = true")]
+    assert said and "download cache" in said[0]
+    assert rendered(result, tmp_path) == ["/opt/llama-server", "--host", "127.0.0.1", "--port", "8080"]
+    old_build = HELP.split("--models-dir")[0]
+    with pytest.raises(PreflightError, match="has no router mode"):
+        rendered(result, tmp_path, old_build)
+
+
+def test_settings_from_llama_arg_variables_are_the_profiles_and_stay_variables(tmp_path: Path) -> None:
+    result = imported("[Service]\nEnvironment=LLAMA_ARG_MODEL=/m/qwen.gguf LLAMA_ARG_PORT=9001 LLAMA_ARG_CTX_SIZE=8192\n"
+                      "ExecStart=/opt/llama-server --host 0.0.0.0\n")
+    assert (result.data["model"], result.data["port"], result.data["alias"]) == ("/m/qwen.gguf", 9001, "qwen.gguf")
+    assert "router" not in result.data  # the model comes from the environment: not router mode
+    # The server keeps reading them from its environment: no --model or --port flag is added.
+    assert rendered(result, tmp_path) == ["/opt/llama-server", "--alias", "qwen.gguf", "--host", "0.0.0.0"]
+    assert load_profile(tmp_path, "p").env == (("LLAMA_ARG_CTX_SIZE", "8192"), ("LLAMA_ARG_MODEL", "/m/qwen.gguf"),
+                                               ("LLAMA_ARG_PORT", "9001"))
+
+
+def test_a_unix_socket_host_is_refused_as_such() -> None:
+    with pytest.raises(UsageError, match=r"--host /var/run/llama.sock is a Unix socket; specd's health gate"):
+        imported("[Service]\nExecStart=/opt/llama-server --model /m.gguf --host /var/run/llama.sock\n")
+    with pytest.raises(UsageError, match=r"LLAMA_ARG_HOST=/run/l.sock is a Unix socket"):
+        imported("[Service]\nEnvironment=LLAMA_ARG_HOST=/run/l.sock\nExecStart=/opt/llama-server -m /m.gguf\n")
+
+
+def test_a_model_whose_variable_nothing_sets_is_refused_naming_the_variable_and_the_file() -> None:
+    unit = ("[Service]\nEnvironmentFile=-%h/.config/llama-server/current.env\n"
+            "ExecStart=%h/llama/build/bin/llama-server --model ${LLAMA_MODEL} $LLAMA_ARGS\n")
+    with pytest.raises(UsageError) as caught:
+        imported(unit)
+    assert "--model is given an empty value" in caught.value.message
+    assert "$LLAMA_ARGS, $LLAMA_MODEL, which nothing sets here" in caught.value.message
+    assert "EnvironmentFile=-/home/ann/.config/llama-server/current.env does not exist here" in caught.value.message
+
+
+def test_a_relative_model_path_is_refused_naming_it() -> None:
+    with pytest.raises(UsageError, match=r"-m models/q.gguf is not an absolute path"):
+        imported("[Service]\nWorkingDirectory=/srv/llama\nExecStart=/opt/llama-server -m models/q.gguf\n")
+
+
+def test_paths_render_with_the_bytes_the_unit_had(tmp_path: Path) -> None:
+    result = imported("[Service]\nExecStart=/opt/llama-server -m /home/ann//models/q.gguf --port 8080\n")
+    assert "/home/ann//models/q.gguf" in rendered(result, tmp_path)
