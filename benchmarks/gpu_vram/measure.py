@@ -27,6 +27,7 @@ from typing import Any
 from specd.errors import PreflightError
 from specd.gpu.gguf import read_gguf_info
 from specd.gpu.nvml import GIB, NoGpu, probe_gpus, process_vram
+from specd.gpu.settings import settings_from_argv
 from specd.gpu.vram import VramEstimate, estimate_vram
 
 MIB = 1024**2
@@ -47,6 +48,7 @@ class Case:
     flash_attn: str = "auto"
     ubatch: int = 512
     group: str = "fit"
+    args: tuple[str, ...] = ()     # more llama-server arguments (--cpu-moe, --spec-type draft-mtp, ...)
 
 
 # measured after the estimator was fitted on FIT_CASES, to check it on settings it had not seen
@@ -83,10 +85,62 @@ FIT_CASES: tuple[Case, ...] = (
     Case("8b-f16 c8k", "llama-8b-f16", 8192),
     Case("8b-f16 c64k q8_0", "llama-8b-f16", 65536, "q8_0", "q8_0"),
 )
-CASES = CHECK_CASES + FIT_CASES
+
+# Run 3 (the Qwen3.6 family). The split was decided before anything was measured: FIT3 cases set the
+# new compute/runtime terms; HELD3 cases (other settings, and hybrid08: a hybrid model not in FIT3)
+# are only compared, never used to change the estimator. h27 = hybrid27 (qwen35 dense hybrid),
+# m35 = moe35 (qwen35moe), h08 = hybrid08 (a Qwen3.5-0.8B-shaped draft), df = dflash27.
+MTP = ("--spec-type", "draft-mtp")
+DFLASH = ("--spec-type", "draft-dflash")
+FIT3_CASES: tuple[Case, ...] = (
+    Case("h27 c16k", "hybrid27-q8_0", 16384, group="fit3"),
+    Case("h27 c64k", "hybrid27-q8_0", 65536, group="fit3"),
+    Case("h27 c128k q8_0", "hybrid27-q8_0", 131072, "q8_0", "q8_0", group="fit3"),
+    Case("h27 c32k np1", "hybrid27-q8_0", 32768, parallel=1, group="fit3"),
+    Case("h27 c32k ub2048", "hybrid27-q8_0", 32768, ubatch=2048, group="fit3"),
+    Case("h27 c16k ngl9", "hybrid27-q8_0", 16384, ngl=9, group="fit3"),
+    Case("h27 c32k mtp", "hybrid27-q8_0", 32768, args=MTP, group="fit3"),
+    Case("h27 c64k q8_0 mtp np2", "hybrid27-q8_0", 65536, "q8_0", "q8_0", parallel=2, args=MTP, group="fit3"),
+    Case("m35 c32k", "moe35-q8_0", 32768, group="fit3"),
+    Case("m35 c128k q4_0", "moe35-q8_0", 131072, "q4_0", "q4_0", group="fit3"),
+    Case("m35 c32k cpu-moe", "moe35-q8_0", 32768, args=("--cpu-moe",), group="fit3"),
+    Case("m35 c32k ncmoe6", "moe35-q8_0", 32768, args=("--n-cpu-moe", "6"), group="fit3"),
+    Case("m35 c32k mtp", "moe35-q8_0", 32768, args=MTP, group="fit3"),
+    Case("m35 c16k ub1024", "moe35-q8_0", 16384, ubatch=1024, group="fit3"),
+    Case("h27+h08 c32k", "hybrid27-q8_0", 32768, draft="hybrid08-q8_0", group="fit3"),
+    Case("h27+df c32k", "hybrid27-q8_0", 32768, draft="dflash27-q8_0", args=DFLASH, group="fit3"),
+)
+HELD3_CASES: tuple[Case, ...] = (
+    Case("h08 c64k", "hybrid08-q8_0", 65536, group="held3"),
+    Case("h08 c128k q4_0 np2", "hybrid08-q8_0", 131072, "q4_0", "q4_0", parallel=2, group="held3"),
+    Case("h27 c256k q4_0", "hybrid27-q8_0", 262144, "q4_0", "q4_0", group="held3"),
+    Case("h27 c48k np3", "hybrid27-q8_0", 49152, parallel=3, group="held3"),
+    Case("h27 c24k q8_0 ngl13", "hybrid27-q8_0", 24576, "q8_0", "q8_0", ngl=13, group="held3"),
+    Case("h27 c16k fa-off", "hybrid27-q8_0", 16384, flash_attn="off", group="held3"),
+    Case("h27 c32k mtp ub1024 np1", "hybrid27-q8_0", 32768, parallel=1, ubatch=1024, args=MTP, group="held3"),
+    Case("h27 c128k q8_0 mtp n6", "hybrid27-q8_0", 131072, "q8_0", "q8_0",
+         args=(*MTP, "--spec-draft-n-max", "6"), group="held3"),
+    Case("m35 c64k q8_0 np2", "moe35-q8_0", 65536, "q8_0", "q8_0", parallel=2, group="held3"),
+    Case("m35 c64k q8_0 ncmoe3", "moe35-q8_0", 65536, "q8_0", "q8_0", args=("--n-cpu-moe", "3"), group="held3"),
+    Case("m35 c16k cpu-moe ub2048", "moe35-q8_0", 16384, ubatch=2048, args=("--cpu-moe",), group="held3"),
+    Case("m35 c64k q8_0 mtp ncmoe4", "moe35-q8_0", 65536, "q8_0", "q8_0", args=(*MTP, "--n-cpu-moe", "4"),
+         group="held3"),
+    Case("m35 c32k ngl7", "moe35-q8_0", 32768, ngl=7, group="held3"),
+    Case("h27+h08 c96k q8_0", "hybrid27-q8_0", 98304, "q8_0", "q8_0", draft="hybrid08-q8_0", group="held3"),
+    Case("h27+df c96k q8_0 np2", "hybrid27-q8_0", 98304, "q8_0", "q8_0", parallel=2, draft="dflash27-q8_0",
+         args=DFLASH, group="held3"),
+    Case("h27+df c16k ub1024", "hybrid27-q8_0", 16384, ubatch=1024, draft="dflash27-q8_0", args=DFLASH,
+         group="held3"),
+    Case("1b-f16 c96k q8_0 np3", "llama-1b-f16", 98304, "q8_0", "q8_0", parallel=3, group="held3"),
+    Case("1b-f16 c24k ub1024 fa-off", "llama-1b-f16", 24576, ubatch=1024, flash_attn="off", group="held3"),
+    Case("1b-f16 c48k q4_0 ngl9", "llama-1b-f16", 49152, "q4_0", "q4_0", ngl=9, group="held3"),
+)
+CASES = CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES
 
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
 _BREAKDOWN = re.compile(r"common_memory_breakdown_print|projected to use")
+_NEW_CONTEXT = re.compile(r"llama_context: constructing llama_context")
+_NODES = re.compile(r"sched_reserve: graph(?: \([^)]*\))?: nodes = (\d+)")
 
 
 def argv_for(case: Case, server: Path, models: Path) -> list[str]:
@@ -100,16 +154,43 @@ def argv_for(case: Case, server: Path, models: Path) -> list[str]:
     if case.ubatch != 512:
         argv += ["-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch))]
     if case.draft is not None:
-        argv += ["-md", str(models / f"{case.draft}.gguf"), "-ngld", "99", "--spec-type", "draft-simple"]
-    return argv
+        argv += ["-md", str(models / f"{case.draft}.gguf"), "-ngld", "99"]
+        if "--spec-type" not in case.args:
+            argv += ["--spec-type", "draft-simple"]
+    return argv + list(case.args)
 
 
 def parse_buffers(log: str) -> dict[str, float]:
-    """MiB per category summed over CUDA devices, from llama.cpp's '<buf> X buffer size = N MiB' lines."""
+    """MiB per category summed over CUDA devices, from llama.cpp's '<buf> X buffer size = N MiB' lines.
+
+    A context may reserve its compute buffer again later (the MTP or a DFlash draft context once the
+    server sets its outputs; the target once a DFlash draft asks for its layer inputs): the buffer is
+    then replaced, not added. A later reserve belongs to the context whose last graph had as many
+    nodes, else to the context built last."""
     totals: dict[str, float] = {}
-    for buffer, kind, mib in _BUFFER.findall(log):
-        if buffer.startswith("CUDA") and not buffer.startswith("CUDA_Host"):
-            totals[kind] = totals.get(kind, 0.0) + float(mib)
+    compute: list[dict[str, float]] = []          # per context: device -> MiB of its last reserve
+    nodes: list[int] = []
+    pending: tuple[str, float] | None = None
+    for line in log.splitlines():
+        if _NEW_CONTEXT.search(line):
+            compute.append({})
+            nodes.append(-1)
+        found = _BUFFER.search(line)
+        if found and found.group(1).startswith("CUDA") and not found.group(1).startswith("CUDA_Host"):
+            buffer, kind, mib = found.group(1), found.group(2), float(found.group(3))
+            if kind == "compute":
+                pending = (buffer, mib)
+            else:
+                totals[kind] = totals.get(kind, 0.0) + mib
+        graph = _NODES.search(line)
+        if graph and pending is not None and compute:
+            count = int(graph.group(1))
+            owner = nodes.index(count) if count in nodes else len(compute) - 1
+            compute[owner][pending[0]] = pending[1]
+            nodes[owner] = count
+            pending = None
+    if compute:
+        totals["compute"] = sum(sum(context.values()) for context in compute)
     return totals
 
 
@@ -197,27 +278,44 @@ def measure(case: Case, server: Path, models: Path, logs: Path, limit_s: float =
 
 
 def estimate_for(case: Case, models: Path) -> VramEstimate | None:
+    """The estimate preflight would make: settings read from the exact argv the case runs."""
     try:
         model = read_gguf_info(models / f"{case.model}.gguf")
         draft = read_gguf_info(models / f"{case.draft}.gguf") if case.draft else None
     except PreflightError as exc:
         print(f"{case.name}: no estimate: {exc}", flush=True)
         return None
-    return estimate_vram(model, draft, case.ctx, case.ngl, case.ctk, case.ctv, case.parallel,
-                         n_ubatch=case.ubatch, flash_attn=case.flash_attn != "off")
+    settings = settings_from_argv(argv_for(case, Path("llama-server"), models))
+    return estimate_vram(model, draft, 0, None, settings=settings)
+
+
+def parts_of(estimate: VramEstimate) -> dict[str, int]:
+    return {"weights": estimate.weights_bytes, "kv": estimate.kv_bytes, "recurrent": estimate.recurrent_bytes,
+            "compute": estimate.compute_bytes, "runtime": estimate.runtime_bytes,
+            "draft_weights": estimate.draft_weights_bytes, "draft_kv": estimate.draft_kv_bytes}
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run(args: argparse.Namespace) -> int:
     results: Path = args.results
-    done = set()
-    if results.exists():
-        done = {json.loads(line)["case"]["name"] for line in results.read_text().splitlines() if line.strip()}
+    groups = set(args.groups.split(","))
+    chosen = [case for case in CASES if case.group in groups and (not args.only or case.name in args.only.split(","))]
+    records = _records(results)
+    if not records:   # the split goes into the file before anything is measured
+        split = {group: [case.name for case in chosen if case.group == group] for group in sorted(groups)}
+        header = {"split": split, "decided_before_measuring": True, "estimator": os.environ.get("ESTIMATOR", "?"),
+                  "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        results.write_text(json.dumps(header) + "\n")
+    done = {record["case"]["name"] for record in records if "case" in record}
     logs = results.parent / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     state = probe_gpus()
     print(state.describe(), flush=True)
-    for case in CASES:
-        if case.name in done or (args.only and case.name not in args.only.split(",")):
+    for case in chosen:
+        if case.name in done:
             continue
         if args.deadline and time.time() > args.deadline:
             print(f"deadline reached before {case.name}", flush=True)
@@ -230,6 +328,9 @@ def run(args: argparse.Namespace) -> int:
         result = measure(case, args.server, args.models, logs, limit)
         estimate = estimate_for(case, args.models)
         result["estimate"] = estimate.total_bytes if estimate else None
+        result["estimate_parts"] = parts_of(estimate) if estimate else None
+        result["estimator"] = os.environ.get("ESTIMATOR", "?")
+        result["argv"] = argv_for(case, Path("llama-server"), Path("MODELS"))[1:]
         result["gpu"] = state.describe()
         with results.open("a") as handle:
             handle.write(json.dumps(result) + "\n")
@@ -255,19 +356,20 @@ def _row(result: dict[str, Any], estimate: VramEstimate | None = None) -> str:
     logged = result.get("buffers_mib", {})
     runtime = measured / MIB - sum(logged.values()) if measured else None
     pairs = ((estimate.weights_bytes + estimate.draft_weights_bytes, logged.get("model")),
-             (estimate.kv_bytes + estimate.draft_kv_bytes + estimate.recurrent_bytes, logged.get("KV")),
+             (estimate.kv_bytes + estimate.draft_kv_bytes + estimate.recurrent_bytes,
+              (logged.get("KV") or 0) + (logged.get("RS") or 0) or None),
              (estimate.compute_bytes, logged.get("compute")), (estimate.runtime_bytes, runtime))
     return row + "".join(f" {est / MIB:.0f} / {'-' if got is None else f'{got:.0f}'} |" for est, got in pairs)
 
 
 def report(args: argparse.Namespace) -> int:
-    lines = [line for line in args.results.read_text().splitlines() if line.strip()]
+    records = [record for record in _records(args.results) if "case" in record]
     print("| case | estimate GiB | pynvml idle | pynvml after request | nvidia-smi after request | error | "
           "weights MiB est / llama.cpp | KV | compute | CUDA runtime (rest of the process) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for line in lines:
-        result = json.loads(line)
-        print(_row(result, estimate_for(Case(**result["case"]), args.models)))
+    for result in records:
+        case = Case(**{**result["case"], "args": tuple(result["case"].get("args", ()))})
+        print(_row(result, estimate_for(case, args.models)))
     return 0
 
 
@@ -280,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--results", type=Path, required=True)
     run_parser.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", "0")))
     run_parser.add_argument("--only", default="")
+    run_parser.add_argument("--groups", default="fit3,held3", help="case groups to run (fit, check, fit3, held3)")
     report_parser = sub.add_parser("report")
     report_parser.add_argument("results", type=Path)
     report_parser.add_argument("--models", type=Path, required=True)

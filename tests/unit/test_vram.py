@@ -18,6 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specd.errors import PreflightError
+from specd.gpu.compute import PARTIAL_OFFLOAD
+from specd.gpu.fit import fit_check
 from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.gpu.nvml import GIB, GpuDevice, GpuState, NoGpu
 from specd.gpu.vram import (
@@ -25,10 +27,8 @@ from specd.gpu.vram import (
     CUBLAS,
     CUDA_CONTEXT,
     MIB,
-    PARTIAL_OFFLOAD,
     VramEstimate,
     estimate_vram,
-    fit_check,
     read_weight_layout,
     row_bytes,
 )
