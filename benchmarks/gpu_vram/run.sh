@@ -13,7 +13,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 carry="$repo/.devwork/carry"
-work="$repo/.devwork/dev"
+work="${WORK:-$repo/.devwork/dev}"   # WORK outside the repo survives a re-sent tree
 out="${OUT:-$work/out}"
 start=$(date +%s)
 deadline=$(( start + ${BUDGET_S:-540} ))
