@@ -4,7 +4,8 @@
     make_models.py model PRESET TYPE VOCAB.json.gz OUT.gguf [--header-only]
 
 Presets: llama-1b (Llama 3.2 1B shapes, tied embeddings), llama-8b (Llama 3.1 8B), gemma3-4b
-(Gemma 3 4B, sliding window 1024); the Qwen3.6 family as llama.cpp's qwen35/qwen35moe/dflash
+(Gemma 3 4B, sliding window 1024); hybrid9 (Qwen3.5-9B layer shapes, 16 of 32 layers), next80
+(Qwen3-Next-80B-A3B: qwen3next, 512 experts, top-10, 4 of 48 layers), dflash9; the Qwen3.6 family as llama.cpp's qwen35/qwen35moe/dflash
 architectures: hybrid27 (Qwen3.6-27B layer shapes: gated DeltaNet x3 + gated attention x1, 16 of
 its 64 layers, its MTP layer), moe35 (Qwen3.6-35B-A3B layer shapes: 256 experts, top-8, shared
 expert, 12 of its 40 layers, its MTP layer), hybrid08 (Qwen3.5-0.8B, all 24 layers: a draft),
@@ -60,7 +61,13 @@ PRESETS: dict[str, Shape] = {
                    experts=(256, 8, 512, 512)),
     "hybrid08": Shape("qwen35", 24, 1024, 8, 2, 3584, 256, True, 262144, ssm=(4, 128, 16, 16)),
     "dflash27": Shape("dflash", 5, 5120, 32, 8, 17408, 128, True, 262144, target_layers=(2, 5, 9, 12, 15)),
+    # run 4 (held out): shapes the estimator was not fitted on
+    "hybrid9": Shape("qwen35", 16, 4096, 16, 4, 12288, 256, False, 262144, ssm=(4, 128, 16, 32), nextn=1),
+    "next80": Shape("qwen3next", 4, 2048, 16, 2, 0, 256, False, 262144, ssm=(4, 128, 16, 32),
+                    experts=(512, 10, 512, 512)),
+    "dflash9": Shape("dflash", 5, 4096, 32, 8, 12288, 128, True, 262144, target_layers=(1, 4, 8, 11, 14)),
     "tiny-llama": Shape("llama", 2, 128, 4, 2, 256, 32, False, 4096),
+    "tiny-next": Shape("qwen3next", 4, 256, 4, 2, 0, 64, False, 4096, ssm=(4, 32, 4, 8), experts=(16, 4, 64, 64)),
     "tiny-gemma3": Shape("gemma3", 7, 64, 4, 2, 128, 32, True, 4096, 128),
     "tiny-hybrid": Shape("qwen35", 8, 256, 4, 2, 512, 64, False, 4096, ssm=(4, 32, 4, 8), nextn=1),
     "tiny-moe": Shape("qwen35moe", 4, 256, 4, 2, 0, 64, False, 4096, ssm=(4, 32, 4, 8), nextn=1,
@@ -139,8 +146,9 @@ def _qwen35_layer(shape: Shape, index: int) -> Tensors:
                   (prefix + "attn_gate.weight", (shape.n_embd, value_dim), True),
                   (prefix + "ssm_conv1d.weight", (conv, 2 * key_dim + value_dim), False),
                   (prefix + "ssm_dt.bias", (v_heads,), False), (prefix + "ssm_a", (v_heads,), False),
-                  (prefix + "ssm_beta.weight", (shape.n_embd, v_heads), True),
-                  (prefix + "ssm_alpha.weight", (shape.n_embd, v_heads), True),
+                  *([(prefix + "ssm_ba.weight", (shape.n_embd, 2 * v_heads), True)] if shape.arch == "qwen3next"
+                    else [(prefix + "ssm_beta.weight", (shape.n_embd, v_heads), True),
+                          (prefix + "ssm_alpha.weight", (shape.n_embd, v_heads), True)]),
                   (prefix + "ssm_norm.weight", (head,), False),
                   (prefix + "ssm_out.weight", (value_dim, shape.n_embd), True)]
     else:
@@ -169,7 +177,7 @@ def tensors(shape: Shape, n_vocab: int) -> Tensors:
         found.append(("output.weight", (shape.n_embd, n_vocab), True))
     for index in range(shape.n_layer + shape.nextn):
         prefix = f"blk.{index}."
-        if shape.arch.startswith("qwen35"):
+        if shape.arch.startswith("qwen3") and shape.ssm is not None:
             found += _qwen35_layer(shape, index)
             continue
         found += [(prefix + "attn_norm.weight", (shape.n_embd,), False), *_attention(shape, prefix, False),

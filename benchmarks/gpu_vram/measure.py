@@ -135,7 +135,33 @@ HELD3_CASES: tuple[Case, ...] = (
     Case("1b-f16 c24k ub1024 fa-off", "llama-1b-f16", 24576, ubatch=1024, flash_attn="off", group="held3"),
     Case("1b-f16 c48k q4_0 ngl9", "llama-1b-f16", 49152, "q4_0", "q4_0", ngl=9, group="held3"),
 )
-CASES = CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES
+# Run 4: a second held-out set, decided after the estimator was fitted on FIT3 (and after HELD3 had
+# been seen, so HELD3 no longer counts as blind) and before anything of it was measured: models of
+# shapes the estimator never saw (h9 = hybrid9, Qwen3.5-9B layers; n80 = next80, the qwen3next
+# architecture with 512 experts and top-10; df9 = dflash9) and settings not in FIT3.
+HELD4_CASES: tuple[Case, ...] = (
+    Case("h9 c32k", "hybrid9-q8_0", 32768, group="held4"),
+    Case("h9 c128k q8_0 np2", "hybrid9-q8_0", 131072, "q8_0", "q8_0", parallel=2, group="held4"),
+    Case("h9 c64k ub1024", "hybrid9-q8_0", 65536, ubatch=1024, group="held4"),
+    Case("h9 c16k ngl7", "hybrid9-q8_0", 16384, ngl=7, group="held4"),
+    Case("h9 c64k mtp", "hybrid9-q8_0", 65536, args=MTP, group="held4"),
+    Case("h9 c32k q4_0 mtp np3 n4", "hybrid9-q8_0", 32768, "q4_0", "q4_0", parallel=3,
+         args=(*MTP, "--spec-draft-n-max", "4"), group="held4"),
+    Case("h9 c24k fa-off", "hybrid9-q8_0", 24576, flash_attn="off", group="held4"),
+    Case("h9+h08 c64k q8_0", "hybrid9-q8_0", 65536, "q8_0", "q8_0", draft="hybrid08-q8_0", group="held4"),
+    Case("h9+df9 c32k", "hybrid9-q8_0", 32768, draft="dflash9-q8_0", args=DFLASH, group="held4"),
+    Case("h9+df9 c64k q8_0 np2 ub1024", "hybrid9-q8_0", 65536, "q8_0", "q8_0", parallel=2, ubatch=1024,
+         draft="dflash9-q8_0", args=DFLASH, group="held4"),
+    Case("n80 c32k", "next80-q8_0", 32768, group="held4"),
+    Case("n80 c64k q8_0", "next80-q8_0", 65536, "q8_0", "q8_0", group="held4"),
+    Case("n80 c32k cpu-moe", "next80-q8_0", 32768, args=("--cpu-moe",), group="held4"),
+    Case("n80 c32k ncmoe2 np2", "next80-q8_0", 32768, parallel=2, args=("--n-cpu-moe", "2"), group="held4"),
+    Case("n80 c16k ngl3", "next80-q8_0", 16384, ngl=3, group="held4"),
+    Case("n80 c64k q4_0 ub2048", "next80-q8_0", 65536, "q4_0", "q4_0", ubatch=2048, group="held4"),
+    Case("n80 c32k q8_0 cpu-moe ub1024", "next80-q8_0", 32768, "q8_0", "q8_0", ubatch=1024, args=("--cpu-moe",),
+         group="held4"),
+)
+CASES = CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES + HELD4_CASES
 
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
 _BREAKDOWN = re.compile(r"common_memory_breakdown_print|projected to use")
@@ -382,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--results", type=Path, required=True)
     run_parser.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", "0")))
     run_parser.add_argument("--only", default="")
-    run_parser.add_argument("--groups", default="fit3,held3", help="case groups to run (fit, check, fit3, held3)")
+    run_parser.add_argument("--groups", default="fit3,held3", help="case groups to run (fit, check, fit3, held3, held4)")
     report_parser = sub.add_parser("report")
     report_parser.add_argument("results", type=Path)
     report_parser.add_argument("--models", type=Path, required=True)

@@ -3,6 +3,8 @@
 # specd.gpu.vram. Meant for the device machine, from the repo root, with .devwork/carry carried:
 #
 #   benchmarks/gpu_vram/run.sh            # BUDGET_S=540 seconds for this call
+#   WORK=/var/tmp/specd-gpu SERVER=/path/llama-server MODELS="hybrid9:q8_0:qwen35 ..." CASE_GROUPS=held4 \
+#     benchmarks/gpu_vram/run.sh         # build and models outside the tree, a prebuilt binary, run 4
 #
 # .devwork/carry holds (prepared here, see README.md): llama_cpp_python-0.3.36.tar.gz (the sdist
 # without docs/ and vocab models), gguf-*.whl, vocab-<name>.json.gz for each vocab MODELS names.
@@ -29,8 +31,13 @@ export PYTHONPATH="$repo:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c 'import gguf, psutil, pynvml, numpy; import specd.gpu.vram, specd.gpu.nvml' || exit 1
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,compute_cap --format=csv,noheader)"
 
-# 2. the CUDA build, in its own session so that it survives this call's end
-[ -f "$work/cache/sdist/llama_cpp_python-0.3.36.tar.gz" ] || cp "$carry/llama_cpp_python-0.3.36.tar.gz" "$work/cache/sdist/"
+# 2. the CUDA build, in its own session so that it survives this call's end; SERVER (a binary an
+# earlier call built, carried back as a tarball) skips it
+if [ -n "${SERVER:-}" ] && [ -x "$SERVER" ] && [ ! -f "$work/build.rc" ]; then
+  echo "$SERVER" > "$work/build.log"; echo 0 > "$work/build.rc"
+fi
+[ -f "$work/build.rc" ] || [ -f "$work/cache/sdist/llama_cpp_python-0.3.36.tar.gz" ] \
+  || cp "$carry/llama_cpp_python-0.3.36.tar.gz" "$work/cache/sdist/"
 if [ ! -f "$work/build.rc" ] && ! { [ -f "$work/build.pid" ] && kill -0 "$(cat "$work/build.pid")" 2>/dev/null; }; then
   say "starting the CUDA build"
   setsid bash -c "'$repo/scripts/build-llama-server.sh' --cuda --jobs \$(nproc) > '$work/build.log' 2>&1; \

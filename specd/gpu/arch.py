@@ -56,6 +56,8 @@ class ModelShape:
     value_length: int
     sliding_window: int
     recurrent_row: int               # f32 elements of one sequence's state in one recurrent layer
+    ssm_conv_channels: int           # of a recurrent layer: q, k and v channels through the conv
+    ssm_inner: int                   # of a recurrent layer: value channels
     n_ff: int                        # widest dense FFN
     experts: int
     experts_used: int
@@ -63,6 +65,7 @@ class ModelShape:
     n_ff_shared_expert: int
     n_vocab: int
     context_length: int
+    target_layers: int = 0           # a DFlash/EAGLE3 drafter: how many target layers it reads
 
     @property
     def rs_rollback(self) -> bool:
@@ -159,9 +162,13 @@ def model_shape(info: GgufInfo) -> ModelShape:
                                                  info.head_count_kv or n_head)),
         key_length=info.key_length or head_dim, value_length=info.value_length or head_dim,
         sliding_window=info.sliding_window or 0, recurrent_row=recurrent_row(meta, arch),
+        ssm_conv_channels=_int(meta, f"{arch}.ssm.inner_size")
+        + 2 * _int(meta, f"{arch}.ssm.group_count") * _int(meta, f"{arch}.ssm.state_size"),
+        ssm_inner=_int(meta, f"{arch}.ssm.inner_size"),
         n_ff=max(_per_layer(info, "feed_forward_length", max(n_layer_all, 1), 4 * n_embd)),
         experts=_int(meta, f"{arch}.expert_count"), experts_used=_int(meta, f"{arch}.expert_used_count"),
         n_ff_expert=_int(meta, f"{arch}.expert_feed_forward_length"),
         n_ff_shared_expert=_int(meta, f"{arch}.expert_shared_feed_forward_length"),
         n_vocab=vocab_size(info), context_length=info.context_length or 4096,
+        target_layers=len(layers_read) if isinstance(layers_read := meta.get(f"{arch}.target_layers"), list) else 0,
     )

@@ -29,9 +29,10 @@ CACHE_TYPE_BLOCKS: dict[str, tuple[int, int]] = {
 }
 KV_PAD = 256
 DEFAULT_SLOTS = 4          # tools/server/server.cpp: -np unset (auto) -> 4 slots, unified KV
-CUDA_CONTEXT = 604 * MIB   # process VRAM minus llama.cpp's buffers, quantized weights (601-607 MiB)
-CUBLAS = 100 * MIB         # extra once f16/bf16/f32 matrices or -fa off go through cuBLAS (697-713 in all)
-PARTIAL_OFFLOAD = 40 * MIB  # extra compute buffer with some layers left on the CPU (39-40 MiB, 2 models)
+CUDA_CONTEXT = 604 * MIB   # process VRAM minus llama.cpp's buffers, quantized weights (601-609 MiB)
+CUBLAS = 100 * MIB         # per context whose matrices go through cuBLAS: f16/bf16/f32 weights, -fa off
+EXTRA_CONTEXT = 20 * MIB   # per further context on the device (an MTP head's, a draft's): 20-29 MiB measured
+EXPERT_COPY = 40 * MIB     # live beside the gate/up expert copies of a --cpu-moe layer (38-42 MiB measured)
 NO_FA_EXTRA = 100 * 1024   # bytes per ubatch token live beside the KQ scores without flash attn (50 MiB)
 Role = Literal["target", "mtp", "draft"]
 
@@ -74,45 +75,85 @@ def context_of(shape: ModelShape, ctx_size: int, n_parallel: int | None, kv_unif
     return Context(cells * n_seq, n_seq, n_seq, cells, min(n_ubatch, n_ctx), False)
 
 
-def _activations(shape: ModelShape, ctx: Context, cells: int, k_width: int, v_width: int,
-                 cache_type_k: str, cache_type_v: str, flash_attn: bool) -> int:
-    """The larger of the FFN activations and the attention's own working set, for one ubatch."""
-    ffn_width = max(shape.n_ff, shape.experts_used * shape.n_ff_expert + shape.n_ff_shared_expert)
-    ffn = ctx.ubatch * 4 * 3 * (ffn_width + shape.n_embd)                  # f32 activations
-    if flash_attn:
-        converted = (k_width if cache_type_k != "f16" else 0) + (v_width if cache_type_v != "f16" else 0)
-        attention = ctx.ubatch * 4 * 4 * shape.n_embd + cells * converted * 2 if converted else 0
-    else:
+def activation_floats(shape: ModelShape, *, dense: bool, experts: bool, recurrent: bool) -> int:
+    """f32 values per ubatch token live at the peak of a layer's FFN or recurrent mixer.
+
+    Dense FFN: gate, up and their product (n_ff each) and the residual stream; MoE: the routed
+    experts' outputs before and after weighting (n_embd per expert used), their gate/up/product
+    (n_ff_expert), the shared expert and the router; gated delta-net: the q/k/v channels through
+    the conv (three copies) and the value channels."""
+    values = 0
+    if dense and shape.n_ff:
+        values = 3 * (shape.n_ff + shape.n_embd)
+    if experts and shape.experts:
+        values = max(values, 2 * shape.experts_used * shape.n_embd + 3 * shape.experts_used * shape.n_ff_expert
+                     + 3 * shape.n_ff_shared_expert + 3 * shape.experts + 2 * shape.n_embd)
+    if recurrent:
+        values = max(values, 3 * shape.ssm_conv_channels + shape.ssm_inner)
+    return values
+
+
+def _peak(shape: ModelShape, ctx: Context, indices: list[int], cache_k: str, cache_v: str, flash_attn: bool,
+          ) -> tuple[int, int]:
+    """(f16 KQ masks, the larger of activations and attention's own working set) of layers on one device."""
+    kinds = [shape.layers[index] for index in indices]
+    full = ctx.cells if any(k.attention and not k.sliding for k in kinds) else 0
+    swa = ctx.swa_cells(shape.sliding_window) if any(k.sliding for k in kinds) else 0
+    attending = [index for index in indices if shape.layers[index].attention]
+    recurrent = any(k.recurrent for k in kinds)
+    floats = activation_floats(shape, dense=not shape.experts, experts=bool(shape.experts), recurrent=recurrent)
+    activations = ctx.ubatch * 4 * floats
+    attention = 0
+    cells = full or swa
+    if attending and flash_attn:
+        converted = ((max(shape.k_width(i) for i in attending) if cache_k != "f16" else 0)
+                     + (max(shape.v_width(i) for i in attending) if cache_v != "f16" else 0))
+        if converted:   # the f16 copy of one layer's K and V (every stream) that flash attention reads
+            mixer = max(4 * shape.n_embd, 3 * shape.ssm_conv_channels + shape.ssm_inner if recurrent else 0)
+            attention = ctx.ubatch * 4 * mixer + cells * ctx.n_stream * converted * 2
+    elif attending:
         attention = cells * ctx.ubatch * shape.n_head * 4 + ctx.ubatch * NO_FA_EXTRA   # f32 KQ scores
-    return max(ffn, attention)
+    return (full + swa) * ctx.ubatch * 2, max(activations, attention)
 
 
 def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placement: LayerPlacement,
                   settings: ServerSettings, ctx: Context, flash_attn: bool, *, role: Role,
                   target: ModelShape | None = None) -> None:
-    """Add the compute buffer of one context (and mark the GPUs that need cuBLAS) to `tally`."""
+    """Add the compute buffer and the runtime share of one context to `tally`.
+
+    Weights left in host memory are copied to the GPU for prompt batches (ggml's op offload): a
+    partially offloaded model's largest host tensor on top of the activations, the gate/up expert
+    tensors of a --cpu-moe layer instead of them (measured, benchmarks/gpu_vram/RESULTS.md)."""
     draft = role == "draft"
     cache_k = settings.draft_cache_type_k if role != "target" else settings.cache_type_k
     cache_v = settings.draft_cache_type_v if role != "target" else settings.cache_type_v
     on_device: dict[int, list[int]] = {}
+    host_layers: list[int] = []
     for index, device in enumerate(placement.layer_device):
-        kind = shape.layers[index]
-        if device is not None and kind.mtp == (role == "mtp"):
-            for target_device in (placement.devices if placement.split_mode == "tensor" else (device,)):
-                on_device.setdefault(target_device, []).append(index)
+        if shape.layers[index].mtp != (role == "mtp") or (shape.layers[index].mtp and not settings.mtp):
+            continue
+        if device is None:
+            host_layers.append(index)
+            continue
+        for where in (placement.devices if placement.split_mode == "tensor" else (device,)):
+            on_device.setdefault(where, []).append(index)
     for device, indices in on_device.items():
-        kinds = [shape.layers[index] for index in indices]
-        full = ctx.cells if any(k.attention and not k.sliding for k in kinds) else 0
-        swa = ctx.swa_cells(shape.sliding_window) if any(k.sliding for k in kinds) else 0
-        k_width = max((shape.k_width(index) for index in indices if shape.layers[index].attention), default=0)
-        v_width = max((shape.v_width(index) for index in indices if shape.layers[index].attention), default=0)
-        masks = (full + swa) * ctx.ubatch * 2                                # f16 KQ masks
-        tally.add(device, "compute", masks + _activations(shape, ctx, full or swa, k_width, v_width,
-                                                          cache_k, cache_v, flash_attn))
+        masks, peak = _peak(shape, ctx, indices, cache_k, cache_v, flash_attn)
+        if role == "mtp":
+            masks, peak = 0, ctx.ubatch * 4 * activation_floats(shape, dense=True, experts=True, recurrent=False)
+        host_experts = max((layout.expert_inputs_of(index) for index in indices
+                            if settings.expert_on_cpu(index, draft=draft)), default=0)
+        if host_experts:
+            peak = max(peak, host_experts + EXPERT_COPY)
+        if draft and shape.reads_target and target is not None:
+            # its logits over the target's vocabulary for a whole ubatch (prompt and decode graphs)
+            masks, peak = 0, max(masks + peak, 2 * ctx.ubatch * target.n_vocab * 4) + ctx.ubatch * shape.n_embd * 4
+        tally.add(device, "compute", masks + peak)
+        tally.add(device, "contexts", 1)
         if layout.float_matrices or not flash_attn:
-            tally.cublas.add(device)
-    if role == "target" and placement.first_gpu_layer > 0 and placement.devices:
-        tally.add(placement.devices[0], "compute", PARTIAL_OFFLOAD)
+            tally.add(device, "cublas", 1)
+    if host_layers and placement.devices and role != "mtp":
+        tally.add(placement.devices[0], "compute", max(layout.largest_of(index) for index in host_layers))
     if draft and shape.reads_target and target is not None and placement.output_device is not None:
-        # the drafter's logits over the target's vocabulary, for a whole ubatch (prompt and decode graphs)
-        tally.add(placement.output_device, "compute", 2 * ctx.ubatch * target.n_vocab * 4)
+        # the target's hidden states at the layers the drafter reads (the target's graph grows by them)
+        tally.add(placement.output_device, "compute", max(shape.target_layers - 1, 0) * ctx.ubatch * target.n_embd * 4)

@@ -27,6 +27,7 @@ from specd.gpu.compute import (
     CACHE_TYPE_BLOCKS,
     CUBLAS,
     CUDA_CONTEXT,
+    EXTRA_CONTEXT,
     Context,
     compute_bytes,
     context_of,
@@ -88,7 +89,6 @@ class _Tally:
 
     def __init__(self) -> None:
         self.bytes: defaultdict[int, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self.cublas: set[int] = set()
         self.notes: list[str] = []
 
     def add(self, device: int | None, part: str, amount: float) -> None:
@@ -200,8 +200,9 @@ def estimate_per_gpu(model: GgufInfo, draft: GgufInfo | None, settings: ServerSe
         compute_bytes(tally, dshape, dlayout, dplace, settings, dctx, flash_attn, role="draft", target=shape)
     if 0 < placement.first_gpu_layer < shape.n_layer_all:
         tally.notes.append(f"partial offload: layers {placement.first_gpu_layer}..{shape.n_layer_all - 1} on the GPU")
-    for device in sorted(tally.bytes):
-        tally.add(device, "runtime", CUDA_CONTEXT + (CUBLAS if device in tally.cublas else 0))
+    for device, found in sorted(tally.bytes.items()):
+        tally.add(device, "runtime", CUDA_CONTEXT + CUBLAS * found["cublas"]
+                  + EXTRA_CONTEXT * max(found["contexts"] - 1, 0))
     return {device: tally.estimate(device) for device in sorted(tally.bytes)} or {0: tally.estimate(0)}
 
 
