@@ -5,7 +5,8 @@
 
 Presets: llama-1b (Llama 3.2 1B shapes, tied embeddings), llama-8b (Llama 3.1 8B), gemma3-4b
 (Gemma 3 4B, sliding window 1024); hybrid9 (Qwen3.5-9B layer shapes, 16 of 32 layers), next80
-(Qwen3-Next-80B-A3B: qwen3next, 512 experts, top-10, 4 of 48 layers), dflash9; the Qwen3.6 family as llama.cpp's qwen35/qwen35moe/dflash
+(Qwen3-Next-80B-A3B: qwen3next, 512 experts, top-10, 4 of 48 layers), dflash9, moe30 (Qwen3-30B-A3B:
+qwen3moe, 128 experts, top-8, 8 of 48 layers); the Qwen3.6 family as llama.cpp's qwen35/qwen35moe/dflash
 architectures: hybrid27 (Qwen3.6-27B layer shapes: gated DeltaNet x3 + gated attention x1, 16 of
 its 64 layers, its MTP layer), moe35 (Qwen3.6-35B-A3B layer shapes: 256 experts, top-8, shared
 expert, 12 of its 40 layers, its MTP layer), hybrid08 (Qwen3.5-0.8B, all 24 layers: a draft),
@@ -65,6 +66,9 @@ PRESETS: dict[str, Shape] = {
     "hybrid9": Shape("qwen35", 16, 4096, 16, 4, 12288, 256, False, 262144, ssm=(4, 128, 16, 32), nextn=1),
     "next80": Shape("qwen3next", 4, 2048, 16, 2, 0, 256, False, 262144, ssm=(4, 128, 16, 32),
                     experts=(512, 10, 512, 512)),
+    # run 5 (held out for the MoE offload rule): a third MoE, attention only (qwen3moe, no shared expert)
+    "moe30": Shape("qwen3moe", 8, 2048, 32, 4, 0, 128, False, 40960, experts=(128, 8, 768, 0)),
+    "tiny-moe30": Shape("qwen3moe", 2, 128, 4, 2, 0, 32, False, 4096, experts=(16, 4, 64, 0)),
     "dflash9": Shape("dflash", 5, 4096, 32, 8, 12288, 128, True, 262144, target_layers=(1, 4, 8, 11, 14)),
     "tiny-llama": Shape("llama", 2, 128, 4, 2, 256, 32, False, 4096),
     "tiny-next": Shape("qwen3next", 4, 256, 4, 2, 0, 64, False, 4096, ssm=(4, 32, 4, 8), experts=(16, 4, 64, 64)),
@@ -122,14 +126,16 @@ def _ffn(shape: Shape, prefix: str) -> Tensors:
                 (prefix + "ffn_up.weight", (shape.n_embd, shape.n_ff), True),
                 (prefix + "ffn_down.weight", (shape.n_ff, shape.n_embd), True)]
     count, _, n_ff_exp, n_ff_shexp = shape.experts
-    return [(prefix + "ffn_gate_inp.weight", (shape.n_embd, count), False),
-            (prefix + "ffn_gate_exps.weight", (shape.n_embd, n_ff_exp, count), True),
-            (prefix + "ffn_up_exps.weight", (shape.n_embd, n_ff_exp, count), True),
-            (prefix + "ffn_down_exps.weight", (n_ff_exp, shape.n_embd, count), True),
-            (prefix + "ffn_gate_inp_shexp.weight", (shape.n_embd,), False),
-            (prefix + "ffn_gate_shexp.weight", (shape.n_embd, n_ff_shexp), True),
-            (prefix + "ffn_up_shexp.weight", (shape.n_embd, n_ff_shexp), True),
-            (prefix + "ffn_down_shexp.weight", (n_ff_shexp, shape.n_embd), True)]
+    routed: Tensors = [(prefix + "ffn_gate_inp.weight", (shape.n_embd, count), False),
+                       (prefix + "ffn_gate_exps.weight", (shape.n_embd, n_ff_exp, count), True),
+                       (prefix + "ffn_up_exps.weight", (shape.n_embd, n_ff_exp, count), True),
+                       (prefix + "ffn_down_exps.weight", (n_ff_exp, shape.n_embd, count), True)]
+    if not n_ff_shexp:
+        return routed
+    return routed + [(prefix + "ffn_gate_inp_shexp.weight", (shape.n_embd,), False),
+                     (prefix + "ffn_gate_shexp.weight", (shape.n_embd, n_ff_shexp), True),
+                     (prefix + "ffn_up_shexp.weight", (shape.n_embd, n_ff_shexp), True),
+                     (prefix + "ffn_down_shexp.weight", (n_ff_shexp, shape.n_embd), True)]
 
 
 def _qwen35_layer(shape: Shape, index: int) -> Tensors:
@@ -182,7 +188,7 @@ def tensors(shape: Shape, n_vocab: int) -> Tensors:
             continue
         found += [(prefix + "attn_norm.weight", (shape.n_embd,), False), *_attention(shape, prefix, False),
                   (prefix + "ffn_norm.weight", (shape.n_embd,), False), *_ffn(shape, prefix)]
-        if shape.arch in ("gemma3", "dflash"):
+        if shape.arch in ("gemma3", "dflash", "qwen3moe"):
             found += [(prefix + "attn_q_norm.weight", (shape.head_dim,), False),
                       (prefix + "attn_k_norm.weight", (shape.head_dim,), False)]
         if shape.arch == "gemma3":

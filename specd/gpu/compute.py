@@ -32,7 +32,6 @@ DEFAULT_SLOTS = 4          # tools/server/server.cpp: -np unset (auto) -> 4 slot
 CUDA_CONTEXT = 604 * MIB   # process VRAM minus llama.cpp's buffers, quantized weights (601-609 MiB)
 CUBLAS = 100 * MIB         # per context whose matrices go through cuBLAS: f16/bf16/f32 weights, -fa off
 EXTRA_CONTEXT = 20 * MIB   # per further context on the device (an MTP head's, a draft's): 20-29 MiB measured
-EXPERT_COPY = 40 * MIB     # live beside the gate/up expert copies of a --cpu-moe layer (38-42 MiB measured)
 NO_FA_EXTRA = 100 * 1024   # bytes per ubatch token live beside the KQ scores without flash attn (50 MiB)
 Role = Literal["target", "mtp", "draft"]
 
@@ -121,9 +120,9 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
                   target: ModelShape | None = None) -> None:
     """Add the compute buffer and the runtime share of one context to `tally`.
 
-    Weights left in host memory are copied to the GPU for prompt batches (ggml's op offload): a
-    partially offloaded model's largest host tensor on top of the activations, the gate/up expert
-    tensors of a --cpu-moe layer instead of them (measured, benchmarks/gpu_vram/RESULTS.md)."""
+    Weights left in host memory (layers past -ngl, experts of --cpu-moe/--n-cpu-moe layers) are
+    copied to the GPU for prompt batches (ggml's op offload, one split per weight): the largest such
+    tensor comes on top of the activations (benchmarks/gpu_vram/RESULTS.md)."""
     draft = role == "draft"
     cache_k = settings.draft_cache_type_k if role != "target" else settings.cache_type_k
     cache_v = settings.draft_cache_type_v if role != "target" else settings.cache_type_v
@@ -141,10 +140,12 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
         masks, peak = _peak(shape, ctx, indices, cache_k, cache_v, flash_attn)
         if role == "mtp":
             masks, peak = 0, ctx.ubatch * 4 * activation_floats(shape, dense=True, experts=True, recurrent=False)
-        host_experts = max((layout.expert_inputs_of(index) for index in indices
-                            if settings.expert_on_cpu(index, draft=draft)), default=0)
-        if host_experts:
-            peak = max(peak, host_experts + EXPERT_COPY)
+        # weights in host memory are copied in for prompt batches, one tensor at a time
+        copied = max((layout.largest_of(index) for index in indices
+                      if layout.experts_of(index) and settings.expert_on_cpu(index, draft=draft)), default=0)
+        if role != "mtp" and placement.devices and device == placement.devices[0]:
+            copied = max([copied, *(layout.largest_of(index) for index in host_layers)])
+        peak += copied
         if draft and shape.reads_target and target is not None:
             # its logits over the target's vocabulary for a whole ubatch (prompt and decode graphs)
             masks, peak = 0, max(masks + peak, 2 * ctx.ubatch * target.n_vocab * 4) + ctx.ubatch * shape.n_embd * 4
@@ -152,8 +153,6 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
         tally.add(device, "contexts", 1)
         if layout.float_matrices or not flash_attn:
             tally.add(device, "cublas", 1)
-    if host_layers and placement.devices and role != "mtp":
-        tally.add(placement.devices[0], "compute", max(layout.largest_of(index) for index in host_layers))
     if draft and shape.reads_target and target is not None and placement.output_device is not None:
         # the target's hidden states at the layers the drafter reads (the target's graph grows by them)
         tally.add(placement.output_device, "compute", max(shape.target_layers - 1, 0) * ctx.ubatch * target.n_embd * 4)

@@ -39,11 +39,7 @@ class WeightLayout:
     expert_bytes: tuple[int, ...] = ()   # of block N, the expert tensors (--cpu-moe moves these)
     matrix_bytes: tuple[int, ...] = ()   # of block N, 2-D matrices (what --split-mode row splits)
     output_matrix_bytes: int = 0
-    expert_in_bytes: tuple[int, ...] = ()  # of block N, the gate and up expert tensors (used together)
     largest_bytes: tuple[int, ...] = ()    # of block N, its largest single tensor
-
-    def expert_inputs_of(self, index: int) -> int:
-        return self.expert_in_bytes[index] if index < len(self.expert_in_bytes) else 0
 
     def largest_of(self, index: int) -> int:
         return self.largest_bytes[index] if index < len(self.largest_bytes) else 0
@@ -65,7 +61,6 @@ def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
     layers: dict[int, int] = {}
     experts: dict[int, int] = {}
     matrices: dict[int, int] = {}
-    expert_inputs: dict[int, int] = {}
     largest: dict[int, int] = {}
     input_bytes = output_bytes = embedding_bytes = output_matrices = 0
     has_output = floats = False
@@ -79,11 +74,8 @@ def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
                                 and tensor.ggml_type in FLOAT_TYPES)   # multiplied through cuBLAS
             layers[index] = layers.get(index, 0) + tensor.nbytes
             largest[index] = max(largest.get(index, 0), tensor.nbytes)
-            expert = EXPERT_TENSOR.search(tensor.name)
-            if expert:
+            if EXPERT_TENSOR.search(tensor.name):
                 experts[index] = experts.get(index, 0) + tensor.nbytes
-                if expert.group(1) != "down":
-                    expert_inputs[index] = expert_inputs.get(index, 0) + tensor.nbytes
             elif matrix:
                 matrices[index] = matrices.get(index, 0) + tensor.nbytes
         elif tensor.name.startswith("token_embd."):
@@ -99,7 +91,6 @@ def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
     return WeightLayout(tuple(layers.get(i, 0) for i in range(count)), input_bytes, output_bytes, has_output,
                         embedding_bytes, n_vocab, floats, tuple(experts.get(i, 0) for i in range(count)),
                         tuple(matrices.get(i, 0) for i in range(count)), output_matrices,
-                        tuple(expert_inputs.get(i, 0) for i in range(count)),
                         tuple(largest.get(i, 0) for i in range(count)))
 
 
