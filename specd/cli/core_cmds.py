@@ -93,7 +93,8 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
         print_json(data)
     else:
         table = Table(show_header=False, box=None)
-        for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "generation", "pending"):
+        for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "vram", "generation",
+                    "pending"):
             if data.get(key) not in (None, ""):
                 table.add_row(key.replace("_", " "), str(data[key]))
         daemon = data["daemon"]

@@ -11,6 +11,7 @@ from specd.deploy.history import History
 from specd.deploy.systemd import connect_systemd
 from specd.deploy.unitfiles import read_text
 from specd.errors import SpecdError, UsageError
+from specd.gpu.nvml import NoGpu, Nvml, process_vram
 from specd.profiles.config import Config, Deployment
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
@@ -26,6 +27,16 @@ def deployment_state(history: History, unit: str) -> str | None:
         if label is not None:
             return None if event["kind"] == "owner-started" else f"{label}: {event['detail']}"
     return None
+
+
+def vram_of_server(main_pid: int, nvml: Nvml | None = None) -> dict[str, Any]:
+    """The VRAM the server's process tree holds on each GPU (status shows one line, JSON per device);
+    on a box without an NVIDIA GPU only the JSON says why there is none."""
+    held = process_vram(main_pid, nvml=nvml)
+    if isinstance(held, NoGpu):
+        return {"vram_unavailable": held.reason}
+    return {"vram": held.per_device(), "vram_bytes": held.used_bytes,
+            "vram_by_gpu": {str(index): used for index, used in held.by_device}}
 
 
 def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +59,8 @@ def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any
             data["n_restarts"] = state.n_restarts
         except SpecdError as exc:
             data["unit_state"] = f"unknown ({exc.message})"
+        if data.get("main_pid"):
+            data.update(vram_of_server(int(data["main_pid"])))
         try:
             command = parse_unit(text, str(deployment.unit_path))
             data["endpoint"] = command.base_url

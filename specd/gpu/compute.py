@@ -140,12 +140,16 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
         masks, peak = _peak(shape, ctx, indices, cache_k, cache_v, flash_attn)
         if role == "mtp":
             masks, peak = 0, ctx.ubatch * 4 * activation_floats(shape, dense=True, experts=True, recurrent=False)
-        # weights in host memory are copied in for prompt batches, one tensor at a time
-        copied = max((layout.largest_of(index) for index in indices
-                      if layout.experts_of(index) and settings.expert_on_cpu(index, draft=draft)), default=0)
+        # weights in host memory are copied in for prompt batches, one tensor at a time; for --cpu-moe
+        # layers ggml's allocator was seen holding a second copy (qwen35moe: 2 x 272 MiB), which the
+        # fit check keeps free as a margin rather than counting it in the estimate
+        host_experts = max((layout.largest_of(index) for index in indices
+                            if layout.experts_of(index) and settings.expert_on_cpu(index, draft=draft)), default=0)
+        copied = host_experts
         if role != "mtp" and placement.devices and device == placement.devices[0]:
             copied = max([copied, *(layout.largest_of(index) for index in host_layers)])
         peak += copied
+        tally.add(device, "margin", host_experts)
         if draft and shape.reads_target and target is not None:
             # its logits over the target's vocabulary for a whole ubatch (prompt and decode graphs)
             masks, peak = 0, max(masks + peak, 2 * ctx.ubatch * target.n_vocab * 4) + ctx.ubatch * shape.n_embd * 4

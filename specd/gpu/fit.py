@@ -112,9 +112,10 @@ def fit_check(estimate: VramEstimate | Mapping[int, VramEstimate], gpu_state: Gp
         name = f"GPU {device.index} ({device.name})" if len(per_gpu) > 1 or len(gpu_state.devices) > 1 else ""
         text = f"needs ~{part.total_bytes / GIB:.1f} GiB, {available / GIB:.1f} GiB free {where}"
         lines.append(f"{name}: {text}" if name else text)
-        if part.total_bytes + headroom_bytes > available:
+        margin = max(headroom_bytes, part.margin_bytes)
+        if part.total_bytes + margin > available:
             failures.append(lines[-1])
-            short = part.total_bytes + headroom_bytes - available
+            short = part.total_bytes + margin - available
             if worst is None or short > worst[0]:
                 worst = (short, part)
     message = "; ".join(lines)

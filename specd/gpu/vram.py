@@ -58,6 +58,7 @@ class VramEstimate:
     expert_bytes: int = 0      # of weights_bytes, MoE expert tensors (what --n-cpu-moe moves)
     expert_layers: int = 0     # layers with experts on this GPU
     gpu_layers: int = 0        # target layers on this GPU (what -ngl counts)
+    margin_bytes: int = 0      # more the server may take at times (a second host-tensor copy)
 
     @property
     def total_bytes(self) -> int:
@@ -109,7 +110,7 @@ class _Tally:
         found = self.bytes.get(device, defaultdict(int))
         return VramEstimate(found["weights"], found["kv"], found["recurrent"], found["compute"], found["runtime"],
                             found["draft_weights"], found["draft_kv"], tuple(self.notes), found["expert_bytes"],
-                            found["expert_layers"], found["gpu_layers"])
+                            found["expert_layers"], found["gpu_layers"], found["margin"])
 
 
 def _cache_row(cache_type: str, width: int) -> int:
