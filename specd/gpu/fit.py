@@ -70,7 +70,9 @@ def advice(estimate: VramEstimate, short_by: int) -> tuple[str, str]:
                        "is kept per slot")
     if estimate.expert_bytes:
         per_layer = estimate.expert_bytes / max(estimate.expert_layers, 1)
-        layers = -(-short_by // max(int(per_layer), 1))
+        # moving experts out brings a copy of one expert tensor (gate, up or down) in for prompts,
+        # and the fit check keeps room for a second
+        layers = min(-(-int(short_by + 2 * per_layer / 3) // max(int(per_layer), 1)), estimate.expert_layers)
         changes.append(f"args --n-cpu-moe {layers} or more (expert weights stay in host memory, "
                        f"~{_gib(per_layer)} per layer)")
     if estimate.gpu_layers:
