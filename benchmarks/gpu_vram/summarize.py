@@ -94,8 +94,30 @@ def main(argv: list[str] | None = None) -> int:
         out.append(f"| {row['file']} | {case.group} | {case.name} | {row['measured'] / GIB:.2f} | "
                    f"{_pct(row['now']) if row['now'] is not None else '-'} | {'yes' if blind(case) else 'no'} | "
                    f"{recorded} | {_pct(row['baseline'])} |")
+    out += _per_gpu(args.results)
     print("\n".join(out))
     return 0
+
+
+def _per_gpu(paths: list[Path]) -> list[str]:
+    """Two-GPU cases: each GPU's recorded estimate against its own peak reading (NVML index = CUDA index)."""
+    lines = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if "estimate_per_gpu" not in record:
+                continue
+            peaks: dict[str, int] = {}
+            for when in ("idle_by_device", "loaded_by_device"):
+                for index, used in record.get(when) or []:
+                    peaks[str(index)] = max(peaks.get(str(index), 0), used)
+            cells = [f"GPU {index}: {peaks.get(index, 0) / GIB:.2f} GiB, "
+                     + (_pct((estimate - peaks[index]) / peaks[index] * 100) if peaks.get(index) else "-")
+                     for index, estimate in sorted(record["estimate_per_gpu"].items())]
+            lines.append(f"| {path.name} | {record['case']['name']} | {' / '.join(cells)} |")
+    if not lines:
+        return []
+    return ["", "| file | case | per GPU: measured peak, error of the recorded estimate |", "|---|---|---|", *lines]
 
 
 if __name__ == "__main__":
