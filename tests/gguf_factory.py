@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES
+
+from specd.gpu.gguf import GgufInfo, read_gguf_info
+
+F16, Q8_0, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.Q8_0, GGMLQuantizationType.F32
 
 
 def write_gguf(path: Path, *, arch: str = "llama", nextn_layers: int | None = None, blocks: int = 2) -> Path:
@@ -24,3 +30,40 @@ def write_gguf(path: Path, *, arch: str = "llama", nextn_layers: int | None = No
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_header(path: Path, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int,
+                 head_dim: int, n_vocab: int, tied: bool, weight_type: GGMLQuantizationType,
+                 sliding_window: int = 0, extra: dict[str, int] | None = None) -> GgufInfo:
+    writer = GGUFWriter(path, arch)
+    for key, value in {"context_length": 131072, "embedding_length": n_embd, "block_count": n_layer,
+                       "feed_forward_length": n_ff, "attention.head_count": n_head,
+                       "attention.head_count_kv": n_head_kv, "attention.key_length": head_dim,
+                       "attention.value_length": head_dim, **(extra or {})}.items():
+        writer.add_uint32(f"{arch}.{key}", value)
+    if sliding_window:
+        writer.add_uint32(f"{arch}.attention.sliding_window", sliding_window)
+    q, kv = n_head * head_dim, n_head_kv * head_dim
+    shapes = [("token_embd.weight", (n_embd, n_vocab)), ("output_norm.weight", (n_embd,))]
+    if not tied:
+        shapes.append(("output.weight", (n_embd, n_vocab)))
+    for i in range(n_layer):
+        shapes += [(f"blk.{i}.attn_norm.weight", (n_embd,)), (f"blk.{i}.attn_q.weight", (n_embd, q)),
+                   (f"blk.{i}.attn_k.weight", (n_embd, kv)), (f"blk.{i}.attn_v.weight", (n_embd, kv)),
+                   (f"blk.{i}.attn_output.weight", (q, n_embd)), (f"blk.{i}.ffn_norm.weight", (n_embd,)),
+                   (f"blk.{i}.ffn_gate.weight", (n_embd, n_ff)), (f"blk.{i}.ffn_up.weight", (n_embd, n_ff)),
+                   (f"blk.{i}.ffn_down.weight", (n_ff, n_embd))]
+        if arch == "gemma3":
+            shapes += [(f"blk.{i}.attn_q_norm.weight", (head_dim,)), (f"blk.{i}.attn_k_norm.weight", (head_dim,)),
+                       (f"blk.{i}.post_attention_norm.weight", (n_embd,)),
+                       (f"blk.{i}.post_ffw_norm.weight", (n_embd,))]
+    for name, ne in shapes:
+        ggml_type = weight_type if len(ne) == 2 else F32
+        block, size = GGML_QUANT_SIZES[ggml_type]
+        writer.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32),
+                               int(np.prod(ne)) // block * size, raw_dtype=ggml_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return read_gguf_info(path)

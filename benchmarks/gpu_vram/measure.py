@@ -20,73 +20,28 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cases import CASES, Case
+
 from specd.errors import PreflightError
+from specd.gpu.compute import CUDA_CONTEXT
 from specd.gpu.gguf import read_gguf_info
 from specd.gpu.nvml import GIB, NoGpu, probe_gpus, process_vram
-from specd.gpu.vram import VramEstimate, estimate_vram
+from specd.gpu.settings import settings_from_argv
+from specd.gpu.vram import VramEstimate, estimate_per_gpu, estimate_vram
 
 MIB = 1024**2
 PORT = 18471
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str
-    model: str
-    ctx: int
-    ctk: str = "f16"
-    ctv: str = "f16"
-    ngl: int = 99
-    parallel: int | None = None
-    draft: str | None = None
-    prompt_tokens: int = 512
-    flash_attn: str = "auto"
-    ubatch: int = 512
-    group: str = "fit"
-
-
-# measured after the estimator was fitted on FIT_CASES, to check it on settings it had not seen
-CHECK_CASES: tuple[Case, ...] = (
-    Case("8b-q8 c16k fa-off", "llama-8b-q8_0", 16384, flash_attn="off", group="check"),
-    Case("1b-f16 c32k fa-off", "llama-1b-f16", 32768, flash_attn="off", group="check"),
-    Case("8b-q8 c16k ub1024", "llama-8b-q8_0", 16384, ubatch=1024, group="check"),
-    Case("1b-f16 c8k ub2048", "llama-1b-f16", 8192, ubatch=2048, group="check"),
-    Case("g3-4b c32k np2", "gemma3-4b-q8_0", 32768, parallel=2, group="check"),
-    Case("g3-4b c32k q4_0 ngl20", "gemma3-4b-q8_0", 32768, "q4_0", "q4_0", ngl=20, group="check"),
-    Case("g3-4b c16k q8_0 np1", "gemma3-4b-q8_0", 16384, "q8_0", "q8_0", parallel=1, group="check"),
-    Case("1b-f16 c64k q8_0", "llama-1b-f16", 65536, "q8_0", "q8_0", group="check"),
-    Case("8b-q8 c32k np8", "llama-8b-q8_0", 32768, parallel=8, group="check"),
-    Case("8b-q8+1b c64k q8_0", "llama-8b-q8_0", 65536, "q8_0", "q8_0", draft="llama-1b-f16", group="check"),
-    Case("8b-f16 c128k q4_0", "llama-8b-f16", 131072, "q4_0", "q4_0", group="check"),
-)
-FIT_CASES: tuple[Case, ...] = (
-    Case("1b-f16 c4k", "llama-1b-f16", 4096),
-    Case("1b-f16 c32k", "llama-1b-f16", 32768),
-    Case("1b-f16 c128k q4_0", "llama-1b-f16", 131072, "q4_0", "q4_0"),
-    Case("1b-f16 c16k np1", "llama-1b-f16", 16384, parallel=1),
-    Case("8b-q8 c4k", "llama-8b-q8_0", 4096),
-    Case("8b-q8 c32k", "llama-8b-q8_0", 32768),
-    Case("8b-q8 c32k q8_0", "llama-8b-q8_0", 32768, "q8_0", "q8_0"),
-    Case("8b-q8 c64k q4_0", "llama-8b-q8_0", 65536, "q4_0", "q4_0"),
-    Case("8b-q8 c32k np4", "llama-8b-q8_0", 32768, parallel=4),
-    Case("8b-q8 c8k ngl17", "llama-8b-q8_0", 8192, ngl=17),
-    Case("8b-q8 c32k long", "llama-8b-q8_0", 32768, prompt_tokens=24000),
-    Case("8b-q8 c32k q8_0 long", "llama-8b-q8_0", 32768, "q8_0", "q8_0", prompt_tokens=24000),
-    Case("g3-4b c8k", "gemma3-4b-q8_0", 8192),
-    Case("g3-4b c64k", "gemma3-4b-q8_0", 65536),
-    Case("g3-4b c128k q8_0", "gemma3-4b-q8_0", 131072, "q8_0", "q8_0"),
-    Case("8b-q8+1b c16k", "llama-8b-q8_0", 16384, draft="llama-1b-f16"),
-    Case("8b-f16 c8k", "llama-8b-f16", 8192),
-    Case("8b-f16 c64k q8_0", "llama-8b-f16", 65536, "q8_0", "q8_0"),
-)
-CASES = CHECK_CASES + FIT_CASES
 
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
 _BREAKDOWN = re.compile(r"common_memory_breakdown_print|projected to use")
+_NEW_CONTEXT = re.compile(r"llama_context: constructing llama_context")
+_NODES = re.compile(r"sched_reserve: graph(?: \([^)]*\))?: nodes = (\d+)")
 
 
 def argv_for(case: Case, server: Path, models: Path) -> list[str]:
@@ -100,16 +55,43 @@ def argv_for(case: Case, server: Path, models: Path) -> list[str]:
     if case.ubatch != 512:
         argv += ["-ub", str(case.ubatch), "-b", str(max(2048, case.ubatch))]
     if case.draft is not None:
-        argv += ["-md", str(models / f"{case.draft}.gguf"), "-ngld", "99", "--spec-type", "draft-simple"]
-    return argv
+        argv += ["-md", str(models / f"{case.draft}.gguf"), "-ngld", "99"]
+        if "--spec-type" not in case.args:
+            argv += ["--spec-type", "draft-simple"]
+    return argv + list(case.args)
 
 
 def parse_buffers(log: str) -> dict[str, float]:
-    """MiB per category summed over CUDA devices, from llama.cpp's '<buf> X buffer size = N MiB' lines."""
+    """MiB per category summed over CUDA devices, from llama.cpp's '<buf> X buffer size = N MiB' lines.
+
+    A context may reserve its compute buffer again later (the MTP or a DFlash draft context once the
+    server sets its outputs; the target once a DFlash draft asks for its layer inputs): the buffer is
+    then replaced, not added. A later reserve belongs to the context whose last graph had as many
+    nodes, else to the context built last."""
     totals: dict[str, float] = {}
-    for buffer, kind, mib in _BUFFER.findall(log):
-        if buffer.startswith("CUDA") and not buffer.startswith("CUDA_Host"):
-            totals[kind] = totals.get(kind, 0.0) + float(mib)
+    compute: list[dict[str, float]] = []          # per context: device -> MiB of its last reserve
+    nodes: list[int] = []
+    pending: tuple[str, float] | None = None
+    for line in log.splitlines():
+        if _NEW_CONTEXT.search(line):
+            compute.append({})
+            nodes.append(-1)
+        found = _BUFFER.search(line)
+        if found and found.group(1).startswith("CUDA") and not found.group(1).startswith("CUDA_Host"):
+            buffer, kind, mib = found.group(1), found.group(2), float(found.group(3))
+            if kind == "compute":
+                pending = (buffer, mib)
+            else:
+                totals[kind] = totals.get(kind, 0.0) + mib
+        graph = _NODES.search(line)
+        if graph and pending is not None and compute:
+            count = int(graph.group(1))
+            owner = nodes.index(count) if count in nodes else len(compute) - 1
+            compute[owner][pending[0]] = pending[1]
+            nodes[owner] = count
+            pending = None
+    if compute:
+        totals["compute"] = sum(sum(context.values()) for context in compute)
     return totals
 
 
@@ -148,10 +130,14 @@ def _http(path: str, body: dict[str, Any] | None = None, timeout: float = 5.0) -
         return None
 
 
-def _read_vram(pid: int) -> tuple[int | None, int | None]:
+_LAST_BY_DEVICE: dict[str, list[tuple[int, int]]] = {}
+
+
+def _read_vram(pid: int, when: str = "") -> tuple[int | None, int | None]:
     reading = process_vram(pid)
     nvml = None if isinstance(reading, NoGpu) else reading.used_bytes
     tree = set(reading.pids) if not isinstance(reading, NoGpu) else {pid}
+    _LAST_BY_DEVICE[when] = [] if isinstance(reading, NoGpu) else [list(pair) for pair in reading.by_device]
     return nvml, _smi(tree)
 
 
@@ -175,11 +161,13 @@ def measure(case: Case, server: Path, models: Path, logs: Path, limit_s: float =
         if "error" not in result:
             result["load_s"] = round(time.monotonic() - started, 1)
             time.sleep(1.0)
-            result["idle_nvml"], result["idle_smi"] = _read_vram(process.pid)
+            result["idle_nvml"], result["idle_smi"] = _read_vram(process.pid, "idle")
+            result["idle_by_device"] = _LAST_BY_DEVICE["idle"]
             prompt = " ".join(["hello world"] * (case.prompt_tokens // 2))
             reply = _http("/completion", {"prompt": prompt, "n_predict": 16, "cache_prompt": False}, timeout=180)
             result["prompt_n"] = (reply or {}).get("timings", {}).get("prompt_n")
-            result["loaded_nvml"], result["loaded_smi"] = _read_vram(process.pid)
+            result["loaded_nvml"], result["loaded_smi"] = _read_vram(process.pid, "loaded")
+            result["loaded_by_device"] = _LAST_BY_DEVICE["loaded"]
             result["ok"] = result["idle_nvml"] is not None or result["idle_smi"] is not None
     finally:
         process.send_signal(signal.SIGTERM)
@@ -197,27 +185,61 @@ def measure(case: Case, server: Path, models: Path, logs: Path, limit_s: float =
 
 
 def estimate_for(case: Case, models: Path) -> VramEstimate | None:
+    """The estimate preflight would make on one GPU: settings read from the exact argv the case runs."""
     try:
         model = read_gguf_info(models / f"{case.model}.gguf")
         draft = read_gguf_info(models / f"{case.draft}.gguf") if case.draft else None
     except PreflightError as exc:
         print(f"{case.name}: no estimate: {exc}", flush=True)
         return None
-    return estimate_vram(model, draft, case.ctx, case.ngl, case.ctk, case.ctv, case.parallel,
-                         n_ubatch=case.ubatch, flash_attn=case.flash_attn != "off")
+    settings = settings_from_argv(argv_for(case, Path("llama-server"), models))
+    return estimate_vram(model, draft, 0, None, settings=settings)
+
+
+def estimate_per_gpu_for(case: Case, models: Path, free: tuple[int, ...]) -> dict[int, VramEstimate]:
+    """The per-GPU estimate preflight makes on a box with len(free) GPUs (split modes, -devd)."""
+    model = read_gguf_info(models / f"{case.model}.gguf")
+    draft = read_gguf_info(models / f"{case.draft}.gguf") if case.draft else None
+    settings = settings_from_argv(argv_for(case, Path("llama-server"), models))
+    return estimate_per_gpu(model, draft, settings, len(free), free)
+
+
+def baseline_for(case: Case, models: Path) -> int:
+    """A trivial estimate to beat: the GGUF tensor bytes (model + draft) plus the CUDA context."""
+    total = CUDA_CONTEXT
+    for name in (case.model, case.draft):
+        if name:
+            total += read_gguf_info(models / f"{name}.gguf").tensor_bytes
+    return total
+
+
+def parts_of(estimate: VramEstimate) -> dict[str, int]:
+    return {"weights": estimate.weights_bytes, "kv": estimate.kv_bytes, "recurrent": estimate.recurrent_bytes,
+            "compute": estimate.compute_bytes, "runtime": estimate.runtime_bytes,
+            "draft_weights": estimate.draft_weights_bytes, "draft_kv": estimate.draft_kv_bytes}
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run(args: argparse.Namespace) -> int:
     results: Path = args.results
-    done = set()
-    if results.exists():
-        done = {json.loads(line)["case"]["name"] for line in results.read_text().splitlines() if line.strip()}
+    groups = set(args.groups.split(","))
+    chosen = [case for case in CASES if case.group in groups and (not args.only or case.name in args.only.split(","))]
+    records = _records(results)
+    if not records:   # the split goes into the file before anything is measured
+        split = {group: [case.name for case in chosen if case.group == group] for group in sorted(groups)}
+        header = {"split": split, "decided_before_measuring": True, "estimator": os.environ.get("ESTIMATOR", "?"),
+                  "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        results.write_text(json.dumps(header) + "\n")
+    done = {record["case"]["name"] for record in records if "case" in record}
     logs = results.parent / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     state = probe_gpus()
     print(state.describe(), flush=True)
-    for case in CASES:
-        if case.name in done or (args.only and case.name not in args.only.split(",")):
+    for case in chosen:
+        if case.name in done:
             continue
         if args.deadline and time.time() > args.deadline:
             print(f"deadline reached before {case.name}", flush=True)
@@ -230,6 +252,13 @@ def run(args: argparse.Namespace) -> int:
         result = measure(case, args.server, args.models, logs, limit)
         estimate = estimate_for(case, args.models)
         result["estimate"] = estimate.total_bytes if estimate else None
+        if not isinstance(state, NoGpu) and len(state.devices) > 1:
+            free = tuple(device.free_bytes for device in state.devices)
+            result["estimate_per_gpu"] = {str(index): part.total_bytes for index, part in
+                                          estimate_per_gpu_for(case, args.models, free).items()}
+        result["estimate_parts"] = parts_of(estimate) if estimate else None
+        result["estimator"] = os.environ.get("ESTIMATOR", "?")
+        result["argv"] = argv_for(case, Path("llama-server"), Path("MODELS"))[1:]
         result["gpu"] = state.describe()
         with results.open("a") as handle:
             handle.write(json.dumps(result) + "\n")
@@ -255,19 +284,20 @@ def _row(result: dict[str, Any], estimate: VramEstimate | None = None) -> str:
     logged = result.get("buffers_mib", {})
     runtime = measured / MIB - sum(logged.values()) if measured else None
     pairs = ((estimate.weights_bytes + estimate.draft_weights_bytes, logged.get("model")),
-             (estimate.kv_bytes + estimate.draft_kv_bytes + estimate.recurrent_bytes, logged.get("KV")),
+             (estimate.kv_bytes + estimate.draft_kv_bytes + estimate.recurrent_bytes,
+              (logged.get("KV") or 0) + (logged.get("RS") or 0) or None),
              (estimate.compute_bytes, logged.get("compute")), (estimate.runtime_bytes, runtime))
     return row + "".join(f" {est / MIB:.0f} / {'-' if got is None else f'{got:.0f}'} |" for est, got in pairs)
 
 
 def report(args: argparse.Namespace) -> int:
-    lines = [line for line in args.results.read_text().splitlines() if line.strip()]
+    records = [record for record in _records(args.results) if "case" in record]
     print("| case | estimate GiB | pynvml idle | pynvml after request | nvidia-smi after request | error | "
           "weights MiB est / llama.cpp | KV | compute | CUDA runtime (rest of the process) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for line in lines:
-        result = json.loads(line)
-        print(_row(result, estimate_for(Case(**result["case"]), args.models)))
+    for result in records:
+        case = Case(**{**result["case"], "args": tuple(result["case"].get("args", ()))})
+        print(_row(result, estimate_for(case, args.models)))
     return 0
 
 
@@ -280,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--results", type=Path, required=True)
     run_parser.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", "0")))
     run_parser.add_argument("--only", default="")
+    run_parser.add_argument("--groups", default="fit3,held3", help="case groups to run (fit, check, fit3, held3, held4, held5)")
     report_parser = sub.add_parser("report")
     report_parser.add_argument("results", type=Path)
     report_parser.add_argument("--models", type=Path, required=True)

@@ -3,9 +3,11 @@
 # specd.gpu.vram. Meant for the device machine, from the repo root, with .devwork/carry carried:
 #
 #   benchmarks/gpu_vram/run.sh            # BUDGET_S=540 seconds for this call
+#   WORK=/var/tmp/specd-gpu SERVER=/path/llama-server MODELS="hybrid9:q8_0:qwen35 ..." CASE_GROUPS=held4 \
+#     benchmarks/gpu_vram/run.sh         # build and models outside the tree, a prebuilt binary, run 4
 #
 # .devwork/carry holds (prepared here, see README.md): llama_cpp_python-0.3.36.tar.gz (the sdist
-# without docs/ and vocab models), gguf-*.whl, vocab-llama-bpe.json.gz, vocab-gemma3.json.gz.
+# without docs/ and vocab models), gguf-*.whl, vocab-<name>.json.gz for each vocab MODELS names.
 # Everything else goes to .devwork/dev (ignored; kept while the machine stays warm), so a second
 # call resumes: the build, each model and each measured case are done once.
 set -uo pipefail
@@ -13,7 +15,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 carry="$repo/.devwork/carry"
-work="$repo/.devwork/dev"
+work="${WORK:-$repo/.devwork/dev}"   # WORK outside the repo survives a re-sent tree
 out="${OUT:-$work/out}"
 start=$(date +%s)
 deadline=$(( start + ${BUDGET_S:-540} ))
@@ -29,8 +31,13 @@ export PYTHONPATH="$repo:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c 'import gguf, psutil, pynvml, numpy; import specd.gpu.vram, specd.gpu.nvml' || exit 1
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,compute_cap --format=csv,noheader)"
 
-# 2. the CUDA build, in its own session so that it survives this call's end
-[ -f "$work/cache/sdist/llama_cpp_python-0.3.36.tar.gz" ] || cp "$carry/llama_cpp_python-0.3.36.tar.gz" "$work/cache/sdist/"
+# 2. the CUDA build, in its own session so that it survives this call's end; SERVER (a binary an
+# earlier call built, carried back as a tarball) skips it
+if [ -n "${SERVER:-}" ] && [ -x "$SERVER" ] && [ ! -f "$work/build.rc" ]; then
+  echo "$SERVER" > "$work/build.log"; echo 0 > "$work/build.rc"
+fi
+[ -f "$work/build.rc" ] || [ -f "$work/cache/sdist/llama_cpp_python-0.3.36.tar.gz" ] \
+  || cp "$carry/llama_cpp_python-0.3.36.tar.gz" "$work/cache/sdist/"
 if [ ! -f "$work/build.rc" ] && ! { [ -f "$work/build.pid" ] && kill -0 "$(cat "$work/build.pid")" 2>/dev/null; }; then
   say "starting the CUDA build"
   setsid bash -c "'$repo/scripts/build-llama-server.sh' --cuda --jobs \$(nproc) > '$work/build.log' 2>&1; \
@@ -44,8 +51,10 @@ make_model() {  # preset type vocab
   [ -f "$target" ] && return 0
   python3 "$here/make_models.py" model "$1" "$2" "$carry/vocab-$3.json.gz" "$target.part" && mv "$target.part" "$target"
 }
-( make_model llama-1b f16 llama-bpe; make_model llama-8b q8_0 llama-bpe; make_model gemma3-4b q8_0 gemma3
-  make_model llama-8b f16 llama-bpe ) > "$work/models.log" 2>&1 &
+# MODELS: "preset:type:vocab ..." (run 3's by default; runs 1-2 used llama-1b, llama-8b, gemma3-4b)
+MODELS="${MODELS:-hybrid27:q8_0:qwen35 hybrid08:q8_0:qwen35 dflash27:q8_0:qwen35 moe35:q8_0:qwen35 llama-1b:f16:llama-bpe}"
+( for spec in $MODELS; do IFS=: read -r preset type vocab <<< "$spec"; make_model "$preset" "$type" "$vocab"; done
+) > "$work/models.log" 2>&1 &
 models_pid=$!
 
 # 4. wait for the build (configure errors show within a minute)
@@ -63,8 +72,9 @@ say "built: $server"
 wait "$models_pid"; cat "$work/models.log"; ls -la "$work/models"
 
 # 5. measure until the deadline; results accumulate across calls
+export ESTIMATOR="$(cat "$repo/ESTIMATOR" 2>/dev/null || echo unknown)"
 DEADLINE=$(( deadline - 75 )) python3 "$here/measure.py" run --server "$server" --models "$work/models" \
-  --results "$work/results.jsonl"
+  --results "$work/results.jsonl" --groups "${CASE_GROUPS:-fit3,held3}"
 cp "$work/results.jsonl" "$out/results.jsonl"
 tar -czf "$out/logs.tar.gz" -C "$work" logs models.log build.log 2>/dev/null
 say "done: $(wc -l < "$work/results.jsonl") cases measured"

@@ -92,7 +92,7 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
     else:
         table = Table(show_header=False, box=None)
         rows = [("unit", report.unit), ("active profile", report.active_profile), ("state", report.state),
-                ("unit state", report.unit_state), ("endpoint", report.endpoint), ("health", report.health),
+                ("unit state", report.unit_state), ("endpoint", report.endpoint), ("health", report.health), ("vram", report.vram),
                 ("generation", report.generation), ("history", report.history_problem),
                 ("pending", report.pending), ("daemon", report.daemon.get("detail", ""))]
         for label, value in rows:

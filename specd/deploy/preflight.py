@@ -97,7 +97,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     argv = build_argv(profile, flags)
     settings = environment_settings(profile, flags, argv)
     check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
-    notes = [vram_note(profile, model_info, draft_info, current_main_pid) if model_info else
+    notes = [vram_note(profile, model_info, draft_info, current_main_pid, argv, flags) if model_info else
              f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile), *settings]
     template = default_template_path()
     try:
@@ -183,29 +183,12 @@ def hub_note(profile: Profile) -> str:
             f"the health gate waits up to {profile.health_timeout_s:.0f} s (health_timeout_s)")
 
 
-def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current_main_pid: int) -> str:
-    """The VRAM fit check; raises when the profile cannot fit, returns a one-line note otherwise."""
-    from specd.gpu import nvml as gpu
-    from specd.gpu import vram
+def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current_main_pid: int,
+              argv: list[str], flags: BinaryFlags) -> str:
+    """The VRAM fit check on every GPU the unit will see; raises naming the biggest parts and what
+    to change when a GPU's share does not fit, returns a one-line note otherwise."""
+    from specd.gpu.check import vram_check
 
-    state = gpu.probe_gpus()
-    if isinstance(state, gpu.NoGpu):
-        return f"no NVIDIA GPU: VRAM check skipped ({state.reason})"
-    estimate = vram.estimate_vram(
-        model, draft, profile.ctx_size or 0, _layers(profile.n_gpu_layers),
-        profile.cache_type_k or "f16", profile.cache_type_v or "f16", profile.parallel,
-        n_ubatch=profile.ubatch_size or 512, flash_attn=profile.flash_attn != "off",
-        draft_n_gpu_layers=_layers(profile.speculative.draft_ngl),
-    )
-    freed = 0
-    if current_main_pid:
-        held = gpu.process_vram(current_main_pid)
-        freed = held.used_bytes if isinstance(held, gpu.ProcessVram) else 0
-    result = vram.fit_check(estimate, state, freed)
+    result = vram_check(argv, dict(profile.env), model, draft, current_main_pid, flags=flags)
     result.raise_if_not_ok()
     return result.message
-
-
-def _layers(value: int | str | None) -> int | None:
-    """-ngl all/auto as the estimator's "all layers" (None): the upper bound of what the server offloads."""
-    return value if isinstance(value, int) else None

@@ -12,6 +12,7 @@ from specd.deploy.history import History
 from specd.deploy.seams import Seams
 from specd.deploy.unitfiles import read_text
 from specd.errors import SpecdError, UsageError
+from specd.gpu.nvml import NoGpu, Nvml, process_vram
 from specd.profiles.config import Scope
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
@@ -40,6 +41,10 @@ class StatusReport:
     state: str | None = None  # "failed: why" or "stopped by its owner: when" (the monitor's mark)
     pending: str | None = None  # an interrupted switch or rollback awaiting `specd recover`
     history_problem: str | None = None  # the state database could not be read
+    vram: str | None = None  # the server's VRAM per GPU, one line ("GPU0 7.1 GiB")
+    vram_bytes: int | None = None
+    vram_by_gpu: dict[str, int] | None = None  # GPU index -> bytes
+    vram_unavailable: str | None = None  # why there is no VRAM reading (no NVIDIA GPU)
 
     @property
     def needs_attention(self) -> bool:
@@ -49,7 +54,8 @@ class StatusReport:
     def as_dict(self) -> dict[str, Any]:
         """The `--json` form; optional marks appear only when set."""
         data = asdict(self)
-        for optional in ("state", "pending", "history_problem"):
+        for optional in ("state", "pending", "history_problem", "vram", "vram_bytes", "vram_by_gpu",
+                         "vram_unavailable"):
             if data[optional] is None:
                 del data[optional]
         return data
@@ -62,6 +68,16 @@ def deployment_state(history: History, unit: str) -> str | None:
         if label is not None:
             return None if event["kind"] == "owner-started" else f"{label}: {event['detail']}"
     return None
+
+
+def vram_of_server(main_pid: int, nvml: Nvml | None = None) -> dict[str, Any]:
+    """The VRAM the server's process tree holds on each GPU (status shows one line, JSON per device);
+    on a box without an NVIDIA GPU only the JSON says why there is none."""
+    held = process_vram(main_pid, nvml=nvml)
+    if isinstance(held, NoGpu):
+        return {"vram_unavailable": held.reason}
+    return {"vram": held.per_device(), "vram_bytes": held.used_bytes,
+            "vram_by_gpu": {str(index): used for index, used in held.by_device}}
 
 
 def pending_note(seams: Seams) -> str | None:
@@ -100,9 +116,10 @@ def collect_status(seams: Seams, daemon: dict[str, Any]) -> StatusReport:
         marked = deployment_state(seams.history, deployment.unit)
     except SpecdError as exc:
         problem = exc.message
+    vram = vram_of_server(main_pid, seams.nvml) if main_pid else {}
     return StatusReport(
         unit=deployment.unit, scope=deployment.scope, unit_path=str(deployment.unit_path),
         active_profile=profile_of_unit(text) if text else None, managed=bool(text and profile_of_unit(text)),
         unit_state=unit_state, main_pid=main_pid, n_restarts=n_restarts, endpoint=endpoint, alias=alias,
         health=health, healthy=healthy, generation=generation, daemon=daemon, state=marked,
-        pending=pending_note(seams), history_problem=problem)
+        pending=pending_note(seams), history_problem=problem, **vram)

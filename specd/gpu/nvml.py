@@ -70,6 +70,17 @@ class ProcessVram:
     by_device: tuple[tuple[int, int], ...]
     unreported_pids: tuple[int, ...] = ()
 
+    def per_device(self) -> str:
+        """One line for `specd status`: each GPU's share of the process tree, then the total."""
+        if not self.by_device:
+            text = "none on any GPU"
+        else:
+            shares = ", ".join(f"GPU {index} {used / GIB:.2f} GiB" for index, used in self.by_device)
+            text = shares + (f" ({self.used_bytes / GIB:.2f} GiB in all)" if len(self.by_device) > 1 else "")
+        if self.unreported_pids:
+            text += f"; NVML hides the usage of PID {', '.join(map(str, self.unreported_pids))}"
+        return text
+
     def describe(self) -> str:
         text = f"PID {self.pid}: {self.used_bytes / GIB:.2f} GiB of VRAM"
         if self.unreported_pids:
