@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import textwrap
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -11,14 +12,18 @@ from rich import box
 from rich.table import Table
 
 from specd.cli import app, console, err_console
+from specd.cli import json_out as json_out_module
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
+from specd.cli.facts import facts_of
+from specd.cli.json_out import failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
 from specd.deploy.preflight import quick_problems, run_preflight
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
-from specd.errors import StateDbError
+from specd.errors import SpecdError, StateDbError
+from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
 from specd.tune.verify import unverified_warning
 
@@ -42,8 +47,12 @@ def switch(
     profile: Annotated[str, typer.Argument(help="profile name (a file in profiles_dir, without .toml)")],
     config: ConfigOption = None,
     unit: UnitOption = None,
+    json_out: JsonOption = False,
 ) -> None:
-    """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure."""
+    """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure.
+
+    --json prints one document (docs/json.md) on success and on failure; the exit status stays.
+    """
     _, deployment = deployment_of(config, unit)
     try:
         warning = unverified_warning(deployment, profile)
@@ -51,7 +60,26 @@ def switch(
         warning = None
     if warning:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    _report(switcher_for(deployment).switch(profile), "switched")
+    switcher = switcher_for(deployment)
+    if not json_out:
+        _report(switcher.switch(profile), "switched")
+        return
+    _json_operation(deployment, "switch", profile, lambda: switcher.switch(profile))
+
+
+def _json_operation(deployment: Deployment, kind: str, profile: str | None, run: Callable[[], Outcome]) -> None:
+    """Run a switch or rollback and print its --json document, also when it fails (then re-raise,
+    so the message reaches stderr and the exit code stays)."""
+    def active() -> str | None:
+        return switcher_for(deployment).active_profile()
+
+    try:
+        outcome = run()
+    except SpecdError as error:
+        typer.echo(json_out_module.dumps(failure_json(error, kind=kind, deployment=deployment, profile=profile,
+                                                      active=active())))
+        raise
+    typer.echo(json_out_module.dumps(outcome_json(outcome, kind=kind, deployment=deployment, active=active())))
 
 
 @app.command()
@@ -59,6 +87,7 @@ def rollback(
     to: Annotated[int | None, typer.Option("--to", help="jump to this generation (see `specd history`)")] = None,
     config: ConfigOption = None,
     unit: UnitOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Go back to the unit as it was before the last change (repeat to walk further back)."""
     _, deployment = deployment_of(config, unit)
@@ -70,6 +99,9 @@ def rollback(
         err_console.print(f"[yellow]warning:[/] {exc.message}\nrolling back from the .pre-* backups alone; "
                           "this rollback is not recorded in history", highlight=False)
         switcher = switcher_for(deployment, history=History.in_memory())
+    if json_out:
+        _json_operation(deployment, "rollback", None, lambda: switcher.rollback(to))
+        return
     _report(switcher.rollback(to), "rolled back")
 
 
@@ -90,7 +122,7 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
         data["pending"] = (f"an interrupted {pending.kind} to {pending.profile or 'the previous unit'} (stopped "
                            f"after step '{pending.step}') awaits recovery: run `specd recover`")
     if json_out:
-        print_json(data)
+        print_json(data | facts_of(cfg, deployment))
     else:
         table = Table(show_header=False, box=None)
         for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "generation", "pending"):
@@ -149,14 +181,21 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
 
 
 @app.command()
-def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> None:
+def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """Unified diff of the installed unit against what PROFILE would install."""
     _, deployment = deployment_of(config, unit)
     pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(deployment))
-    installed = switcher_for(deployment).installed_text() or ""
+    installed_text = switcher_for(deployment).installed_text()
+    installed = installed_text or ""
     lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
                                  fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
-    typer.echo("".join(lines) or f"no difference: {deployment.unit} already holds {profile}", nl=False)
+    text = "".join(lines)
+    if json_out:
+        print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(deployment.unit_path),
+                    "installed": installed_text is not None, "differs": installed_text != pre.unit_text,
+                    "diff": text, "notes": pre.notes})
+        return
+    typer.echo(text or f"no difference: {deployment.unit} already holds {profile}", nl=False)
 
 
 @app.command()

@@ -210,7 +210,8 @@ class Daemon:
                 counter = self.metrics.rollbacks if newest.kind == "rollback" else self.metrics.switches
                 counter.labels(unit).inc()
             runtime.last_generation = newest.id
-            self.metrics.set_active_profile(unit, newest.profile)
+            active = self.history.active(unit)  # a reverted or failed generation never became active
+            self.metrics.set_active_profile(unit, active.profile if active else None)
 
     def _sample(self, runtime: Runtime) -> None:
         backend = backend_of(runtime.deployment)
