@@ -85,11 +85,13 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specd.fleet.plugins.module_utils.specd_cli import COMMON_ARGS, SpecdCli
 
+ARGUMENT_SPEC = dict(**COMMON_ARGS)
+
 FAILED_OUTCOMES = ("reverted", "failed")
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(**COMMON_ARGS), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     cli = SpecdCli(module)
     facts = cli.status()
     facts["profiles"] = list(cli.profiles().values())

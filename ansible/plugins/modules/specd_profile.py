@@ -93,6 +93,15 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specd.fleet.plugins.module_utils.specd_cli import COMMON_ARGS, SpecdCli
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    content=dict(type="str"),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    profiles_dir=dict(type="path"),
+    validate=dict(type="bool", default=True),
+    **COMMON_ARGS
+)
+
 try:
     import tomllib
 except ImportError:  # Python < 3.11 on the managed box
@@ -184,14 +193,7 @@ def ensure_absent(module, cli, name, path, before):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            content=dict(type="str"),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            profiles_dir=dict(type="path"),
-            validate=dict(type="bool", default=True),
-            **COMMON_ARGS
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "present", ("content",))],
         supports_check_mode=True,
     )

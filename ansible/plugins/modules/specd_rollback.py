@@ -62,10 +62,12 @@ revert:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specd.fleet.plugins.module_utils.specd_cli import COMMON_ARGS, SpecdCli
 
+ARGUMENT_SPEC = dict(away_from=dict(type="str"), to_generation=dict(type="int"), **COMMON_ARGS)
+
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(away_from=dict(type="str"), to_generation=dict(type="int"), **COMMON_ARGS),
+        argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("away_from", "to_generation")],
         supports_check_mode=True,
     )

@@ -62,7 +62,7 @@ generation_record:
   returned: when specd recorded one
   type: dict
 gate:
-  description: The health gate of the new server; null when nothing was restarted.
+  description: The health gate of the new server; null when nothing was restarted (and in check mode).
   returned: success
   type: dict
   contains:
@@ -98,6 +98,8 @@ notes:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specd.fleet.plugins.module_utils.specd_cli import COMMON_ARGS, SpecdCli
 
+ARGUMENT_SPEC = dict(profile=dict(type="str", required=True), **COMMON_ARGS)
+
 TIMING_KEYS = ("preflight_s", "restart_s", "health_s", "total_s")
 
 
@@ -107,18 +109,18 @@ def timings_of(record):
 
 def check(module, cli, profile):
     if profile not in cli.profiles():
-        module.exit_json(changed=True, active_profile=cli.status().get("active_profile"), notes=[
+        module.exit_json(changed=True, active_profile=cli.status().get("active_profile"), gate=None, notes=[
             "profile %s is not on the box yet (check mode: an earlier task would write it)" % profile])
     diff = cli.document("diff", profile)[1]
     status = cli.status()
     running_healthy = bool(status.get("healthy")) and status.get("active_profile") == profile
-    module.exit_json(changed=bool(diff["differs"]) or not running_healthy,
+    module.exit_json(changed=bool(diff["differs"]) or not running_healthy, gate=None,
                      active_profile=status.get("active_profile"), notes=list(diff.get("notes") or []))
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(profile=dict(type="str", required=True), **COMMON_ARGS),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     profile = module.params["profile"]
