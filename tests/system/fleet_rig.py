@@ -57,6 +57,11 @@ class FleetBox:
                                  f"{result.stdout}\n{result.stderr}")
         return result
 
+    def write_profile(self, name: str, text: str) -> Path:
+        path = self.profiles_dir / f"{name}.toml"
+        path.write_text(text)
+        return path
+
     def status(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.specd("status", "--json", check=False).stdout)
         return data

@@ -31,7 +31,7 @@ def ansible(tmp_path_factory: pytest.TempPathFactory) -> Ansible:
 def test_ansible_lint_production_profile_passes(tmp_path: Path) -> None:
     tree = tmp_path / "ansible_collections" / "specd" / "fleet"
     shutil.copytree(COLLECTION_SRC, tree)
-    result = subprocess.run([str(Path(sys.executable).parent / "ansible-lint"), "--offline", "--nocolor"], cwd=tree,
+    result = subprocess.run([str(Path(sys.executable).parent / "ansible-lint"), "--nocolor"], cwd=tree,
                             env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)},
                             capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
@@ -77,3 +77,38 @@ def test_file_sd_example_is_what_the_playbook_writes_from_the_example_inventory(
     example = COLLECTION_SRC / "examples" / "prometheus" / "specd.json"
     assert json.loads(written.read_text()) == json.loads(example.read_text())
     assert sorted(group["labels"]["box"] for group in json.loads(written.read_text())) == ["gpu-a", "gpu-b", "gpu-c"]
+
+
+def test_install_role_installs_specd_from_a_wheel_into_a_fresh_venv(ansible: Ansible, tmp_path: Path) -> None:
+    """The role's pip path: a wheel built from this checkout, copied and installed with its
+    dependencies (pip's own index and cache), `specd` linked into ~/.local/bin, specd.toml written.
+    The daemon and linger parts run in test_ansible_fleet.py's boxes; here they are off (no manager)."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(wheels), str(COLLECTION_SRC.parent)], capture_output=True, text=True, timeout=600,
+                           check=False)
+    assert built.returncode == 0, built.stderr[-4000:]
+    wheel = next(wheels.glob("specd-*.whl"))
+    home = tmp_path / "home"
+    home.mkdir()
+    config = 'unit = "llama-server.service"\nscope = "user"\nprofiles_dir = "profiles"\n'
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"specd": {"hosts": {"fresh": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "specd_environment": {"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        "specd_install_source": str(wheel), "specd_install_python": sys.executable,
+        "specd_install_config": config, "specd_install_daemon": False, "specd_install_linger": False}}}}))
+
+    def install() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ansible-playbook", "-i", str(inventory), "specd.fleet.install"], env=ansible.env,
+                              capture_output=True, text=True, timeout=900, check=False)
+
+    first = install()
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+    specd = home / ".local" / "bin" / "specd"
+    assert specd.resolve() == home / ".local" / "share" / "specd" / "venv" / "bin" / "specd"
+    version = subprocess.run([str(specd), "--version"], capture_output=True, text=True, timeout=120, check=False)
+    assert version.stdout.strip() == "specd 0.1.0", version.stderr
+    assert (home / ".config" / "specd" / "specd.toml").read_text() == config
+    second = install()
+    assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-6000:]

@@ -7,14 +7,19 @@ flash attention: it exits while loading), so its health gate fails for real.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import require_real_server
-from tests.system.fleet_rig import Ansible, FleetBox, fleet
+from tests.system.fleet_rig import COLLECTION_SRC, Ansible, FleetBox, fleet
+from tests.system.prometheus_rig import ScrapeJob, prometheus
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama]
 
@@ -210,3 +215,50 @@ def test_tune_report_tabulates_comparable_results_from_every_box(boxes, tmp_path
         assert [p for p, row in mine.items() if row["best"]] == [document["best"]]
         assert mine["autoregressive"]["median_ms"] == document["estimates"]["autoregressive"]["median_ms"]
         assert mine["autoregressive"]["hardware"].startswith(f"{document['box']['hardware']['cpu_count']} CPUs")
+
+
+@dataclass(frozen=True)
+class ExampleFileSdJob(ScrapeJob):
+    """The scrape job of ansible/examples/prometheus/prometheus.yml, reading `files` instead of
+    /etc/prometheus/file_sd/specd.json."""
+
+    files: tuple[str, ...] = ()
+    example: dict[str, Any] = field(default_factory=dict)
+
+    def as_config(self) -> dict[str, Any]:
+        job = copy.deepcopy(self.example)
+        for sd_config in job["file_sd_configs"]:
+            sd_config["files"] = list(self.files)
+        return job
+
+
+def test_one_prometheus_reads_every_box_active_profile_through_file_sd(boxes, tmp_path: Path) -> None:
+    fleet_boxes, ansible = boxes
+    fleet_boxes[2].specd("switch", "ngram-mod")  # so that the boxes do not all run the same profile
+    fleet_boxes[1].write_profile("broken", BROKEN)  # and box2's newest generation is a reverted one
+    assert fleet_boxes[1].specd("switch", "broken", check=False).returncode == 1
+    expected = {box.name: box.status()["active_profile"] for box in fleet_boxes}
+    assert expected["box3"] == "ngram-mod" and expected["box2"] != "broken" and len(set(expected.values())) > 1
+    ansible.write_inventory(fleet_boxes, group_vars={"specd_deployment": "tiny-gemma"},
+                            host_vars={"box2": {"specd_prometheus_labels": {"gpu": "none"}}})
+    targets = tmp_path / "specd.json"
+
+    written = ansible.playbook("prometheus_targets", {"specd_file_sd_path": str(targets)})
+
+    assert written.returncode == 0, written.output[-6000:]
+    example = yaml.safe_load((COLLECTION_SRC / "examples" / "prometheus" / "prometheus.yml").read_text())
+    job = ExampleFileSdJob(name="specd", targets=(), files=(str(targets),), example=example["scrape_configs"][0])
+    with prometheus([job], tmp_path / "prometheus") as prom:
+        up = prom.wait_for_targets_up(timeout_s=120)
+        assert sorted(t["labels"]["box"] for t in up) == ["box1", "box2", "box3"]
+
+        def active_profiles() -> dict[str, str] | None:
+            found = {r["metric"]["box"]: r["metric"]["profile"] for r in prom.query("specd_active_profile == 1")}
+            return found if found == expected else None
+
+        prom.wait_for(f"specd_active_profile == 1 to give {expected}", active_profiles, timeout_s=120)
+        samples = prom.query("specd_active_profile == 1")
+        by_box = {r["metric"]["box"]: r["metric"] for r in samples}
+        for box in fleet_boxes:
+            assert by_box[box.name]["deployment"] == "tiny-gemma" and by_box[box.name]["unit"] == box.unit
+        assert by_box["box2"]["gpu"] == "none" and "gpu" not in by_box["box1"]
