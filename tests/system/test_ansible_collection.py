@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.system.fleet_rig import COLLECTION_SRC, Ansible
 
@@ -112,3 +114,11 @@ def test_install_role_installs_specd_from_a_wheel_into_a_fresh_venv(ansible: Ans
     assert (home / ".config" / "specd" / "specd.toml").read_text() == config
     second = install()
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-6000:]
+
+
+def test_the_readme_shows_the_rollout_playbook_as_shipped() -> None:
+    readme = (COLLECTION_SRC.parent / "README.md").read_text()
+    shown = next(yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
+                 if "Roll a specd profile out" in block)
+    shipped = yaml.safe_load((COLLECTION_SRC / "playbooks" / "rollout.yml").read_text())
+    assert shown[0] == {**shipped[0], "tasks": shipped[0]["tasks"][:2]}  # the README leaves out the report task
