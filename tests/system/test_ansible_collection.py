@@ -86,7 +86,7 @@ def test_install_role_installs_specd_from_a_wheel_into_a_fresh_venv(ansible: Ans
     dependencies (pip's own index and cache), `specd` linked into ~/.local/bin, specd.toml written.
     The daemon and linger parts run in test_ansible_fleet.py's boxes; here they are off (no manager)."""
     wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
                             str(wheels), str(COLLECTION_SRC.parent)], capture_output=True, text=True, timeout=600,
                            check=False)
     assert built.returncode == 0, built.stderr[-4000:]
