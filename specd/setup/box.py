@@ -49,7 +49,9 @@ class BoxIdentity:
     hardware: Hardware
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["hardware"]["gpus"] = [asdict(gpu) for gpu in self.hardware.gpus]  # a list, as JSON reads back
+        return data
 
 
 def _cpu_model() -> str:

@@ -56,3 +56,21 @@ def test_tuner_event_details_read_back_into_reason_and_numbers() -> None:
     reason, numbers = parse_record('kept plain: 2% faster | not enough | {"best":"mtp","switched":false}')
     assert reason == "kept plain: 2% faster | not enough" and numbers == {"best": "mtp", "switched": False}
     assert parse_record("pinned to plain") == ("pinned to plain", {})
+
+
+def test_box_identity_names_the_box_from_specd_box_and_says_why_there_is_no_gpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from specd.gpu.nvml import GpuDevice, GpuState, NoGpu
+    from specd.setup.box import box_identity
+
+    monkeypatch.setenv("SPECD_BOX", "gpu-a")
+    plain = box_identity(NoGpu("the NVIDIA kernel driver is not loaded")).as_json()
+    assert plain["name"] == "gpu-a" and plain["hardware"]["gpus"] == []
+    assert plain["hardware"]["gpu_note"] == "the NVIDIA kernel driver is not loaded"
+    assert plain["hardware"]["cpu_count"] >= 1 and plain["hardware"]["memory_bytes"] > 0
+    card = GpuDevice(0, "RTX 3090 Ti", "GPU-1", 24 * GIB, 20 * GIB, 4 * GIB)
+    monkeypatch.delenv("SPECD_BOX")
+    with_gpu = box_identity(GpuState((card,), "550.54", "12.4")).as_json()
+    assert with_gpu["name"] == with_gpu["hostname"]
+    assert with_gpu["hardware"]["gpus"] == [{"index": 0, "name": "RTX 3090 Ti", "uuid": "GPU-1", "total_bytes": 24 * GIB}]
+    assert with_gpu["hardware"]["gpu_driver"] == "550.54" and with_gpu["hardware"]["gpu_note"] is None
