@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 from specd.deploy.history import Generation, History
 from specd.deploy.plan import Outcome
-from specd.errors import SpecdError, SwitchFailed
+from specd.errors import SpecdError, StateDbError, SwitchFailed
 from specd.profiles.config import Deployment
 
 SWITCH_SCHEMA = "specd.switch/1"
@@ -51,9 +51,14 @@ class SwitchJson(TypedDict):
 def _generation(generation_id: int | None) -> dict[str, Any] | None:
     if generation_id is None:
         return None
-    history = History()
+    try:
+        history = History()
+    except StateDbError:
+        return None  # the failure itself may be the state DB's; the message still says what happened
     try:
         found: Generation | None = history.get(generation_id)
+    except StateDbError:
+        found = None
     finally:
         history.close()
     return found.as_dict() if found else None
