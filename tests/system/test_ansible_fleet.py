@@ -78,6 +78,9 @@ def _switch_result(run, host: str) -> dict:
     return found[0]
 
 
+# One story, seven playbook runs that restart real llama-servers (and, first in the module, the
+# fleet's setup): about 6 minutes on an idle 2-core machine, more when it is shared.
+@pytest.mark.timeout(1800)
 def test_rollout_stops_at_the_box_whose_gate_fails_and_converges_idempotently(boxes) -> None:
     fleet_boxes, ansible = boxes
     box1, box2, box3 = fleet_boxes
