@@ -12,10 +12,9 @@ from rich import box
 from rich.table import Table
 
 from specd.cli import app, console, err_console
-from specd.cli import json_out as json_out_module
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.cli.facts import facts_of
-from specd.cli.json_out import failure_json, outcome_json
+from specd.cli.json_out import dumps, failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
@@ -76,10 +75,10 @@ def _json_operation(deployment: Deployment, kind: str, profile: str | None, run:
     try:
         outcome = run()
     except SpecdError as error:
-        typer.echo(json_out_module.dumps(failure_json(error, kind=kind, deployment=deployment, profile=profile,
+        typer.echo(dumps(failure_json(error, kind=kind, deployment=deployment, profile=profile,
                                                       active=active())))
         raise
-    typer.echo(json_out_module.dumps(outcome_json(outcome, kind=kind, deployment=deployment, active=active())))
+    typer.echo(dumps(outcome_json(outcome, kind=kind, deployment=deployment, active=active())))
 
 
 @app.command()
