@@ -63,7 +63,19 @@ class HealthError(SpecdError):
 
 
 class SwitchFailed(SpecdError):
-    pass
+    """A switch or rollback failed. Where it got as far as reverting, the typed fields say how the
+    revert went, so `specd switch --json` (and the Ansible modules reading it) need not parse the
+    message: `revert_outcome` is the history outcome ("reverted" or "failed"), `revert_state` the
+    sentence on the state reached, `generation_id` the failed generation."""
+
+    def __init__(self, message: str, *, hint: str | None = None, generation_id: int | None = None,
+                 revert_outcome: str | None = None, revert_state: str | None = None,
+                 journal: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.generation_id = generation_id
+        self.revert_outcome = revert_outcome
+        self.revert_state = revert_state
+        self.journal = journal
 
 
 class Abandoned(SpecdError):

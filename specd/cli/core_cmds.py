@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import textwrap
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -13,13 +14,16 @@ from rich.table import Table
 from specd import context
 from specd.cli import app, console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
+from specd.cli.facts import facts_of
+from specd.cli.json_out import dumps, failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
 from specd.deploy.preflight import quick_problems, run_preflight
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
-from specd.errors import StateDbError
+from specd.errors import SpecdError, StateDbError
+from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
 from specd.tune.verify import unverified_warning
 
@@ -43,8 +47,12 @@ def switch(
     profile: Annotated[str, typer.Argument(help="profile name (a file in profiles_dir, without .toml)")],
     config: ConfigOption = None,
     unit: UnitOption = None,
+    json_out: JsonOption = False,
 ) -> None:
-    """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure."""
+    """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure.
+
+    --json prints one document (docs/json.md) on success and on failure; the exit status stays.
+    """
     _, deployment = deployment_of(config, unit)
     try:
         warning = unverified_warning(deployment, profile)
@@ -52,7 +60,26 @@ def switch(
         warning = None
     if warning:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    _report(switcher_for(deployment).switch(profile), "switched")
+    switcher = switcher_for(deployment)
+    if not json_out:
+        _report(switcher.switch(profile), "switched")
+        return
+    _json_operation(deployment, "switch", profile, lambda: switcher.switch(profile))
+
+
+def _json_operation(deployment: Deployment, kind: str, profile: str | None, run: Callable[[], Outcome]) -> None:
+    """Run a switch or rollback and print its --json document, also when it fails (then re-raise,
+    so the message reaches stderr and the exit code stays)."""
+    def active() -> str | None:
+        return switcher_for(deployment).active_profile()
+
+    try:
+        outcome = run()
+    except SpecdError as error:
+        typer.echo(dumps(failure_json(error, kind=kind, deployment=deployment, profile=profile,
+                                                      active=active())))
+        raise
+    typer.echo(dumps(outcome_json(outcome, kind=kind, deployment=deployment, active=active())))
 
 
 @app.command()
@@ -60,6 +87,7 @@ def rollback(
     to: Annotated[int | None, typer.Option("--to", help="jump to this generation (see `specd history`)")] = None,
     config: ConfigOption = None,
     unit: UnitOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Go back to the unit as it was before the last change (repeat to walk further back)."""
     _, deployment = deployment_of(config, unit)
@@ -71,6 +99,9 @@ def rollback(
         err_console.print(f"[yellow]warning:[/] {exc.message}\nrolling back from the .pre-* backups alone; "
                           "this rollback is not recorded in history", highlight=False)
         switcher = switcher_for(deployment, history=History.in_memory())
+    if json_out:
+        _json_operation(deployment, "rollback", None, lambda: switcher.rollback(to))
+        return
     _report(switcher.rollback(to), "rolled back")
 
 
@@ -84,11 +115,11 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
     Exit status: 0 healthy; 3 the endpoint is not healthy, the deployment is marked failed or
     stopped, or an interrupted switch awaits `specd recover`.
     """
-    _, deployment = deployment_of(config, unit)
+    cfg, deployment = deployment_of(config, unit)
     seams = context.seams_for(deployment)
     report = collect_status(seams, daemon_status(seams.state, deployment.unit))
     if json_out:
-        print_json(report.as_dict())
+        print_json(report.as_dict() | facts_of(cfg, deployment))
     else:
         table = Table(show_header=False, box=None)
         rows = [("unit", report.unit), ("active profile", report.active_profile), ("state", report.state),
@@ -149,15 +180,22 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
 
 
 @app.command()
-def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None) -> None:
+def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """Unified diff of the installed unit against what PROFILE would install."""
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
     pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(switcher.seams))
-    installed = switcher.installed_text() or ""
+    installed_text = switcher.installed_text()
+    installed = installed_text or ""
     lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
                                  fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
-    typer.echo("".join(lines) or f"no difference: {deployment.unit} already holds {profile}", nl=False)
+    text = "".join(lines)
+    if json_out:
+        print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(deployment.unit_path),
+                    "installed": installed_text is not None, "differs": installed_text != pre.unit_text,
+                    "diff": text, "notes": pre.notes})
+        return
+    typer.echo(text or f"no difference: {deployment.unit} already holds {profile}", nl=False)
 
 
 @app.command()

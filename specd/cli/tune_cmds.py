@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -15,10 +16,14 @@ from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.context import switcher_for
-from specd.errors import FidelityError, UsageError
+from specd.deploy.history import now_iso
+from specd.errors import FidelityError, ProfileError, UsageError
+from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
+from specd.setup.box import box_identity
 from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
 from specd.tune.bench import Progress as ProgressFn
+from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
 from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
 from specd.tune.verify import (
@@ -164,13 +169,46 @@ def tune(
                                  progress=progress, concurrency=concurrency, cache_reuse=cache_reuse, verify=verify)
     decision = result.decision
     if json_out:
-        print_json({**decision.as_json(), "final_profile": result.final_profile, "bench_run": result.report.run_id})
+        print_json(tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id))
         return
     console.print(_decision_table(decision))
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
     console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
                   f"{result.final_profile or 'nothing'})", highlight=False)
+
+
+def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,
+                  bench_run: int | None) -> dict[str, Any]:
+    """`specd tune --json`: the decision plus what makes it comparable across boxes (docs/json.md)."""
+    models: dict[str, str | None] = {}
+    for name in decision["estimates"]:
+        try:
+            model = load_profile(deployment.profiles_dir, name).model
+        except ProfileError:
+            model = None
+        models[name] = Path(model).name if model else None
+    return {"schema": TUNE_SCHEMA, "at": now_iso(), "box": box_identity().as_json(),
+            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models, **decision,
+            "final_profile": final_profile, "bench_run": bench_run}
+
+
+@cli_app.command("tune-table")
+def tune_table(
+    files: Annotated[list[Path], typer.Argument(help="`specd tune --json` outputs, one per box")],
+    json_out: JsonOption = False,
+) -> None:
+    """Tuner verdicts from several boxes side by side: one row per box and profile."""
+    rows = load_rows(files)
+    if json_out:
+        print_json([asdict(row) for row in rows])
+        return
+    table = Table("box", "hardware", "unit", "workload", "profile", "model", "n", "wall median", "95% CI", "")
+    for row in rows:
+        mark = ", ".join(m for m, on in (("best", row.best), ("active", row.active_after)) if on)
+        table.add_row(row.box, row.hardware, row.deployment, row.workload, row.profile, row.model or "", str(row.n),
+                      _fmt_ms(row.median_ms), f"{row.ci_lo_ms / 1000:.2f}-{row.ci_hi_ms / 1000:.2f} s", mark)
+    console.print(table)
 
 
 @cli_app.command("verify")

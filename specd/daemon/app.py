@@ -86,6 +86,7 @@ class Runtime:
     server: QuietServer | None = None
     info: dict[str, Any] = field(default_factory=dict)
     last_generation: int = 0
+    last_outcome: str = ""  # of last_generation: a pending switch is seen again when it finishes
 
 
 SeamsFactory = Callable[[Deployment], Seams]  # specd.context.seams_for: one set per thread that uses it
@@ -211,13 +212,14 @@ class Daemon:
     def _observe_generations(self) -> None:
         for unit, runtime in self.runtimes.items():
             newest = next(iter(self.history.list(unit, limit=1)), None)
-            if newest is None or newest.id == runtime.last_generation:
+            if newest is None or (newest.id, newest.outcome) == (runtime.last_generation, runtime.last_outcome):
                 continue
-            if runtime.last_generation and newest.outcome == "ok":
+            if runtime.last_generation and newest.outcome == "ok":  # finished now (seen pending before, or not)
                 counter = self.metrics.rollbacks if newest.kind == "rollback" else self.metrics.switches
                 counter.labels(unit).inc()
-            runtime.last_generation = newest.id
-            self.metrics.set_active_profile(unit, newest.profile)
+            runtime.last_generation, runtime.last_outcome = newest.id, newest.outcome
+            active = self.history.active(unit)  # a pending, reverted or failed generation is not active
+            self.metrics.set_active_profile(unit, active.profile if active else None)
 
     def _sample(self, runtime: Runtime) -> None:
         backend = backend_of(runtime.deployment)

@@ -324,11 +324,15 @@ class Switcher:
             intents.clear(self._intent_path)
             raise SwitchFailed(
                 f"{what} failed: {reason}\nthe revert failed too: {revert_failure}\n"
-                f"the unit file is the previous one; check `specd status`\n--- journal ---\n{journal}"
+                f"the unit file is the previous one; check `specd status`\n--- journal ---\n{journal}",
+                generation_id=intent.generation_id, revert_outcome="failed",
+                revert_state=f"the revert failed too: {revert_failure}", journal=journal,
             ) from revert_failure
         self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
         intents.clear(self._intent_path)
-        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}")
+        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}",
+                           generation_id=intent.generation_id, revert_outcome="reverted", revert_state=state,
+                           journal=journal)
 
     def _recover_locked(self) -> str | None:
         remove_stale_temp_files(self.deployment.unit_path)

@@ -1,4 +1,5 @@
-"""Setting a box up: doctor, quickstart, and the private `systemd --user` sandbox.
+"""Setting a box up: doctor, quickstart, the private `systemd --user` sandbox, and which box this
+is (its name and hardware, for results compared across boxes).
 
 May import anything below the CLI.
 """

@@ -302,6 +302,18 @@ def record(deployment: Deployment, decision: Decision, trigger: Trigger) -> str:
     return detail
 
 
+def parse_record(detail: str) -> tuple[str, dict[str, Any]]:
+    """`record`'s event detail back into (reason, numbers); numbers are {} for a detail without them."""
+    reason, sep, numbers = detail.rpartition(" | ")
+    if not sep:
+        return detail, {}
+    try:
+        parsed = json.loads(numbers)
+    except json.JSONDecodeError:
+        return detail, {}
+    return (reason, parsed) if isinstance(parsed, dict) else (detail, {})
+
+
 def tune_deployment(config: Config, deployment: Deployment, *, workload: str | None = None, n: int | None = None,
                     margin: float | None = None, dry_run: bool = False, candidates: Sequence[str] = (),
                     budget_s: float | None = None, trigger: Trigger = "tuner", max_tokens: int | None = None,

@@ -331,3 +331,21 @@ def test_without_journald_the_revert_message_says_why_there_are_no_log_lines(tmp
 
     note = journal_tail("llama.service", "user", journal_socket=tmp_path / "absent")
     assert "no systemd-journald" in note and "ExecStart=" in note
+
+
+def test_a_failed_switch_says_how_its_revert_went_in_typed_fields(world: World) -> None:
+    """What `specd switch --json` (and the Ansible module) report without parsing the message."""
+    world.gate.failures.append(HealthError("the alias never answered"))
+    with pytest.raises(SwitchFailed) as raised:
+        world.switcher().switch("new")
+    failure = raised.value
+    assert failure.revert_outcome == "reverted"
+    assert failure.revert_state == "reverted to old, which is healthy again"
+    failed = world.history.get(failure.generation_id or 0)
+    assert failed is not None and failed.outcome == "reverted" and failed.profile == "new"
+
+    world.gate.failures.extend([HealthError("the alias never answered"), HealthError("the old one neither")])
+    with pytest.raises(SwitchFailed) as raised_again:
+        world.switcher().switch("new")
+    assert raised_again.value.revert_outcome == "failed"
+    assert "the old one neither" in (raised_again.value.revert_state or "")

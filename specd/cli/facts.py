@@ -1,0 +1,44 @@
+"""What `specd status --json` adds to the status itself so one call describes a box: where its
+profiles live, the tuner's pin and last verdict, and the box's identity and hardware (GPUs).
+The Ansible collection's `specd_facts` reads exactly this (docs/json.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specd import context
+from specd.deploy.history import History
+from specd.errors import StateDbError
+from specd.profiles.config import Config, Deployment
+from specd.setup.box import box_identity
+from specd.tune.pins import get_pin
+from specd.tune.tuner import parse_record
+
+TUNE_EVENTS = ("tune", "tune-dry-run", "tune-skip")
+
+
+def last_tune(unit: str) -> dict[str, Any] | None:
+    """The newest tuner event: when, what kind, its sentence and (for a decision) its numbers."""
+    history = History(context.state_dir().db)
+    try:
+        for event in history.events(unit, limit=500):
+            if event["kind"] in TUNE_EVENTS:
+                reason, numbers = parse_record(str(event["detail"]))
+                return {"at": event["at"], "kind": event["kind"], "reason": reason, **numbers}
+    finally:
+        history.close()
+    return None
+
+
+def facts_of(config: Config, deployment: Deployment) -> dict[str, Any]:
+    facts: dict[str, Any] = {"config_path": str(config.path), "profiles_dir": str(deployment.profiles_dir),
+                             "metrics_listen": config.daemon.metrics_listen}
+    try:
+        pin = get_pin(deployment.unit)
+        facts["pin"] = None if pin is None else {"profile": pin.profile, "at": pin.at}
+        facts["last_tune"] = last_tune(deployment.unit)
+    except StateDbError as exc:
+        facts["pin"] = facts["last_tune"] = None
+        facts["state_db_error"] = exc.message
+    facts["box"] = box_identity().as_json()
+    return facts
