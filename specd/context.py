@@ -8,8 +8,12 @@ not the transaction's).
 
 from __future__ import annotations
 
+from functools import partial
+
 from specd.daemon.control import DrainingSystemd
+from specd.deploy.health import wait_healthy
 from specd.deploy.history import History
+from specd.deploy.plan import StepHook
 from specd.deploy.switch import Switcher
 from specd.deploy.systemd import SystemdClient, connect_systemd
 from specd.profiles.config import Deployment
@@ -21,10 +25,12 @@ def systemd_for(deployment: Deployment) -> SystemdClient:
 
 
 def switcher_for(deployment: Deployment, *, trigger: str = "cli", history: History | None = None,
-                 systemd: SystemdClient | None = None) -> Switcher:
-    """A Switcher over the real seams: the bus is connected on first use, restarts drain."""
+                 systemd: SystemdClient | None = None, on_step: StepHook | None = None) -> Switcher:
+    """A Switcher over the real seams: the bus is connected on first use, restarts drain.
+    `on_step` hears every step of the transaction and of its health gate (the status page)."""
     return Switcher(deployment, trigger=trigger, history=history, systemd=systemd,
-                    connect=lambda: systemd_for(deployment))
+                    connect=lambda: systemd_for(deployment), on_step=on_step,
+                    gate=wait_healthy if on_step is None else partial(wait_healthy, on_step=on_step))
 
 
 def main_pid_of(deployment: Deployment) -> int:

@@ -1,7 +1,9 @@
 """`specd daemon`: the long-running guard of every configured deployment.
 
 Wiring only; the work lives in `monitor` (health), `watcher` (files), `proxy` (clients),
-`traffic` (records), `metrics` and `control` (the socket switches drain through).
+`traffic` (records), `metrics`, `control` (the socket switches drain through), `web` (the status
+page), `observer` (what changed in history, for the page and the notifications) and
+`notifications`.
 
 Threads: the asyncio loop in the main thread serves the proxies and the control socket, pings
 systemd's watchdog and writes the status file (so a wedged loop stops the pings and systemd
@@ -39,6 +41,8 @@ from specd.daemon import control
 from specd.daemon.control import daemon_status, status_path
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
+from specd.daemon.notifications import Notifier
+from specd.daemon.observer import HistoryObserver
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
 from specd.daemon.watcher import DeploymentWatcher
@@ -61,6 +65,7 @@ HEARTBEAT_S = 5.0        # status file and watchdog cadence (control.STALE_AFTER
 SAMPLE_INTERVAL_S = 60.0
 TRAFFIC_KEEP_S = 30 * 86400
 HISTORY_KEEP = 500
+OBSERVE_S = 1.0          # how often history is read for news (the page's live timeline, notifications)
 NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
 
 
@@ -101,6 +106,9 @@ class Daemon:
         self._servers: list[tuple[QuietServer, asyncio.Task[None]]] = []
         self._lock_fd: int | None = None
         self._http = httpx.Client(timeout=5.0)
+        self.page: Any = None  # the status page (specd.daemon.web.app.StatusPage) when http_listen is set
+        self.notifier: Notifier | None = None
+        self.observer: HistoryObserver | None = None
 
     # ---- startup --------------------------------------------------------------------------------
 
@@ -116,6 +124,11 @@ class Daemon:
         self._lock_fd = fd
 
     def _build(self) -> None:
+        from specd.daemon.web.auth import check_exposure
+
+        check_exposure(self.config)  # before anything listens: refuse an exposed page without a token
+        if self.config.notify.urls:
+            self.notifier = Notifier(self.config.notify)
         if any(d.proxy is not None for d in self.deployments):
             self.recorder = traffic.Recorder()
         for deployment in self.deployments:
@@ -190,6 +203,22 @@ class Daemon:
 
     def _health_result(self, unit: str, result: HealthResult) -> None:
         self.metrics.healthy.labels(unit).set(1 if result.ok else 0)
+        if self.page is not None:
+            self.page.publish("health", unit=unit, ok=result.ok, detail=result.detail)
+
+    def _submit(self, name: str, work: Callable[[], None]) -> None:
+        """Run a page action on the job pool: SIGTERM waits for it like for a rollback in progress."""
+        self.scheduler.add_job(self._job(name, work), id=name)
+
+    async def _observe(self, stop: asyncio.Event) -> None:
+        assert self.observer is not None
+        while not stop.is_set():
+            try:
+                self.observer.poll({unit: runtime.monitor.state for unit, runtime in self.runtimes.items()})
+            except SpecdError as exc:
+                log.warning("reading history for news: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), OBSERVE_S)
 
     def _external_edit(self, unit: str, generation_id: int) -> None:
         self.metrics.external_edits.labels(unit).inc()
@@ -319,6 +348,11 @@ class Daemon:
                 listen = runtime.deployment.proxy
                 runtime.server = await self._serve(runtime.proxy.app, host=listen.listen_host,
                                                    port=listen.listen_port)
+        await self._serve_page(loop)
+        self.observer = HistoryObserver(self.deployments, notifier=self.notifier,
+                                        publish=self.page.publish if self.page is not None else None,
+                                        health_lost_s=self.config.notify.health_lost_minutes * 60.0)
+        observing = loop.create_task(self._observe(stop))
         for runtime in self.runtimes.values():
             runtime.watcher.start()
         self._schedule()
@@ -335,10 +369,23 @@ class Daemon:
                 notify("WATCHDOG=1")
             self._write_status()
         pinger = loop.create_task(keep_pinging(beat)) if watchdog else None  # shutdown may outlast it
+        await observing
         await self._shutdown()
         if pinger is not None:
             pinger.cancel()
         return 0
+
+    async def _serve_page(self, loop: asyncio.AbstractEventLoop) -> None:
+        listen = self.config.daemon.http_listen
+        if not listen:
+            return
+        from specd.daemon.web.app import StatusPage
+        from specd.daemon.web.auth import split_listen
+
+        self.page = StatusPage(self.config, self.deployments, status=self.status, submit=self._submit, loop=loop)
+        host, port = split_listen(listen)
+        await self._serve(self.page.app, host=host, port=port)
+        log.info("status page on http://%s:%d/ (`specd web-token` for actions)", host, port)
 
     async def _shutdown(self) -> None:
         notify("STOPPING=1\nSTATUS=finishing in-flight requests")
@@ -350,6 +397,8 @@ class Daemon:
             await asyncio.wait_for(asyncio.to_thread(self.scheduler.shutdown, True), SHUTDOWN_GRACE_S)
         log.info("jobs stopped after %.1f s", time.monotonic() - started)
         proxies = [r.proxy for r in self.runtimes.values() if r.proxy is not None]
+        if self.page is not None:
+            self.page.close()  # ends the live event streams, which would hold their server open
         for server, _ in self._servers:
             server.should_exit = True
         await asyncio.gather(*(p.shutdown(SHUTDOWN_GRACE_S) for p in proxies))
@@ -359,6 +408,10 @@ class Daemon:
             self.recorder.close()
         for runtime in self.runtimes.values():
             runtime.monitor.close()
+        if self.observer is not None:
+            self.observer.close()
+        if self.notifier is not None:
+            self.notifier.close()
         self._write_status(running=False)
         control.socket_path().unlink(missing_ok=True)
         self._http.close()

@@ -8,6 +8,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -18,6 +19,9 @@ from specd.profiles.config import Deployment
 from specd.profiles.flags import BinaryFlags, binary_flags, check_executable, resolve_binary
 from specd.profiles.load import Profile, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit, secret_files
+
+if TYPE_CHECKING:
+    from specd.gpu.vram import VramEstimate
 
 
 @dataclass
@@ -191,12 +195,7 @@ def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current
     state = gpu.probe_gpus()
     if isinstance(state, gpu.NoGpu):
         return f"no NVIDIA GPU: VRAM check skipped ({state.reason})"
-    estimate = vram.estimate_vram(
-        model, draft, profile.ctx_size or 0, _layers(profile.n_gpu_layers),
-        profile.cache_type_k or "f16", profile.cache_type_v or "f16", profile.parallel,
-        n_ubatch=profile.ubatch_size or 512, flash_attn=profile.flash_attn != "off",
-        draft_n_gpu_layers=_layers(profile.speculative.draft_ngl),
-    )
+    estimate = vram_estimate(profile, model, draft)
     freed = 0
     if current_main_pid:
         held = gpu.process_vram(current_main_pid)
@@ -204,6 +203,18 @@ def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current
     result = vram.fit_check(estimate, state, freed)
     result.raise_if_not_ok()
     return result.message
+
+
+def vram_estimate(profile: Profile, model: GgufInfo, draft: GgufInfo | None) -> VramEstimate:
+    """What this profile's server needs on the GPU, from its GGUF files and its settings."""
+    from specd.gpu import vram
+
+    return vram.estimate_vram(
+        model, draft, profile.ctx_size or 0, _layers(profile.n_gpu_layers),
+        profile.cache_type_k or "f16", profile.cache_type_v or "f16", profile.parallel,
+        n_ubatch=profile.ubatch_size or 512, flash_attn=profile.flash_attn != "off",
+        draft_n_gpu_layers=_layers(profile.speculative.draft_ngl),
+    )
 
 
 def _layers(value: int | str | None) -> int | None:

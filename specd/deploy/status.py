@@ -28,8 +28,10 @@ def deployment_state(history: History, unit: str) -> str | None:
     return None
 
 
-def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any]) -> dict[str, Any]:
-    """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report."""
+def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any], *,
+                   client: httpx.Client | None = None) -> dict[str, Any]:
+    """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report;
+    `client` (the status page's, kept open) saves building one per call."""
     text = read_text(deployment.unit_path)
     data: dict[str, Any] = {
         "unit": deployment.unit,
@@ -52,8 +54,11 @@ def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any
             command = parse_unit(text, str(deployment.unit_path))
             data["endpoint"] = command.base_url
             data["alias"] = command.alias
-            with httpx.Client(timeout=3.0) as client:
+            if client is not None:
                 probe = check_once(client, command.base_url, command.alias, api_key=command.api_key)
+            else:
+                with httpx.Client(timeout=3.0) as own:
+                    probe = check_once(own, command.base_url, command.alias, api_key=command.api_key)
             data["health"] = "healthy" if probe.ok else f"unhealthy: {probe.detail}"
             data["healthy"] = probe.ok
         except UsageError as exc:

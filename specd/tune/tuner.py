@@ -289,8 +289,8 @@ def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequenc
 
 def record(deployment: Deployment, decision: Decision, trigger: str) -> str:
     """One history event per decision: the sentence, then the numbers as JSON."""
-    numbers = {"best": decision.best, "switched": decision.switch, "margin": decision.margin,
-               "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
+    numbers = {"best": decision.best, "active": decision.active, "switched": decision.switch,
+               "margin": decision.margin, "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
                              for e in decision.estimates}}
     detail = f"{decision.reason} | {json.dumps(numbers, separators=(',', ':'))}"
@@ -300,6 +300,18 @@ def record(deployment: Deployment, decision: Decision, trigger: str) -> str:
     finally:
         history.close()
     return detail
+
+
+def parse_record(detail: str) -> tuple[str, dict[str, Any] | None]:
+    """`record`'s history detail read back: the sentence, and the numbers (None if unreadable)."""
+    sentence, sep, numbers = detail.rpartition(" | ")
+    if not sep:
+        return detail, None
+    try:
+        parsed = json.loads(numbers)
+    except ValueError:
+        return detail, None
+    return sentence, parsed if isinstance(parsed, dict) else None
 
 
 def tune_deployment(config: Config, deployment: Deployment, *, workload: str | None = None, n: int | None = None,

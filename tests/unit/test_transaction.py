@@ -312,3 +312,36 @@ def test_without_journald_the_revert_message_says_why_there_are_no_log_lines(tmp
 
     note = journal_tail("llama.service", "user", journal_socket=tmp_path / "absent")
     assert "no systemd-journald" in note and "ExecStart=" in note
+
+
+def test_the_step_hook_hears_every_step_in_order_and_a_revert_with_its_reason(world: World) -> None:
+    heard: list[tuple[str, str]] = []
+    switcher = Switcher(world.deployment, systemd=world.systemd, history=world.history, gate=world.gate,
+                        journal=lambda unit, scope: "(fake journal)", fault=FaultAt(),
+                        preflight=world.switcher()._preflight, on_step=lambda step, detail: heard.append((step, detail)))
+    switcher.switch("new")
+    assert [step for step, _ in heard] == list(STEPS)
+    assert "generation" in dict(heard)["intent"] and "restarted" in dict(heard)["restart"]
+
+    heard.clear()
+    world.gate.failures.append(HealthError("the alias never answered"))
+    with pytest.raises(SwitchFailed):
+        switcher.switch("old")
+    steps = [step for step, _ in heard]
+    assert steps[:steps.index("restart") + 1] == [s for s in STEPS if s not in ("gate", "commit")]
+    assert ("revert", "the alias never answered") in heard
+    assert steps[-3:] == ["revert-reload", "revert-restart", "revert-gate"]
+    reverted = world.history.list(UNIT, limit=1)[0]
+    journal = [e["detail"] for e in world.history.events(UNIT) if e["kind"] == "revert-journal"]
+    assert journal == [f"generation {reverted.id}\n(fake journal)"]
+
+
+def test_a_step_hook_that_raises_changes_nothing(world: World) -> None:
+    def broken(step: str, detail: str) -> None:
+        raise RuntimeError("a listener's bug")
+
+    switcher = Switcher(world.deployment, systemd=world.systemd, history=world.history, gate=world.gate,
+                        journal=lambda unit, scope: "", fault=FaultAt(), preflight=world.switcher()._preflight,
+                        on_step=broken)
+    assert switcher.switch("new").generation.outcome == "ok"
+    assert world.unit_path.read_text() == unit_text("new")
