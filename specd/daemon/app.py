@@ -133,6 +133,7 @@ class Daemon:
             self.recorder = traffic.Recorder()
         for deployment in self.deployments:
             unit = deployment.unit
+            self.metrics.add_unit(unit)
             monitor = HealthMonitor(deployment, self.config.daemon,
                                     on_result=partial(self._health_result, unit),
                                     on_action=partial(self._count_action, unit))
@@ -203,6 +204,7 @@ class Daemon:
 
     def _health_result(self, unit: str, result: HealthResult) -> None:
         self.metrics.healthy.labels(unit).set(1 if result.ok else 0)
+        self.metrics.health_checks.labels(unit, "ok" if result.ok else "failed").inc()
         if self.page is not None:
             self.page.publish("health", unit=unit, ok=result.ok, detail=result.detail)
 

@@ -48,7 +48,7 @@ class Notice:
         return f"specd on {self.host}: {self.headline}"
 
     def body(self, held_back: int = 0) -> str:
-        lines = [self.what, "", f"box: {self.host}", f"unit: {self.unit}", f"undo: {self.undo}"]
+        lines = [self.what, "", f"box: {self.host}", f"unit: {self.unit}", f"undo: {self.undo}", f"event: {self.kind}"]
         if held_back:
             lines.append(f"({held_back} earlier message{'s' if held_back > 1 else ''} of this kind held back "
                          "by the rate limit)")

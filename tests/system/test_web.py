@@ -6,6 +6,7 @@ under a second on loopback. SPECD_SCREENSHOTS=DIR keeps the screenshots (docs/ h
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,13 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         box: Box, start_daemon: Any, tmp_path: Path) -> None:
     box.specd("switch", "autoregressive", check=True)
     port = free_port()
-    daemon = start_daemon(daemon_extra=f'http_listen = "127.0.0.1:{port}"\n')
+    workload = tmp_path / "short.jsonl"
+    workload.write_text("".join(json.dumps({
+        "messages": [{"role": "user", "content": f"Repeat exactly: def f{i}(x):\n    return x + {i}\n"}],
+        "max_tokens": 24, "specd": {"task_class": "code"}}) + "\n" for i in range(3)))
+    tuner = (f'enabled = false\nn = 3\nworkload = "{workload}"\n'
+             'candidates = ["autoregressive", "ngram-simple"]\n')  # "Bench now": short, on the real server
+    daemon = start_daemon(daemon_extra=f'http_listen = "127.0.0.1:{port}"\n', tuner=tuner)
     url = f"http://127.0.0.1:{port}/"
     for _ in range(3):  # some traffic for the page's traffic section
         assert httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=chat(False), timeout=120).status_code == 200
@@ -124,6 +131,16 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         # The new generation's unit diff is on the page, against the one before.
         diff = driver.find_element(By.CSS_SELECTOR, "#timeline li details pre").get_attribute("textContent") or ""
         assert "+" in diff and "ngram-simple" in diff
+
+        # Bench now: the tuner's bench and decision on the real server, shown without a reload; no switch.
+        driver.find_element(By.ID, "bench").click()
+        wait(driver, "the bench's result", lambda d: "Run " in text_of(d, "bench-summary"), timeout_s=600)
+        rows = driver.execute_script("return document.querySelectorAll('#bench-table tr').length")
+        assert rows == 3, text_of(driver, "bench-table")  # a header and the two candidates
+        assert "tune-dry-run" in text_of(driver, "timeline")
+        assert profile_of_unit(box.unit_path.read_text()) == "ngram-simple"  # a dry run: back where it was
+        assert driver.execute_script("return window.specdTestMarker") == "no reload"
+        assert console_errors(driver) == []
 
         keep = os.environ.get("SPECD_SCREENSHOTS")
         shots = Path(keep) if keep else tmp_path / "shots"

@@ -167,11 +167,14 @@
     const width = 640, height = 260, pad = 40;
     const points = cells.flatMap((c) => c.points);
     if (!points.length) return el("p", { class: "muted" }, "no samples");
-    const maxX = Math.max(1, ...points.map((p) => p[0])), maxY = Math.max(1, ...points.map((p) => p[1]));
-    const x = (v) => pad + (width - pad - 10) * v / maxX, y = (v) => height - pad + 10 - (height - pad) * v / maxY;
+    const xs = points.map((p) => p[0]);
+    const minX = Math.min(...xs), maxX = Math.max(minX + 1, ...xs), maxY = Math.max(1, ...points.map((p) => p[1]));
+    const x = (v) => pad + 10 + (width - pad - 30) * (v - minX) / (maxX - minX), y = (v) => height - pad + 10 - (height - pad) * v / maxY;
     const box = svg("svg", { viewBox: "0 0 " + width + " " + height, role: "img" });
     box.append(svg("line", { class: "axis", x1: pad, y1: y(0), x2: width - 10, y2: y(0) }), svg("line", { class: "axis", x1: pad, y1: y(0), x2: pad, y2: 10 }));
-    const xl = svg("text", { x: width - 10, y: height - 4, "text-anchor": "end" }); xl.textContent = "output tokens (max " + maxX + ")";
+    const xl = svg("text", { x: width - 10, y: height - 4, "text-anchor": "end" });
+    xl.textContent = minX === Math.max(...xs) ? "every request had " + minX + " output tokens: no crossover to see"
+      : "output tokens " + minX + " – " + maxX;
     const yl = svg("text", { x: 2, y: 12 }); yl.textContent = "wall " + fmtMs(maxY);
     box.append(xl, yl);
     cells.forEach((cell, i) => {
@@ -187,7 +190,7 @@
       });
       box.append(svg("polyline", { points: line.join(" "), fill: "none", stroke: color, "stroke-width": 2 }));
       const legend = svg("text", { x: pad + 8, y: 22 + 13 * i, fill: color }); legend.textContent = cell.profile;
-      legend.setAttribute("style", "fill:" + color);
+      legend.style.fill = color;
       box.append(legend);
     });
     return box;
@@ -197,7 +200,7 @@
   async function loadTraffic() {
     const t = await getJson("/api/traffic?" + unitQuery() + "&hours=24");
     $("traffic-window").textContent = "last " + t.hours + " h: " + t.requests + " requests, " + t.failed + " failed, " + t.streamed + " streamed";
-    const hours = t.requests_per_hour.map((_, i) => new Date((t.since + i * 3600) * 1000).getHours() + ":00");
+    const hours = t.requests_per_hour.map((_, i) => i === t.requests_per_hour.length - 1 ? "this hour" : (i - t.requests_per_hour.length + 1) + " h");
     replace($("per-hour"), barChart(t.requests_per_hour, hours, 320, 110));
     const mix = Object.entries(t.class_mix), total = mix.reduce((s, [, n]) => s + n, 0);
     replace($("class-mix"), mix.length ? mix.map(([name, n]) => el("div", { class: "mix" }, el("span", { class: "label" }, name),
