@@ -17,7 +17,6 @@ from specd.daemon.notifications import Notice, Notifier
 from specd.deploy.history import Generation, History
 from specd.deploy.switch import JOURNAL_EVENT
 from specd.profiles.config import Deployment
-from specd.tune.tuner import parse_record
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +165,8 @@ class HistoryObserver:
         return None
 
     def _tune_notice(self, deployment: Deployment, detail: str) -> Notice | None:
+        from specd.tune.tuner import parse_record  # the daemon loads specd.tune lazily
+
         sentence, numbers = parse_record(detail)
         if not numbers or not numbers.get("switched"):
             return None

@@ -49,7 +49,8 @@ def chromium(profile_dir: Path, *, width: int = 1280, height: int = 900) -> Iter
 
 def console_errors(driver: webdriver.Chrome) -> list[dict[str, Any]]:
     """Console entries of level SEVERE since the last call (the log is drained by reading it)."""
-    return [entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"]
+    entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return [entry for entry in entries if entry.get("level") == "SEVERE"]
 
 
 def screenshot(driver: webdriver.Chrome, path: Path, *, width: int, mobile: bool = False) -> Path:

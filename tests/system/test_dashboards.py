@@ -18,6 +18,7 @@ from tests.conftest import REPO, Box
 from tests.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 from tests.system.prometheus_rig import ScrapeJob, prometheus, promtool_check_rules
+from tests.system.test_tune_real import FUNCTIONS
 
 RULES = REPO / "monitoring" / "specd-rules.yml"
 DASHBOARD = REPO / "monitoring" / "grafana-specd.json"
@@ -63,7 +64,8 @@ def test_a_real_prometheus_scrapes_specd_and_llama_server_and_every_series_exist
     box.specd("switch", "ngram-simple", check=True)  # speculation on: the draft counters move
     metrics_port = free_port()
     daemon = start_daemon(daemon_extra=f'metrics_listen = "127.0.0.1:{metrics_port}"\n')
-    repeat = {**chat(False, 24), "messages": [{"role": "user", "content": "Repeat exactly: def f(x): return x + 1"}]}
+    code = "".join(FUNCTIONS * 2)  # repeating the prompt back is what n-gram drafts catch
+    repeat = {**chat(False, 96), "messages": [{"role": "user", "content": f"Repeat this code exactly:\n{code}"}]}
     with httpx.Client(timeout=120) as client:
         for _ in range(2):
             assert client.post(f"{daemon.proxy_url}/v1/chat/completions", json=repeat).status_code == 200
