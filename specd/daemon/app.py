@@ -65,7 +65,6 @@ HEARTBEAT_S = 5.0        # status file and watchdog cadence (control.STALE_AFTER
 SAMPLE_INTERVAL_S = 60.0
 TRAFFIC_KEEP_S = 30 * 86400
 HISTORY_KEEP = 500
-OBSERVE_S = 1.0          # how often history is read for news (the page's live timeline, notifications)
 NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
 
 
@@ -212,15 +211,6 @@ class Daemon:
         """Run a page action on the job pool: SIGTERM waits for it like for a rollback in progress."""
         self.scheduler.add_job(self._job(name, work), id=name)
 
-    async def _observe(self, stop: asyncio.Event) -> None:
-        assert self.observer is not None
-        while not stop.is_set():
-            try:
-                self.observer.poll({unit: runtime.monitor.state for unit, runtime in self.runtimes.items()})
-            except SpecdError as exc:
-                log.warning("reading history for news: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), OBSERVE_S)
 
     def _external_edit(self, unit: str, generation_id: int) -> None:
         self.metrics.external_edits.labels(unit).inc()
@@ -354,7 +344,8 @@ class Daemon:
         self.observer = HistoryObserver(self.deployments, notifier=self.notifier,
                                         publish=self.page.publish if self.page is not None else None,
                                         health_lost_s=self.config.notify.health_lost_minutes * 60.0)
-        observing = loop.create_task(self._observe(stop))
+        observing = loop.create_task(self.observer.run(
+            lambda: {unit: runtime.monitor.state for unit, runtime in self.runtimes.items()}, stop))
         for runtime in self.runtimes.values():
             runtime.watcher.start()
         self._schedule()

@@ -6,6 +6,8 @@ health monitor or the tuner — because they all write the same history.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +18,7 @@ from specd.daemon.monitor import MonitorState
 from specd.daemon.notifications import Notice, Notifier
 from specd.deploy.history import Generation, History
 from specd.deploy.switch import JOURNAL_EVENT
+from specd.errors import SpecdError
 from specd.profiles.config import Deployment
 
 log = logging.getLogger(__name__)
@@ -23,6 +26,7 @@ log = logging.getLogger(__name__)
 Publish = Callable[..., Any]  # publish(kind, **data)
 FINAL = ("ok", "reverted", "failed")
 JOURNAL_LINES = 8
+OBSERVE_S = 1.0  # how often history is read for news (the page's live timeline, notifications)
 
 
 @dataclass
@@ -55,6 +59,16 @@ class HistoryObserver:
 
     def _unit_flag(self, deployment: Deployment) -> str:
         return f" --unit {deployment.name}" if len(self.deployments) > 1 else ""
+
+    async def run(self, monitors: Callable[[], Mapping[str, MonitorState]], stop: asyncio.Event) -> None:
+        """Poll every OBSERVE_S on the event loop (SQLite reads of a few rows) until `stop`."""
+        while not stop.is_set():
+            try:
+                self.poll(monitors())
+            except SpecdError as exc:
+                log.warning("reading history for news: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), OBSERVE_S)
 
     def poll(self, monitors: Mapping[str, MonitorState] | None = None) -> None:
         for deployment in self.deployments:
