@@ -186,7 +186,7 @@ class Daemon:
             except ValueError as exc:
                 raise ConfigError(f"{self.config.path}: [tuner] cron {tuner.cron!r}: {exc}") from exc
             for deployment in self.deployments:
-                self.scheduler.add_job(self._job(f"tune {deployment.unit}", partial(nightly, deployment)),
+                self.scheduler.add_job(self._job(f"tune {deployment.unit}", partial(nightly, self.config, deployment)),
                                        trigger, id=f"tune:{deployment.unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
@@ -415,7 +415,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _tuner_entry() -> Callable[[Deployment], object] | None:
+def _tuner_entry() -> Callable[[Config, Deployment], object] | None:
     try:
         module = importlib.import_module("specd.tune.tuner")
     except ModuleNotFoundError as exc:
