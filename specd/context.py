@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from specd.daemon.control import DrainingSystemd
+from specd.daemon.control import DrainingSystemd, StepRelay
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import History
 from specd.deploy.plan import StepHook
@@ -27,7 +27,10 @@ def systemd_for(deployment: Deployment) -> SystemdClient:
 def switcher_for(deployment: Deployment, *, trigger: str = "cli", history: History | None = None,
                  systemd: SystemdClient | None = None, on_step: StepHook | None = None) -> Switcher:
     """A Switcher over the real seams: the bus is connected on first use, restarts drain.
-    `on_step` hears every step of the transaction and of its health gate (the status page)."""
+    `on_step` hears every step of the transaction and of its health gate (the status page); a
+    switch from the command line tells them to the daemon, whose page shows it live."""
+    if on_step is None and trigger == "cli":
+        on_step = StepRelay(deployment.unit)
     return Switcher(deployment, trigger=trigger, history=history, systemd=systemd,
                     connect=lambda: systemd_for(deployment), on_step=on_step,
                     gate=wait_healthy if on_step is None else partial(wait_healthy, on_step=on_step))

@@ -207,6 +207,11 @@ class Daemon:
         if self.page is not None:
             self.page.publish("health", unit=unit, ok=result.ok, detail=result.detail)
 
+    def _relayed_step(self, unit: str, step: str, detail: str) -> None:
+        """A step of a switch run elsewhere (the CLI), for the page's live view."""
+        if self.page is not None:
+            self.page.publish("step", action=None, unit=unit, step=step, detail=detail)
+
     def _submit(self, name: str, work: Callable[[], None]) -> None:
         """Run a page action on the job pool: SIGTERM waits for it like for a rollback in progress."""
         self.scheduler.add_job(self._job(name, work), id=name)
@@ -327,6 +332,7 @@ class Daemon:
         sock = control.socket_path()
         sock.unlink(missing_ok=True)
         control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
+                                        on_step=self._relayed_step,
                                         resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
                                         metrics_content_type=CONTENT_TYPE)
         await self._serve(control_app(), uds=sock)

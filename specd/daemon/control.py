@@ -103,6 +103,23 @@ def daemon_request(path: str) -> dict[str, Any] | None:
     return _request("GET", path, {}, 5)
 
 
+class StepRelay:
+    """A switch's steps, told to the daemon so its status page shows a CLI switch live too. Best
+    effort: a missing or slow daemon costs one short timeout, then the relay stays quiet."""
+
+    def __init__(self, unit: str, timeout_s: float = 0.5) -> None:
+        self.unit = unit
+        self.timeout_s = timeout_s
+        self.quiet = not socket_path().exists()
+
+    def __call__(self, step: str, detail: str) -> None:
+        if self.quiet:
+            return
+        answer = _request("POST", "/step", {"unit": self.unit, "step": step, "detail": detail[:2000]},
+                          self.timeout_s)
+        self.quiet = answer is None
+
+
 def _in_flight(unit: str) -> int:
     answer = daemon_request("/status") or {}
     proxy = (answer.get("units", {}).get(unit) or {}).get("proxy") or {}
@@ -186,11 +203,13 @@ class DrainingSystemd:
 Drainer = Callable[[str, float, float], Awaitable[dict[str, Any] | None]]  # unit, timeout, lease
 Renewer = Callable[[str, float], dict[str, Any] | None]  # unit, lease
 Resumer = Callable[[str], dict[str, Any] | None]
+StepListener = Callable[[str, str, str], None]  # unit, step, detail
 
 
 def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer,
                 status: Callable[[], dict[str, Any]],
-                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True) -> Starlette:
+                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True,
+                on_step: StepListener | None = None) -> Starlette:
     """`/status` and `/metrics` for anyone the socket lets in; `/drain` and `/resume` when writable."""
 
     async def get_status(request: Request) -> Response:
@@ -221,8 +240,14 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
         answer = resume_unit(request.query_params.get("unit", ""))
         return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
 
+    async def post_step(request: Request) -> Response:
+        if on_step is not None:
+            query = request.query_params
+            on_step(query.get("unit", ""), query.get("step", ""), query.get("detail", ""))
+        return JSONResponse({"heard": on_step is not None})
+
     routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
     if writable:
         routes += [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
-                   Route("/resume", post_resume, methods=["POST"])]
+                   Route("/resume", post_resume, methods=["POST"]), Route("/step", post_step, methods=["POST"])]
     return Starlette(routes=routes)

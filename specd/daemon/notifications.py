@@ -25,10 +25,12 @@ from specd.profiles.config import NotifyConfig
 
 log = logging.getLogger(__name__)
 
-NoticeKind = Literal["auto-revert", "monitor-restart", "monitor-rollback", "monitor-failed", "tuner-switch",
-                     "bench-failed", "health-lost"]
-NOTICE_KINDS: tuple[NoticeKind, ...] = ("auto-revert", "monitor-restart", "monitor-rollback", "monitor-failed",
-                                        "tuner-switch", "bench-failed", "health-lost")
+# monitor-restart covers the monitor's restarts, the failed ones and its giving up; monitor-rollback
+# its rollbacks, done or failed.
+NoticeKind = Literal["auto-revert", "monitor-restart", "monitor-rollback", "tuner-switch", "bench-failed",
+                     "health-lost"]
+NOTICE_KINDS: tuple[NoticeKind, ...] = ("auto-revert", "monitor-restart", "monitor-rollback", "tuner-switch",
+                                        "bench-failed", "health-lost")
 QUEUE_MAX = 100
 Sender = Callable[[str, str, str], bool]  # (title, body, apprise notify type) -> delivered
 

@@ -162,7 +162,7 @@ class HistoryObserver:
             return Notice("monitor-rollback", unit, "the health monitor could not roll back", detail,
                           f"specd status{flag}", severity="failure")
         if kind == "monitor-failed":
-            return Notice("monitor-failed", unit, "the health monitor gave up", detail,
+            return Notice("monitor-restart", unit, "the health monitor gave up", detail,
                           f"specd switch PROFILE{flag} (or systemctl start {unit}) once fixed", severity="failure")
         if kind == "tune":
             return self._tune_notice(deployment, detail)

@@ -142,6 +142,14 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         assert driver.execute_script("return window.specdTestMarker") == "no reload"
         assert console_errors(driver) == []
 
+        # A rollback from the command line shows live on the page too (the CLI tells the daemon its steps).
+        box.specd("rollback", check=True)
+        wait(driver, "the command line's steps", lambda d: "command line" in text_of(d, "live-title")
+             and "commit" in step_names(d))
+        wait(driver, "the rolled-back profile", lambda d: text_of(d, "active-profile") == "autoregressive")
+        assert driver.execute_script("return window.specdTestMarker") == "no reload"
+        assert console_errors(driver) == []
+
         keep = os.environ.get("SPECD_SCREENSHOTS")
         shots = Path(keep) if keep else tmp_path / "shots"
         (shots / "status-page-load.json").parent.mkdir(parents=True, exist_ok=True)

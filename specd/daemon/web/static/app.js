@@ -277,7 +277,17 @@
     source.addEventListener("action", (e) => showAction(JSON.parse(e.data)));
     source.addEventListener("step", (e) => {
       const step = JSON.parse(e.data);
-      if (!state.action || step.action !== state.action.id) return;
+      if (step.action === null && step.unit === state.unit) {  // a switch or rollback run from the command line
+        const last = state.action && state.action.id === "cli" ? state.action.last : null;
+        if (!last || step.step === "preflight" || (step.step === "intent" && last !== "preflight")) {
+          state.action = { id: "cli", unit: step.unit };
+          replace($("steps"));
+          $("live").hidden = false;
+          $("live-title").textContent = "a switch from the command line";
+        }
+        state.action.last = step.step;
+        if (step.step === "commit" || step.step === "revert-gate") refreshSoon(["state", "timeline"]);
+      } else if (!state.action || step.action !== state.action.id) return;
       $("steps").append(el("li", { "data-step": step.step }, el("span", { class: "step" }, step.step), " ", el("span", {}, step.detail),
         " ", el("span", { class: "muted" }, new Date(step.at * 1000).toLocaleTimeString())));
     });
