@@ -1,8 +1,10 @@
 """The status page in a real headless Chromium, served by the real daemon (a Type=notify user unit
 on the private systemd) in front of the real llama-server and tiny model: it shows the active
 profile, refuses a switch without the token and changes nothing, switches for real with it — the
-live gate steps and the timeline update without a reload — logs no console error, and loads in
-under a second on loopback. SPECD_SCREENSHOTS=DIR keeps the screenshots (docs/ holds a run's)."""
+live gate steps and the timeline update without a reload — runs "Bench now" on the real server,
+shows a rollback made on the command line live too, logs no console error, and shows its state
+within a second of being opened. SPECD_SCREENSHOTS=DIR keeps the screenshots and the load times
+(docs/ holds a run's)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -186,3 +189,14 @@ def test_an_address_beyond_loopback_needs_a_configured_token_file(tmp_path: Path
     configured = load_config(write_config(tmp_path, "0.0.0.0:8090", 'http_token_file = "web-token"\n'))
     auth.check_exposure(configured)
     assert configured.daemon.http_token_file == tmp_path / "web-token"
+
+
+def test_the_daemon_refuses_to_start_on_an_exposed_address_without_a_token_file(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "0.0.0.0:8090")
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "SPECD_CONFIG": str(config), "PYTHONPATH": str(REPO)}
+    started = subprocess.run([sys.executable, "-m", "specd", "daemon"], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert started.returncode == 2, started.stderr
+    assert "0.0.0.0:8090 is reachable from other machines" in started.stderr and "Traceback" not in started.stderr
+    assert not (tmp_path / "state" / "specd" / "web-token").exists()
