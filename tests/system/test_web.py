@@ -154,7 +154,7 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
 
         keep = os.environ.get("SPECD_SCREENSHOTS")
         shots = Path(keep) if keep else tmp_path / "shots"
-        (shots / "status-page-load.json").parent.mkdir(parents=True, exist_ok=True)
+        (shots / "status-page-load.json").parent.mkdir(parents=True, exist_ok=True)  # for benchmarks/results/
         (shots / "status-page-load.json").write_text(json.dumps(
             {"first_open_ms": first_ms, "opened_again_ms": loaded_ms, "measure": "performance.now() when the "
              "deployment card was filled from /api/state"}) + "\n")
