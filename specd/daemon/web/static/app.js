@@ -169,11 +169,13 @@
     if (!points.length) return el("p", { class: "muted" }, "no samples");
     const xs = points.map((p) => p[0]);
     const minX = Math.min(...xs), maxX = Math.max(minX + 1, ...xs), maxY = Math.max(1, ...points.map((p) => p[1]));
-    const x = (v) => pad + 10 + (width - pad - 30) * (v - minX) / (maxX - minX), y = (v) => height - pad + 10 - (height - pad) * v / maxY;
+    const single = minX === Math.max(...xs);  // one output length: no axis to spread over, centre it
+    const x = (v) => single ? (pad + width) / 2 : pad + 10 + (width - pad - 30) * (v - minX) / (maxX - minX);
+    const y = (v) => height - pad + 10 - (height - pad) * v / maxY;
     const box = svg("svg", { viewBox: "0 0 " + width + " " + height, role: "img" });
     box.append(svg("line", { class: "axis", x1: pad, y1: y(0), x2: width - 10, y2: y(0) }), svg("line", { class: "axis", x1: pad, y1: y(0), x2: pad, y2: 10 }));
     const xl = svg("text", { x: width - 10, y: height - 4, "text-anchor": "end" });
-    xl.textContent = minX === Math.max(...xs) ? "every request had " + minX + " output tokens: no crossover to see"
+    xl.textContent = single ? "every request had " + minX + " output tokens: no crossover to see"
       : "output tokens " + minX + " – " + maxX;
     const yl = svg("text", { x: 2, y: 12 }); yl.textContent = "wall " + fmtMs(maxY);
     box.append(xl, yl);
@@ -283,7 +285,7 @@
           state.action = { id: "cli", unit: step.unit };
           replace($("steps"));
           $("live").hidden = false;
-          $("live-title").textContent = "a switch from the command line";
+          $("live-title").textContent = "from the command line";
         }
         state.action.last = step.step;
         if (step.step === "commit" || step.step === "revert-gate") refreshSoon(["state", "timeline"]);
