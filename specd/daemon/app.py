@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -55,6 +55,9 @@ from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
+
+if TYPE_CHECKING:
+    from specd.daemon.web.app import StatusPage
 
 __all__ = ["Daemon", "daemon_status", "notify", "run_daemon"]
 
@@ -105,7 +108,7 @@ class Daemon:
         self._servers: list[tuple[QuietServer, asyncio.Task[None]]] = []
         self._lock_fd: int | None = None
         self._http = httpx.Client(timeout=5.0)
-        self.page: Any = None  # the status page (specd.daemon.web.app.StatusPage) when http_listen is set
+        self.page: StatusPage | None = None  # when [daemon] http_listen is set
         self.notifier: Notifier | None = None
         self.observer: HistoryObserver | None = None
 
@@ -157,9 +160,9 @@ class Daemon:
                      lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
-                     uds: Path | None = None) -> QuietServer:
+                     uds: Path | None = None, setting: str = "[proxy] listen") -> QuietServer:
         server = make_server(app, host=host, port=port, uds=uds, grace_s=SHUTDOWN_GRACE_S)
-        sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port)]
+        sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port, setting)]
         task = asyncio.get_running_loop().create_task(server.serve(sockets=sockets))
         while not server.started:
             if task.done():
@@ -186,8 +189,8 @@ class Daemon:
             except ValueError as exc:
                 raise ConfigError(f"{self.config.path}: [tuner] cron {tuner.cron!r}: {exc}") from exc
             for deployment in self.deployments:
-                self.scheduler.add_job(self._job(f"tune {deployment.unit}", partial(nightly, self.config, deployment)),
-                                       trigger, id=f"tune:{deployment.unit}")
+                job = self._job(f"tune {deployment.unit}", partial(nightly, self.config, deployment))
+                self.scheduler.add_job(job, trigger, id=f"tune:{deployment.unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -215,7 +218,6 @@ class Daemon:
     def _submit(self, name: str, work: Callable[[], None]) -> None:
         """Run a page action on the job pool: SIGTERM waits for it like for a rollback in progress."""
         self.scheduler.add_job(self._job(name, work), id=name)
-
 
     def _external_edit(self, unit: str, generation_id: int) -> None:
         self.metrics.external_edits.labels(unit).inc()
@@ -340,7 +342,8 @@ class Daemon:
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
         if isinstance(metrics_listen, str) and metrics_listen:
             host, _, port = metrics_listen.rpartition(":")
-            await self._serve(control_app(writable=False), host=host.strip("[]"), port=int(port))
+            await self._serve(control_app(writable=False), host=host.strip("[]"), port=int(port),
+                              setting="[daemon] metrics_listen")
         for runtime in self.runtimes.values():
             if runtime.proxy is not None and runtime.deployment.proxy is not None:
                 listen = runtime.deployment.proxy
@@ -383,7 +386,7 @@ class Daemon:
 
         self.page = StatusPage(self.config, self.deployments, status=self.status, submit=self._submit, loop=loop)
         host, port = split_listen(listen)
-        await self._serve(self.page.app, host=host, port=port)
+        await self._serve(self.page.app, host=host, port=port, setting="[daemon] http_listen")
         log.info("status page on http://%s:%d/ (`specd web-token` for actions)", host, port)
 
     async def _shutdown(self) -> None:
