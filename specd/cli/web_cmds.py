@@ -21,7 +21,7 @@ def web_token(
     Opening the printed address logs the browser in (the token travels in the #fragment, which the
     browser never sends); without the token the page is read-only.
     """
-    from specd.daemon.web.auth import read_or_create_token, token_path
+    from specd.web.auth import read_or_create_token, token_path
 
     cfg = load_config(config)
     path = token_path(cfg)

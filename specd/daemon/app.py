@@ -1,9 +1,9 @@
 """`specd daemon`: the long-running guard of every configured deployment.
 
 Wiring only; the work lives in `monitor` (health), `watcher` (files), `proxy` (clients),
-`traffic` (records), `metrics`, `control` (the socket switches drain through), `web` (the status
-page), `observer` (what changed in history, for the page and the notifications) and
-`notifications`.
+`traffic` (records), `metrics`, `control` (the socket switches drain through), `observer` (what
+changed in history, for the page and the notifications) and `notifications`. The status page
+(`specd.web`, a front end above this layer) is handed in as a factory by `specd daemon`.
 
 Threads: the asyncio loop in the main thread serves the proxies and the control socket, pings
 systemd's watchdog and writes the status file (so a wedged loop stops the pings and systemd
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -56,9 +56,6 @@ from specd.traffic.capture import BodyCapture
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
-if TYPE_CHECKING:
-    from specd.daemon.web.app import StatusPage
-
 __all__ = ["Daemon", "daemon_status", "notify", "run_daemon"]
 
 log = logging.getLogger("specd.daemon.app")
@@ -81,6 +78,21 @@ def backend_of(deployment: Deployment) -> Backend:
         return NO_BACKEND
 
 
+class StatusPage(Protocol):
+    """The status page as the daemon sees it (`specd.web.app.StatusPage`): an ASGI app to serve,
+    a place to publish live events, something to close on shutdown."""
+
+    app: Any
+
+    def publish(self, name: str, /, **data: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# (config, deployments, *, status, submit, loop) -> the page; `specd daemon` passes specd.web's
+PageFactory = Callable[..., StatusPage]
+
+
 @dataclass
 class Runtime:
     """What the daemon runs for one deployment."""
@@ -95,7 +107,8 @@ class Runtime:
 
 
 class Daemon:
-    def __init__(self, config: Config, deployments: list[Deployment] | None = None) -> None:
+    def __init__(self, config: Config, deployments: list[Deployment] | None = None, *,
+                 page_factory: PageFactory | None = None) -> None:
         self.config = config
         self.deployments = deployments or list(config.deployments)
         self.metrics = SpecdMetrics()
@@ -109,6 +122,7 @@ class Daemon:
         self._lock_fd: int | None = None
         self._http = httpx.Client(timeout=5.0)
         self.page: StatusPage | None = None  # when [daemon] http_listen is set
+        self._page_factory = page_factory
         self.notifier: Notifier | None = None
         self.observer: HistoryObserver | None = None
 
@@ -126,9 +140,6 @@ class Daemon:
         self._lock_fd = fd
 
     def _build(self) -> None:
-        from specd.daemon.web.auth import check_exposure
-
-        check_exposure(self.config)  # before anything listens: refuse an exposed page without a token
         if self.config.notify.urls:
             self.notifier = Notifier(self.config.notify)
         if any(d.proxy is not None for d in self.deployments):
@@ -379,13 +390,12 @@ class Daemon:
 
     async def _serve_page(self, loop: asyncio.AbstractEventLoop) -> None:
         listen = self.config.daemon.http_listen
-        if not listen:
+        if not listen or self._page_factory is None:
             return
-        from specd.daemon.web.app import StatusPage
-        from specd.daemon.web.auth import split_listen
-
-        self.page = StatusPage(self.config, self.deployments, status=self.status, submit=self._submit, loop=loop)
-        host, port = split_listen(listen)
+        self.page = self._page_factory(self.config, self.deployments, status=self.status, submit=self._submit,
+                                       loop=loop)
+        host, _, port_text = listen.rpartition(":")
+        host, port = host.strip("[]"), int(port_text)
         await self._serve(self.page.app, host=host, port=port, setting="[daemon] http_listen")
         log.info("status page on http://%s:%d/ (`specd web-token` for actions)", host, port)
 
@@ -435,7 +445,8 @@ def _tuner_entry() -> Callable[[Config, Deployment], object] | None:
     return entry if callable(entry) else None
 
 
-def run_daemon(config: Config, deployments: list[Deployment] | None = None) -> int:
+def run_daemon(config: Config, deployments: list[Deployment] | None = None, *,
+               page_factory: PageFactory | None = None) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
-    return asyncio.run(Daemon(config, deployments).run())
+    return asyncio.run(Daemon(config, deployments, page_factory=page_factory).run())

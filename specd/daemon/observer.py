@@ -16,7 +16,7 @@ from typing import Any
 
 from specd.daemon.monitor import MonitorState
 from specd.daemon.notifications import Notice, Notifier
-from specd.deploy.history import Generation, History
+from specd.deploy.history import Generation, History, split_numbers
 from specd.deploy.switch import JOURNAL_EVENT
 from specd.errors import SpecdError
 from specd.profiles.config import Deployment
@@ -179,9 +179,7 @@ class HistoryObserver:
         return None
 
     def _tune_notice(self, deployment: Deployment, detail: str) -> Notice | None:
-        from specd.tune.tuner import parse_record  # the daemon loads specd.tune lazily
-
-        sentence, numbers = parse_record(detail)
+        sentence, numbers = split_numbers(detail)
         if not numbers or not numbers.get("switched"):
             return None
         before = numbers.get("active")

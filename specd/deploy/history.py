@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import json
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +71,19 @@ class Generation:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def split_numbers(detail: str) -> tuple[str, dict[str, Any] | None]:
+    """An event detail written as "sentence | {json numbers}" (the tuner's decisions) read back:
+    the sentence, and the numbers (None when there are none or they do not parse)."""
+    sentence, sep, numbers = detail.rpartition(" | ")
+    if not sep:
+        return detail, None
+    try:
+        parsed = json.loads(numbers)
+    except ValueError:
+        return detail, None
+    return sentence, parsed if isinstance(parsed, dict) else None
 
 
 def now_iso() -> str:

@@ -302,18 +302,6 @@ def record(deployment: Deployment, decision: Decision, trigger: str) -> str:
     return detail
 
 
-def parse_record(detail: str) -> tuple[str, dict[str, Any] | None]:
-    """`record`'s history detail read back: the sentence, and the numbers (None if unreadable)."""
-    sentence, sep, numbers = detail.rpartition(" | ")
-    if not sep:
-        return detail, None
-    try:
-        parsed = json.loads(numbers)
-    except ValueError:
-        return detail, None
-    return sentence, parsed if isinstance(parsed, dict) else None
-
-
 def tune_deployment(config: Config, deployment: Deployment, *, workload: str | None = None, n: int | None = None,
                     margin: float | None = None, dry_run: bool = False, candidates: Sequence[str] = (),
                     budget_s: float | None = None, trigger: str = "tuner", max_tokens: int | None = None,

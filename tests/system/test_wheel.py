@@ -24,8 +24,8 @@ def test_a_plain_wheel_renders_units_and_runs_doctor_outside_the_checkout(tmp_pa
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("specd/units/llama-server.service.in", "specd/units/specd.service",
                     "specd/scripts/build-llama-server.sh", "specd/examples/tiny/base.toml",
-                    "specd/daemon/web/static/index.html", "specd/daemon/web/static/app.js",
-                    "specd/daemon/web/static/style.css"):  # the status page works offline: no CDN
+                    "specd/web/static/index.html", "specd/web/static/app.js",
+                    "specd/web/static/style.css"):  # the status page works offline: no CDN
         assert shipped in names, f"the wheel lacks {shipped}"
     # Installed alone (its dependencies come from this test's interpreter), run from elsewhere.
     target = tmp_path / "site"

@@ -22,12 +22,12 @@ import httpx
 import pytest
 
 from specd.daemon.service import bind_tcp, make_server
-from specd.daemon.web import auth
-from specd.daemon.web.app import StatusPage
 from specd.errors import ConfigError
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port
 from specd.tune.pins import get_pin
+from specd.web import auth
+from specd.web.app import StatusPage
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "web-test.service"

@@ -27,11 +27,11 @@ from starlette.staticfiles import StaticFiles
 
 from specd.context import main_pid_of
 from specd.daemon.service import is_loopback
-from specd.daemon.web import auth, insights, views
-from specd.daemon.web.actions import Actions, Submit
-from specd.daemon.web.events import EventHub
 from specd.errors import BadInput
 from specd.profiles.config import Config, Deployment
+from specd.web import auth, insights, views
+from specd.web.actions import Actions, Submit
+from specd.web.events import EventHub
 
 STATIC = Path(__file__).resolve().parent / "static"
 SECURITY_HEADERS = {

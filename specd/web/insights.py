@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from specd.deploy.history import History
+from specd.deploy.history import History, split_numbers
 from specd.deploy.preflight import vram_estimate
 from specd.errors import SpecdError
 from specd.gpu import nvml
@@ -22,7 +22,7 @@ from specd.profiles.load import list_profiles, load_profile
 from specd.traffic import records as traffic
 from specd.tune.reports import last_run
 from specd.tune.stats import cis_separated
-from specd.tune.tuner import model_insights, parse_record
+from specd.tune.tuner import model_insights
 
 HOUR_S = 3600.0
 
@@ -66,7 +66,7 @@ def _last_decision(unit: str) -> dict[str, Any] | None:
     try:
         for event in history.events(unit, 200):
             if str(event["kind"]) in ("tune", "tune-dry-run"):
-                sentence, numbers = parse_record(str(event["detail"]))
+                sentence, numbers = split_numbers(str(event["detail"]))
                 return {"at": event["at"], "kind": event["kind"], "reason": sentence, "numbers": numbers}
     finally:
         history.close()

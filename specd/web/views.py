@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from specd import paths
-from specd.deploy.history import Generation, History
+from specd.deploy.history import Generation, History, split_numbers
 from specd.deploy.status import collect_status
 from specd.deploy.switch import JOURNAL_EVENT
 from specd.deploy.unitfiles import ContentStore
@@ -23,7 +23,6 @@ from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
 from specd.traffic import records as traffic
 from specd.tune.pins import get_pin
-from specd.tune.tuner import parse_record
 
 TTFT_WINDOW_S = 15 * 60.0
 DIFF_MAX_LINES = 200
@@ -164,7 +163,7 @@ def timeline(deployment: Deployment, limit: int = TIMELINE_LIMIT) -> list[dict[s
         entry: dict[str, Any] = {"type": "event", "id": event["id"], "at": event["at"], "kind": event["kind"],
                                  "detail": event["detail"]}
         if str(event["kind"]).startswith("tune"):
-            entry["detail"], entry["numbers"] = parse_record(str(event["detail"]))
+            entry["detail"], entry["numbers"] = split_numbers(str(event["detail"]))
         entries.append(entry)
     entries.sort(key=lambda e: str(e["at"]), reverse=True)
     return entries[:limit]

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from specd.context import switcher_for
-from specd.daemon.web.events import EventHub
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import load_profile
 from specd.tune.pins import clear_pin, set_pin
+from specd.web.events import EventHub
 
 log = logging.getLogger(__name__)
 
