@@ -149,6 +149,8 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         wait(driver, "the command line's steps", lambda d: "command line" in text_of(d, "live-title")
              and "commit" in step_names(d))
         wait(driver, "the rolled-back profile", lambda d: text_of(d, "active-profile") == "autoregressive")
+        wait(driver, "the timeline's rollback", lambda d: all(
+            word in first_timeline_entry(d) for word in ("rollback", "autoregressive", "ok", "by cli")))
         assert driver.execute_script("return window.specdTestMarker") == "no reload"
         assert console_errors(driver) == []
 
