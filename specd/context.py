@@ -8,8 +8,12 @@ stop (the drain is the caller's concern, not the transaction's).
 
 from __future__ import annotations
 
-from specd.daemon.control import DrainingSystemd
+from functools import partial
+
+from specd.daemon.control import DrainingSystemd, StepRelay
+from specd.deploy.health import wait_healthy
 from specd.deploy.history import History, Trigger
+from specd.deploy.plan import StepHook
 from specd.deploy.seams import Seams
 from specd.deploy.switch import Switcher
 from specd.deploy.systemd import SystemdClient, connect_systemd
@@ -38,9 +42,15 @@ def seams_for(deployment: Deployment, *, history: History | None = None,
 
 
 def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: History | None = None,
-                 systemd: SystemdClient | None = None) -> Switcher:
-    """A Switcher over the real seams."""
-    return Switcher(seams_for(deployment, history=history, systemd=systemd), trigger=trigger)
+                 systemd: SystemdClient | None = None, on_step: StepHook | None = None) -> Switcher:
+    """A Switcher over the real seams. `on_step` hears every step of the transaction and of its
+    health gate (the status page); a switch from the command line tells them to the daemon, whose
+    page shows it live."""
+    seams = seams_for(deployment, history=history, systemd=systemd)
+    if on_step is None and trigger == "cli":
+        on_step = StepRelay(seams.state, deployment.unit)
+    return Switcher(seams, trigger=trigger, on_step=on_step,
+                    gate=wait_healthy if on_step is None else partial(wait_healthy, on_step=on_step))
 
 
 def main_pid_of(seams: Seams) -> int:

@@ -88,6 +88,11 @@ class StateDir:
         return self.root / "daemon.lock"
 
     @property
+    def web_token(self) -> Path:
+        """The status page's action token (0600), unless `[daemon] http_token_file` names another."""
+        return self.root / "web-token"
+
+    @property
     def quickstart_manager(self) -> Path:
         """The private `systemd --user` quickstart keeps running on a box without a user manager."""
         return self.root / "quickstart-systemd"

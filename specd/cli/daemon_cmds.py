@@ -39,7 +39,15 @@ def daemon(config: ConfigOption = None, unit: UnitOption = None) -> None:
 
     cfg = load_config(config)
     deployments = [cfg.deployment(unit)] if unit else list(cfg.deployments)
-    raise typer.Exit(run_daemon(cfg, deployments, state=context.state_dir(), make_seams=context.seams_for))
+    page = None
+    if cfg.daemon.http_listen:
+        from specd.web.app import StatusPage
+        from specd.web.auth import check_exposure
+
+        check_exposure(cfg)  # before anything listens: an exposed page without a token file is refused
+        page = StatusPage
+    raise typer.Exit(run_daemon(cfg, deployments, state=context.state_dir(), make_seams=context.seams_for,
+                                page_factory=page))
 
 
 def _histogram_rows(buckets: list[dict[str, Any]]) -> list[tuple[str, int]]:

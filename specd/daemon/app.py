@@ -1,7 +1,9 @@
 """`specd daemon`: the long-running guard of every configured deployment.
 
 Wiring only; the work lives in `monitor` (health), `watcher` (files), `proxy` (clients),
-`traffic` (records), `metrics` and `control` (the socket switches drain through).
+`traffic` (records), `metrics`, `control` (the socket switches drain through), `observer` (what
+changed in history, for the page and the notifications) and `notifications`. The status page
+(`specd.web`, a front end above this layer) is handed in as a factory by `specd daemon`.
 
 Threads: the asyncio loop in the main thread serves the proxies and the control socket, pings
 systemd's watchdog and writes the status file (so a wedged loop stops the pings and systemd
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -38,6 +40,8 @@ from specd.daemon import control
 from specd.daemon.control import daemon_status
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
+from specd.daemon.notifications import Notifier
+from specd.daemon.observer import HistoryObserver
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
 from specd.daemon.watcher import DeploymentWatcher
@@ -75,6 +79,21 @@ def backend_of(deployment: Deployment) -> Backend:
         return NO_BACKEND
 
 
+class StatusPage(Protocol):
+    """The status page as the daemon sees it (`specd.web.app.StatusPage`): an ASGI app to serve,
+    a place to publish live events, something to close on shutdown."""
+
+    app: Any
+
+    def publish(self, name: str, /, **data: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# (config, deployments, *, status, submit, loop) -> the page; `specd daemon` passes specd.web's
+PageFactory = Callable[..., StatusPage]
+
+
 @dataclass
 class Runtime:
     """What the daemon runs for one deployment."""
@@ -94,7 +113,7 @@ SeamsFactory = Callable[[Deployment], Seams]  # specd.context.seams_for: one set
 
 class Daemon:
     def __init__(self, config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
-                 make_seams: SeamsFactory) -> None:
+                 make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> None:
         self.config = config
         self.deployments = deployments or list(config.deployments)
         self.state = state
@@ -109,6 +128,10 @@ class Daemon:
         self._servers: list[tuple[QuietServer, asyncio.Task[None]]] = []
         self._lock_fd: int | None = None
         self._http = httpx.Client(timeout=5.0)
+        self.page: StatusPage | None = None  # when [daemon] http_listen is set
+        self._page_factory = page_factory
+        self.notifier: Notifier | None = None
+        self.observer: HistoryObserver | None = None
 
     # ---- startup --------------------------------------------------------------------------------
 
@@ -124,10 +147,13 @@ class Daemon:
         self._lock_fd = fd
 
     def _build(self) -> None:
+        if self.config.notify.urls:
+            self.notifier = Notifier(self.config.notify)
         if any(d.proxy is not None for d in self.deployments):
             self.recorder = traffic.Recorder(self.state.db)
         for deployment in self.deployments:
             unit = deployment.unit
+            self.metrics.add_unit(unit)
             monitor = HealthMonitor(self._make_seams(deployment), self.config.daemon,
                                     on_result=partial(self._health_result, unit),
                                     on_action=partial(self._count_action, unit))
@@ -152,9 +178,9 @@ class Daemon:
                      lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
-                     uds: Path | None = None) -> QuietServer:
+                     uds: Path | None = None, setting: str = "[proxy] listen") -> QuietServer:
         server = make_server(app, host=host, port=port, uds=uds, grace_s=SHUTDOWN_GRACE_S)
-        sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port)]
+        sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port, setting)]
         task = asyncio.get_running_loop().create_task(server.serve(sockets=sockets))
         while not server.started:
             if task.done():
@@ -181,8 +207,8 @@ class Daemon:
             except ValueError as exc:
                 raise ConfigError(f"{self.config.path}: [tuner] cron {tuner.cron!r}: {exc}") from exc
             for deployment in self.deployments:
-                self.scheduler.add_job(self._job(f"tune {deployment.unit}", partial(nightly, deployment)),
-                                       trigger, id=f"tune:{deployment.unit}")
+                job = self._job(f"tune {deployment.unit}", partial(nightly, self.config, deployment))
+                self.scheduler.add_job(job, trigger, id=f"tune:{deployment.unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -198,6 +224,18 @@ class Daemon:
 
     def _health_result(self, unit: str, result: HealthResult) -> None:
         self.metrics.healthy.labels(unit).set(1 if result.ok else 0)
+        self.metrics.health_checks.labels(unit, "ok" if result.ok else "failed").inc()
+        if self.page is not None:
+            self.page.publish("health", unit=unit, ok=result.ok, detail=result.detail)
+
+    def _relayed_step(self, unit: str, step: str, detail: str) -> None:
+        """A step of a switch run elsewhere (the CLI), for the page's live view."""
+        if self.page is not None:
+            self.page.publish("step", action=None, unit=unit, step=step, detail=detail)
+
+    def _submit(self, name: str, work: Callable[[], None]) -> None:
+        """Run a page action on the job pool: SIGTERM waits for it like for a rollback in progress."""
+        self.scheduler.add_job(self._job(name, work), id=name)
 
     def _external_edit(self, unit: str, generation_id: int) -> None:
         self.metrics.external_edits.labels(unit).inc()
@@ -315,6 +353,7 @@ class Daemon:
         sock = self.state.daemon_socket
         sock.unlink(missing_ok=True)
         control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
+                                        on_step=self._relayed_step,
                                         resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
                                         metrics_content_type=CONTENT_TYPE)
         await self._serve(control_app(), uds=sock)
@@ -322,12 +361,19 @@ class Daemon:
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
         if isinstance(metrics_listen, str) and metrics_listen:
             host, _, port = metrics_listen.rpartition(":")
-            await self._serve(control_app(writable=False), host=host.strip("[]"), port=int(port))
+            await self._serve(control_app(writable=False), host=host.strip("[]"), port=int(port),
+                              setting="[daemon] metrics_listen")
         for runtime in self.runtimes.values():
             if runtime.proxy is not None and runtime.deployment.proxy is not None:
                 listen = runtime.deployment.proxy
                 runtime.server = await self._serve(runtime.proxy.app, host=listen.listen_host,
                                                    port=listen.listen_port)
+        await self._serve_page(loop)
+        self.observer = HistoryObserver(self.deployments, history=History(self.state.db), notifier=self.notifier,
+                                        publish=self.page.publish if self.page is not None else None,
+                                        health_lost_s=self.config.notify.health_lost_minutes * 60.0)
+        observing = loop.create_task(self.observer.run(
+            lambda: {unit: runtime.monitor.state for unit, runtime in self.runtimes.items()}, stop))
         for runtime in self.runtimes.values():
             runtime.watcher.start()
         self._schedule()
@@ -344,10 +390,22 @@ class Daemon:
                 notify("WATCHDOG=1")
             self._write_status()
         pinger = loop.create_task(keep_pinging(beat)) if watchdog else None  # shutdown may outlast it
+        await observing
         await self._shutdown()
         if pinger is not None:
             pinger.cancel()
         return 0
+
+    async def _serve_page(self, loop: asyncio.AbstractEventLoop) -> None:
+        listen = self.config.daemon.http_listen
+        if not listen or self._page_factory is None:
+            return
+        self.page = self._page_factory(self.config, self.deployments, status=self.status, submit=self._submit,
+                                       loop=loop)
+        host, _, port_text = listen.rpartition(":")
+        host, port = host.strip("[]"), int(port_text)
+        await self._serve(self.page.app, host=host, port=port, setting="[daemon] http_listen")
+        log.info("status page on http://%s:%d/ (`specd web-token` for actions)", host, port)
 
     async def _shutdown(self) -> None:
         notify("STOPPING=1\nSTATUS=finishing in-flight requests")
@@ -359,6 +417,8 @@ class Daemon:
             await asyncio.wait_for(asyncio.to_thread(self.scheduler.shutdown, True), SHUTDOWN_GRACE_S)
         log.info("jobs stopped after %.1f s", time.monotonic() - started)
         proxies = [r.proxy for r in self.runtimes.values() if r.proxy is not None]
+        if self.page is not None:
+            self.page.close()  # ends the live event streams, which would hold their server open
         for server, _ in self._servers:
             server.should_exit = True
         await asyncio.gather(*(p.shutdown(SHUTDOWN_GRACE_S) for p in proxies))
@@ -368,6 +428,10 @@ class Daemon:
             self.recorder.close()
         for runtime in self.runtimes.values():
             runtime.monitor.close()
+        if self.observer is not None:
+            self.observer.close()
+        if self.notifier is not None:
+            self.notifier.close()
         self._write_status(running=False)
         self.state.daemon_socket.unlink(missing_ok=True)
         self._http.close()
@@ -378,7 +442,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _tuner_entry() -> Callable[[Deployment], object] | None:
+def _tuner_entry() -> Callable[[Config, Deployment], object] | None:
     try:
         module = importlib.import_module("specd.tune.tuner")
     except ModuleNotFoundError as exc:
@@ -390,7 +454,8 @@ def _tuner_entry() -> Callable[[Deployment], object] | None:
 
 
 def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
-               make_seams: SeamsFactory) -> int:
+               make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
-    return asyncio.run(Daemon(config, deployments, state=state, make_seams=make_seams).run())
+    return asyncio.run(Daemon(config, deployments, state=state, make_seams=make_seams,
+                              page_factory=page_factory).run())

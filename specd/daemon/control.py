@@ -96,6 +96,24 @@ def daemon_request(state: StateDir, path: str) -> dict[str, Any] | None:
     return _request(state, "GET", path, {}, 5)
 
 
+class StepRelay:
+    """A switch's steps, told to the daemon so its status page shows a CLI switch live too. Best
+    effort: a missing or slow daemon costs one short timeout, then the relay stays quiet."""
+
+    def __init__(self, state: StateDir, unit: str, timeout_s: float = 0.5) -> None:
+        self.state = state
+        self.unit = unit
+        self.timeout_s = timeout_s
+        self.quiet = not state.daemon_socket.exists()
+
+    def __call__(self, step: str, detail: str) -> None:
+        if self.quiet:
+            return
+        answer = _request(self.state, "POST", "/step", {"unit": self.unit, "step": step, "detail": detail[:2000]},
+                          self.timeout_s)
+        self.quiet = answer is None
+
+
 def _in_flight(state: StateDir, unit: str) -> int:
     answer = daemon_request(state, "/status") or {}
     proxy = (answer.get("units", {}).get(unit) or {}).get("proxy") or {}
@@ -181,11 +199,13 @@ class DrainingSystemd:
 Drainer = Callable[[str, float, float], Awaitable[dict[str, Any] | None]]  # unit, timeout, lease
 Renewer = Callable[[str, float], dict[str, Any] | None]  # unit, lease
 Resumer = Callable[[str], dict[str, Any] | None]
+StepListener = Callable[[str, str, str], None]  # unit, step, detail
 
 
 def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer,
                 status: Callable[[], dict[str, Any]],
-                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True) -> Starlette:
+                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True,
+                on_step: StepListener | None = None) -> Starlette:
     """`/status` and `/metrics` for anyone the socket lets in; `/drain` and `/resume` when writable."""
 
     async def get_status(request: Request) -> Response:
@@ -216,8 +236,14 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
         answer = resume_unit(request.query_params.get("unit", ""))
         return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
 
+    async def post_step(request: Request) -> Response:
+        if on_step is not None:
+            query = request.query_params
+            on_step(query.get("unit", ""), query.get("step", ""), query.get("detail", ""))
+        return JSONResponse({"heard": on_step is not None})
+
     routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
     if writable:
         routes += [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
-                   Route("/resume", post_resume, methods=["POST"])]
+                   Route("/resume", post_resume, methods=["POST"]), Route("/step", post_step, methods=["POST"])]
     return Starlette(routes=routes)

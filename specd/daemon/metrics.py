@@ -71,6 +71,15 @@ class SpecdMetrics:
             "specd_proxy_retries_total", "Requests re-sent after the backend refused or dropped them", registry=r
         )
 
+    def add_unit(self, unit: str) -> None:
+        """Export the unit's counters at 0 from the start: `increase()` and alerts on them need a series
+        before the first switch, rollback or restart, not only after it."""
+        for counter in (self.switches, self.rollbacks, self.restarts, self.external_edits):
+            counter.labels(unit)
+        for result in ("ok", "failed"):
+            self.health_checks.labels(unit, result)
+        self.profile_errors.labels(unit).set(0)
+
     def set_active_profile(self, unit: str, profile: str | None) -> None:
         for labels in list(self.active_profile._metrics):  # a one-hot gauge: clear the old profile
             if labels[0] == unit:

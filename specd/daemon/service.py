@@ -96,7 +96,7 @@ def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path |
     return QuietServer(config)
 
 
-def bind_tcp(host: str, port: int) -> socket.socket:
+def bind_tcp(host: str, port: int, setting: str = "[proxy] listen") -> socket.socket:
     """Bind the proxy's socket here, so a taken port is a clear error and not uvicorn's sys.exit."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it sees it; without
@@ -108,7 +108,7 @@ def bind_tcp(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"[proxy] listen {host}:{port}: {exc.strerror}",
+        raise ConfigError(f"{setting} {host}:{port}: {exc.strerror}",
                           hint="another program (or another specd daemon) uses that port") from exc
     return sock
 

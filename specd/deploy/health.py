@@ -7,6 +7,7 @@ restarts for a stability window — `Restart=on-failure` can otherwise hide a cr
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +77,24 @@ def check_once(client: httpx.Client, base_url: str, alias: str | None, *, comple
     return HealthResult(True, "healthy")
 
 
+class _Steps:
+    """Tells the step hook each check that passes, and what the server says while it loads (once per
+    change). A listener's bug must not fail the gate."""
+
+    def __init__(self, on_step: Callable[[str, str], None] | None) -> None:
+        self._on_step = on_step
+        self._last: tuple[str, str] | None = None
+
+    def __call__(self, step: str, detail: str) -> None:
+        if self._on_step is None or self._last == (step, detail):
+            return
+        self._last = (step, detail)
+        try:
+            self._on_step(step, detail)
+        except Exception:
+            logging.getLogger(__name__).exception("gate step hook failed at %s", step)
+
+
 def wait_healthy(
     base_url: str,
     alias: str | None,
@@ -86,8 +105,14 @@ def wait_healthy(
     client: httpx.Client | None = None,
     clock: Callable[[], float] = time.monotonic,
     api_key: str | None = None,
+    on_step: Callable[[str, str], None] | None = None,
 ) -> HealthResult:
-    """Block until the gate passes; raise HealthError saying which check failed and why."""
+    """Block until the gate passes; raise HealthError saying which check failed and why.
+
+    `on_step(step, detail)` hears each check as it passes (and what the server says while it loads),
+    for a live view of a switch; it must not raise."""
+    tell = _Steps(on_step)
+
     own_client = client is None
     http = client or httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0))
     start = clock()
@@ -105,6 +130,7 @@ def wait_healthy(
             probe = check_once(http, base_url, alias, api_key=api_key)
             if probe.ok:
                 break
+            tell("gate-waiting", probe.detail)
             last_detail = probe.detail
             if "does not list alias" in probe.detail:
                 raise HealthError(probe.detail)
@@ -112,9 +138,11 @@ def wait_healthy(
                 raise HealthError(f"not healthy after {timeout_s:.0f} s: {last_detail}")
             time.sleep(_POLL_S)
         load_s = clock() - start
+        tell("gate-health", f"/health 200 and /v1/models lists {alias or 'the presets'} after {load_s:.1f} s")
         probe = check_once(http, base_url, alias, complete=True, api_key=api_key)
         if not probe.ok:
             raise HealthError(probe.detail)
+        tell("gate-completion", f"a 1-token completion to {alias} answered" if alias else "router mode: no completion")
         settled = unit_state()
         window_end = clock() + stability_s
         while clock() < window_end:
@@ -129,6 +157,7 @@ def wait_healthy(
         final = check_once(http, base_url, alias, api_key=api_key)
         if not final.ok:
             raise HealthError(f"unhealthy at the end of the stability window: {final.detail}")
+        tell("gate-stable", f"PID {settled.main_pid} stayed up with no restart for {stability_s:.0f} s")
         return HealthResult(True, "healthy", load_s=load_s, total_s=clock() - start)
     finally:
         if own_client:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import json
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,8 +46,9 @@ GenerationKind = Literal["switch", "rollback", "external-edit"]
 # pending: under way (or interrupted); ok: installed and healthy; reverted: failed and put back;
 # failed: failed and the revert failed too.
 GenerationOutcome = Literal["pending", "ok", "reverted", "failed"]
-# Who asked: a person at the CLI, the daemon (monitor, watcher), the tuner, or a bench/verify run.
-Trigger = Literal["cli", "daemon", "tuner", "bench", "verify"]
+# Who asked: a person at the CLI or the status page, the daemon (monitor, watcher), the tuner, or a
+# bench/verify run.
+Trigger = Literal["cli", "daemon", "tuner", "bench", "verify", "web"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,19 @@ class Generation:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def split_numbers(detail: str) -> tuple[str, dict[str, Any] | None]:
+    """An event detail written as "sentence | {json numbers}" (the tuner's decisions) read back:
+    the sentence, and the numbers (None when there are none or they do not parse)."""
+    sentence, sep, numbers = detail.rpartition(" | ")
+    if not sep:
+        return detail, None
+    try:
+        parsed = json.loads(numbers)
+    except ValueError:
+        return detail, None
+    return sentence, parsed if isinstance(parsed, dict) else None
 
 
 def now_iso() -> str:

@@ -23,6 +23,7 @@ DEFAULT_GATE_TIMEOUT_S: float = BY_NAME["health_timeout_s"].default  # for a uni
 HealthGate = Callable[..., HealthResult]
 JournalReader = Callable[[str, str], str]
 FaultHook = Callable[[str], None]
+StepHook = Callable[[str, str], None]  # (step, detail): a step of a switch, rollback or revert passed
 PreflightRunner = Callable[..., Preflight]  # (deployment, profile name, *, current_main_pid) -> Preflight
 UNIT_UNTOUCHED_STEPS = ("intent", "backup")  # the unit file has not been replaced yet
 NOT_RESTARTED_STEPS = ("write", "reload")  # replaced, but the restart (and its drain) had not finished

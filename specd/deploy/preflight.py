@@ -8,6 +8,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -18,6 +19,9 @@ from specd.profiles.config import Deployment
 from specd.profiles.flags import BinaryFlags, binary_flags, check_executable, resolve_binary
 from specd.profiles.load import Profile, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit, secret_files
+
+if TYPE_CHECKING:
+    from specd.gpu.vram import VramEstimate
 
 
 @dataclass
@@ -192,3 +196,14 @@ def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current
     result = vram_check(argv, dict(profile.env), model, draft, current_main_pid, flags=flags)
     result.raise_if_not_ok()
     return result.message
+
+
+def vram_estimate(profile: Profile, model: GgufInfo, draft: GgufInfo | None) -> VramEstimate:
+    """What this profile's server needs on one GPU, from its GGUF files and the settings its argv and
+    [env] give (the status page's per-profile estimate)."""
+    from specd.gpu.settings import settings_from_argv
+    from specd.gpu.vram import estimate_vram
+
+    flags = binary_flags(profile.binary, profile.launcher)
+    settings = settings_from_argv(build_argv(profile, flags), dict(profile.env), flags)
+    return estimate_vram(model, draft, 0, None, settings=settings)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import httpx
+
 from specd.deploy import intent as intents
 from specd.deploy.health import check_once
 from specd.deploy.history import History
@@ -88,8 +90,9 @@ def pending_note(seams: Seams) -> str | None:
             f"'{pending.step}') awaits recovery: run `specd recover`")
 
 
-def collect_status(seams: Seams, daemon: dict[str, Any]) -> StatusReport:
-    """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report."""
+def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client | None = None) -> StatusReport:
+    """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report;
+    `client` (the status page's, kept open) saves building one per call."""
     deployment = seams.deployment
     text = read_text(deployment.unit_path)
     unit_state, main_pid, n_restarts = "not installed", None, None
@@ -104,8 +107,11 @@ def collect_status(seams: Seams, daemon: dict[str, Any]) -> StatusReport:
         try:
             command = parse_unit(text, str(deployment.unit_path))
             endpoint, alias = command.base_url, command.alias
-            with seams.http(PROBE_TIMEOUT_S) as client:
+            if client is not None:
                 probe = check_once(client, command.base_url, command.alias, api_key=command.api_key)
+            else:
+                with seams.http(PROBE_TIMEOUT_S) as own:
+                    probe = check_once(own, command.base_url, command.alias, api_key=command.api_key)
             health, healthy = ("healthy", True) if probe.ok else (f"unhealthy: {probe.detail}", False)
         except UsageError as exc:
             health = f"unknown ({exc.message})"

@@ -9,8 +9,9 @@ SwitchFailed says why. A kill anywhere is undone by the next *mutating* specd co
 daemon (`recover`); read-only commands only report a pending intent.
 
 The seams (`Seams`: state paths, history, systemd client, clock; plus the health gate, journal
-reader, fault hook and preflight) are passed in; `specd.context` builds the real ones, tests pass
-fakes.
+reader, fault hook, preflight and step hook) are passed in; `specd.context` builds the real ones,
+tests pass fakes. The step hook (`on_step(step, detail)`) hears each step as it passes, so the
+status page can show a switch live; it must not raise.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from specd.deploy.plan import (
     JournalReader,
     Outcome,
     PreflightRunner,
+    StepHook,
     Target,
     target_from_text,
 )
@@ -63,6 +65,7 @@ from specd.profiles.load import load_profile
 from specd.unit.render import profile_of_unit
 
 log = logging.getLogger("specd.deploy.switch")
+JOURNAL_EVENT = "revert-journal"  # the unit's journal when a switch was reverted: "generation N\n<lines>"
 __all__ = ["REVERT_STEPS", "STEPS", "WRITE_STEPS", "Outcome", "Switcher", "Target", "target_from_text"]
 
 
@@ -75,7 +78,7 @@ class Switcher:
 
     def __init__(self, seams: Seams, *, trigger: Trigger = "cli", gate: HealthGate = wait_healthy,
                  journal: JournalReader = journal_tail, fault: FaultHook = checkpoint,
-                 preflight: PreflightRunner = run_preflight) -> None:
+                 preflight: PreflightRunner = run_preflight, on_step: StepHook | None = None) -> None:
         self.seams = seams
         self.deployment: Deployment = seams.deployment
         self.trigger = trigger
@@ -87,6 +90,7 @@ class Switcher:
         self._journal = journal
         self._fault = fault
         self._preflight = preflight
+        self._on_step = on_step
 
     @property
     def systemd(self) -> SystemdClient:
@@ -120,7 +124,7 @@ class Switcher:
             current = self.installed_text()
             main_pid = self._state_or_none().main_pid if current is not None else 0
             pre: Preflight = self._preflight(self.deployment, name, current_main_pid=main_pid)
-            self._fault("preflight")
+            self._passed("preflight", f"profile {name} is valid and fits this box")
             state = self._state_or_none() if current is not None else None
             if current == pre.unit_text and state is not None and state.running:
                 active = self.history.active(self.unit)
@@ -217,7 +221,7 @@ class Switcher:
             old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
         )
         intents.save(intent, self._intent_path)
-        self._fault("intent")
+        self._passed("intent", f"generation {generation_id}: {kind} to {target.profile or 'the previous unit'}")
         try:
             restart_s, health = self._apply(intent, target, current, backup)
         except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
@@ -228,17 +232,30 @@ class Switcher:
         self.history.finish(generation_id, outcome="ok", detail=" ".join(kept), preflight_s=preflight_s,
                             restart_s=restart_s, health_s=health.total_s, total_s=self._clock.monotonic() - started)
         intents.clear(self._intent_path)
-        self._fault("commit")
+        self._passed("commit", f"generation {generation_id} is active")
         prune_backups(unit_path, self.deployment.backups_keep)
         generation = self.history.get(generation_id)
         assert generation is not None
         return Outcome(generation, health, notes)
 
-    def _reached(self, intent: intents.Intent, step: str) -> None:
+    def _passed(self, step: str, detail: str = "") -> None:
+        """Pass the step's fault point, then tell the step hook."""
+        self._fault(step)
+        self._tell(step, detail)
+
+    def _tell(self, step: str, detail: str) -> None:
+        if self._on_step is None:
+            return
+        try:
+            self._on_step(step, detail)
+        except Exception:  # a listener's bug must not change the transaction's course
+            log.exception("step hook failed at %s", step)
+
+    def _reached(self, intent: intents.Intent, step: str, detail: str = "") -> None:
         """Record in the intent that `step` is done, then pass the step's fault point."""
         intent.step = step
         intents.save(intent, self._intent_path)
-        self._fault(step)
+        self._passed(step, detail)
 
     def _apply(self, intent: intents.Intent, target: Target, current: str | None,
                backup: Path | None) -> tuple[float, HealthResult]:
@@ -247,22 +264,22 @@ class Switcher:
         if current is not None and backup is not None:
             self.store.put(current)
             atomic_write(backup, current.encode("utf-8"), fault_name="backup")
-        self._reached(intent, "backup")
+        self._reached(intent, "backup", f"old unit kept as {backup.name}" if backup else "no unit before")
         for secret, content in target.secrets:
             atomic_write(secret, content.encode("utf-8"), mode=0o600)
         atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
-        self._reached(intent, "write")
+        self._reached(intent, "write", f"new unit written to {unit_path}")
         t_restart = self._clock.monotonic()
         self.systemd.reset_failed(self.unit)
         self.systemd.reload()
-        self._reached(intent, "reload")
+        self._reached(intent, "reload", "systemd reloaded its units")
         self.systemd.restart(self.unit)
         restart_s = self._clock.monotonic() - t_restart
-        self._reached(intent, "restart")
+        self._reached(intent, "restart", f"{self.unit} restarted in {restart_s:.1f} s")
         health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s,
                             stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(self.unit),
                             api_key=target.api_key)
-        self._reached(intent, "gate")
+        self._reached(intent, "gate", f"healthy after {health.total_s:.1f} s")
         return restart_s, health
 
     def _restore_old(self, intent: intents.Intent) -> str:
@@ -288,9 +305,9 @@ class Switcher:
                 atomic_write(unit_path, old_text.encode("utf-8"), fault_name="revert-unit")
         else:
             unit_path.unlink(missing_ok=True)
-        self._fault("revert-write")
+        self._passed("revert-write", "the previous unit is back in place")
         self.systemd.reload()
-        self._fault("revert-reload")
+        self._passed("revert-reload")
         if not intent.old_existed:
             self.systemd.stop(self.unit)
             self.systemd.reload()
@@ -305,16 +322,17 @@ class Switcher:
                         f"it kept running (PID {now.main_pid})")
         self.systemd.reset_failed(self.unit)
         self.systemd.restart(self.unit)
-        self._fault("revert-restart")
+        self._passed("revert-restart")
         assert old_text is not None
         old = target_from_text(old_text, intent.old_profile, where=str(unit_path))
         self._gate(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
                    unit_state=lambda: self.systemd.unit_state(self.unit), api_key=old.api_key)
-        self._fault("revert-gate")
+        self._passed("revert-gate", f"{intent.old_profile or 'the previous unit'} is healthy again")
         return f"reverted to {intent.old_profile or 'the previous unit'}, which is healthy again"
 
     def _revert(self, intent: intents.Intent, *, reason: str) -> None:
         journal = self._journal(self.unit, self.deployment.scope)
+        self._tell("revert", reason)
         what = f"switch to {intent.profile}" if intent.kind == "switch" else f"{intent.kind} to {intent.profile}"
         try:
             state = self._restore_old(intent)
@@ -328,6 +346,7 @@ class Switcher:
                 generation_id=intent.generation_id, revert_outcome="failed",
                 revert_state=f"the revert failed too: {revert_failure}", journal=journal,
             ) from revert_failure
+        self.history.event(self.unit, JOURNAL_EVENT, f"generation {intent.generation_id}\n{journal}")
         self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
         intents.clear(self._intent_path)
         raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}",

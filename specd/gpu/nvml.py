@@ -260,7 +260,12 @@ def process_vram(pid: int, *, include_children: bool = True, nvml: Nvml | None =
     NVML reports PIDs of the host's PID namespace: inside a container they may not match.
     """
     pids = process_tree(pid) if include_children else (pid,)
-    per_device = _with_nvml(nvml, lambda backend, count: {index: backend.processes(index) for index in range(count)})
+    per_device = gpu_processes(nvml)
     if isinstance(per_device, NoGpu):
         return per_device
     return vram_of_pids(pid, pids, per_device)
+
+
+def gpu_processes(nvml: Nvml | None = None) -> dict[int, list[tuple[int, int | None]]] | NoGpu:
+    """Every process NVML lists, per device index: (PID, bytes used; None where NVML hides it)."""
+    return _with_nvml(nvml, lambda backend, count: {index: backend.processes(index) for index in range(count)})

@@ -47,6 +47,14 @@ CONFIG_SCHEMA = Table(
                                     "within this long after a switch, a failure rolls back instead of restarting"),
             "housekeeping_interval_s": Key(float, in_range(60, 86400 * 7), "pruning of backups, history, traffic"),
             "metrics_listen": Key(str, _LISTEN, "host:port for read-only /metrics and /status"),
+            "http_listen": Key(str, _LISTEN, "host:port of the status page (loopback unless a token file is set)"),
+            "http_token_file": Key(str, doc="the status page's action token (0600); required off loopback"),
+        }),
+        "notify": Table(keys={
+            "urls": Key(list, doc="apprise URLs (ntfy://, gotify://, matrix://, discord://, mailto://, json://)"),
+            "min_interval_s": Key(float, in_range(0, 86400), "the least time between two messages of one kind"),
+            "health_lost_minutes": Key(float, in_range(0, 10000), "notify when the endpoint is down this long"),
+            "timeout_s": Key(float, in_range(1, 600), "the longest one notification may take"),
         }),
         "tuner": Table(keys={
             "enabled": Key(bool, doc="run the nightly tuning job"),
@@ -82,6 +90,16 @@ class DaemonConfig:
     rollback_grace_s: float = 600.0
     housekeeping_interval_s: float = 3600.0
     metrics_listen: str | None = None
+    http_listen: str | None = None
+    http_token_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    urls: tuple[str, ...] = ()
+    min_interval_s: float = 300.0
+    health_lost_minutes: float = 10.0
+    timeout_s: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,7 @@ class Config:
     deployments: tuple[Deployment, ...]
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     tuner: TunerConfig = field(default_factory=TunerConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     def deployment(self, unit: str | None = None) -> Deployment:
         if unit is None:
@@ -183,6 +202,21 @@ def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: Proxy
     )
 
 
+def _daemon(raw: Mapping[str, Any], base_dir: Path) -> DaemonConfig:
+    values = dict(raw)
+    if "http_token_file" in values:
+        token_file = Path(os.path.expanduser(str(values["http_token_file"])))
+        values["http_token_file"] = token_file if token_file.is_absolute() else base_dir / token_file
+    return DaemonConfig(**values)
+
+
+def _notify(raw: Mapping[str, Any]) -> NotifyConfig:
+    values = dict(raw)
+    if "urls" in values:
+        values["urls"] = tuple(str(url) for url in values["urls"])
+    return NotifyConfig(**values)
+
+
 def load_config(explicit: Path | None = None) -> Config:
     path = resolve_config_path(explicit)
     try:
@@ -221,27 +255,30 @@ def load_config(explicit: Path | None = None) -> Config:
     if duplicates:
         raise ConfigError(f"{path}: unit {', '.join(duplicates)} is configured twice")
 
-    daemon_raw = data.get("daemon", {})
     tuner_raw = dict(data.get("tuner", {}))
     if "candidates" in tuner_raw:
         tuner_raw["candidates"] = tuple(str(c) for c in tuner_raw["candidates"])
     return Config(
         path=path,
         deployments=tuple(deployments),
-        daemon=DaemonConfig(**{k: v for k, v in daemon_raw.items()}),
+        daemon=_daemon(data.get("daemon", {}), path.parent),
         tuner=TunerConfig(**tuner_raw),
+        notify=_notify(data.get("notify", {})),
     )
 
 
-def _shown(value: object) -> str:
+def _shown(value: object, name: str = "") -> str:
     if isinstance(value, bool):
         return str(value).lower()
+    if value == () and name == "urls":
+        return "none"
     return "off" if value is None else "all that validate" if value == () else str(value)
 
 
 def config_key_table() -> str:
     """The README's table of specd.toml keys: docs from the schema, defaults from the dataclasses."""
-    defaults: dict[str, object] = {"proxy": ProxyConfig(), "daemon": DaemonConfig(), "tuner": TunerConfig()}
+    defaults: dict[str, object] = {"proxy": ProxyConfig(), "daemon": DaemonConfig(), "tuner": TunerConfig(),
+                                   "notify": NotifyConfig()}
     top = Deployment("", "user", Path())
     rows = ["| key | meaning | default |", "|---|---|---|"]
     for name, key in CONFIG_SCHEMA.keys.items():
@@ -251,6 +288,6 @@ def config_key_table() -> str:
         instance = defaults[table]
         for name, key in schema.keys.items():
             value = (f"{instance.listen_host}:{instance.listen_port}" if isinstance(instance, ProxyConfig)
-                     and name == "listen" else _shown(getattr(instance, name)))
+                     and name == "listen" else _shown(getattr(instance, name), name))
             rows.append(f"| `[{table}] {name}` | {key.doc} | {value} |")
     return "\n".join(rows) + "\n"

@@ -310,7 +310,7 @@ def histogram(values: Iterable[int], edges: tuple[int, ...] = BUCKET_EDGES) -> l
     ]
 
 
-def _percentile(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
@@ -381,7 +381,7 @@ def summarize(
         "class_mix": class_mix,
         "concurrency_at_start": concurrency,
         "acceptance": acceptance,
-        "ttft_ms": {"p50": _percentile(ttfts, 0.5), "p95": _percentile(ttfts, 0.95)},
+        "ttft_ms": {"p50": percentile(ttfts, 0.5), "p95": percentile(ttfts, 0.95)},
         "held_ms_max": max((r.held_ms for r in records), default=0.0),
         "sampled_counters": sampled,
     }

@@ -289,8 +289,8 @@ def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequenc
 
 def record(deployment: Deployment, decision: Decision, trigger: Trigger) -> str:
     """One history event per decision: the sentence, then the numbers as JSON."""
-    numbers = {"best": decision.best, "switched": decision.switch, "margin": decision.margin,
-               "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
+    numbers = {"best": decision.best, "active": decision.active, "switched": decision.switch,
+               "margin": decision.margin, "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
                              for e in decision.estimates}}
     detail = f"{decision.reason} | {json.dumps(numbers, separators=(',', ':'))}"

@@ -69,12 +69,14 @@ class RunningDaemon:
         return int(out or 0)
 
 
-def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
+def write_config(box: Box, proxy_port: int, *, grace_s: float, daemon_extra: str = "",
+                 tuner: str = "enabled = false\n", extra: str = "") -> None:
+    """`daemon_extra` adds lines to [daemon], `tuner` replaces [tuner]'s body, `extra` appends tables."""
     box.config_path.write_text(
         f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
         f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n\n'
-        f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n\n"
-        "[tuner]\nenabled = false\n"
+        f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n"
+        f"{daemon_extra}\n[tuner]\n{tuner}\n{extra}"
     )
 
 
@@ -82,9 +84,10 @@ def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
 def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
     started: list[RunningDaemon] = []
 
-    def start(*, grace_s: float = 0.0) -> RunningDaemon:
+    def start(*, grace_s: float = 0.0, daemon_extra: str = "", tuner: str = "enabled = false\n",
+              extra: str = "") -> RunningDaemon:
         proxy_port = free_port()
-        write_config(box, proxy_port, grace_s=grace_s)
+        write_config(box, proxy_port, grace_s=grace_s, daemon_extra=daemon_extra, tuner=tuner, extra=extra)
         name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
         log_path = box.root / "daemon.log"
         environment = " ".join(

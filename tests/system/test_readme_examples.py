@@ -24,7 +24,7 @@ def _dedent(block: str) -> str:
     return "\n".join(line[indent:] for line in lines) + "\n"
 
 
-CONFIGS = [_dedent(b) for b in BLOCKS if re.search(r"^\s*(unit|\[proxy\])", b, re.MULTILINE)]
+CONFIGS = [_dedent(b) for b in BLOCKS if re.search(r"^\s*(unit|\[proxy\]|\[daemon\]|\[notify\])", b, re.MULTILINE)]
 PROFILES = [_dedent(b) for b in BLOCKS if _dedent(b) not in CONFIGS]
 
 

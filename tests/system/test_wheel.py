@@ -23,7 +23,9 @@ def test_a_plain_wheel_renders_units_and_runs_doctor_outside_the_checkout(tmp_pa
     [wheel] = list((tmp_path / "dist").glob("specd-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("specd/units/llama-server.service.in", "specd/units/specd.service",
-                    "specd/scripts/build-llama-server.sh", "specd/examples/tiny/base.toml"):
+                    "specd/scripts/build-llama-server.sh", "specd/examples/tiny/base.toml",
+                    "specd/web/static/index.html", "specd/web/static/app.js",
+                    "specd/web/static/style.css"):  # the status page works offline: no CDN
         assert shipped in names, f"the wheel lacks {shipped}"
     # Installed alone (its dependencies come from this test's interpreter), run from elsewhere.
     target = tmp_path / "site"
@@ -31,7 +33,8 @@ def test_a_plain_wheel_renders_units_and_runs_doctor_outside_the_checkout(tmp_pa
                    check=True, timeout=300)
     profiles = target / "specd" / "examples" / "tiny"
     config = tmp_path / "specd.toml"
-    config.write_text(f'unit = "wheel-test.service"\nscope = "user"\nprofiles_dir = "{profiles}"\n')
+    config.write_text(f'unit = "wheel-test.service"\nscope = "user"\nprofiles_dir = "{profiles}"\n'
+                      '[daemon]\nhttp_listen = "127.0.0.1:8090"\n')
     env = {**os.environ, "PYTHONPATH": str(target), "SPECD_CACHE": str(CACHE), "SPECD_CONFIG": str(config),
            "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
 
@@ -48,3 +51,5 @@ def test_a_plain_wheel_renders_units_and_runs_doctor_outside_the_checkout(tmp_pa
     doctor = specd("doctor", "--json")
     findings = {f["check"]: f for f in json.loads(doctor.stdout)}
     assert findings["profile autoregressive"]["ok"], findings
+    token = specd("web-token", "--url")
+    assert token.returncode == 0 and token.stdout.startswith("http://127.0.0.1:8090/#token="), token.stderr

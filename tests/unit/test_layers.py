@@ -23,7 +23,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"daemon"}),
     frozenset({"tune"}),
     frozenset({"context"}),  # the composition root: builds the real seams from everything below
-    frozenset({"setup"}),
+    frozenset({"setup", "web"}),  # front ends, like the CLI
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

@@ -21,6 +21,7 @@ from specd.deploy import intent as intents
 from specd.deploy import unitfiles
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
+from specd.deploy.plan import StepHook
 from specd.deploy.preflight import Preflight
 from specd.deploy.seams import Seams
 from specd.deploy.switch import STEPS, Switcher
@@ -127,7 +128,7 @@ class World:
     def unit_path(self) -> Path:
         return self.deployment.unit_path
 
-    def switcher(self, fault: FaultAt | None = None) -> Switcher:
+    def switcher(self, fault: FaultAt | None = None, on_step: StepHook | None = None) -> Switcher:
         def fake_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
             profile = load_profile(deployment.profiles_dir, name)
             info = GgufInfo.__new__(GgufInfo)
@@ -135,7 +136,7 @@ class World:
 
         seams = Seams(self.deployment, self.state, self.history, connect=lambda: self.systemd)
         return Switcher(seams, gate=self.gate, journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
-                        preflight=fake_preflight)
+                        preflight=fake_preflight, on_step=on_step)
 
     def intent(self) -> intents.Intent | None:
         """The pending intent record, as a read-only command sees it."""
@@ -349,3 +350,32 @@ def test_a_failed_switch_says_how_its_revert_went_in_typed_fields(world: World) 
         world.switcher().switch("new")
     assert raised_again.value.revert_outcome == "failed"
     assert "the old one neither" in (raised_again.value.revert_state or "")
+
+
+def test_the_step_hook_hears_every_step_in_order_and_a_revert_with_its_reason(world: World) -> None:
+    heard: list[tuple[str, str]] = []
+    switcher = world.switcher(on_step=lambda step, detail: heard.append((step, detail)))
+    switcher.switch("new")
+    assert [step for step, _ in heard] == list(STEPS)
+    assert "generation" in dict(heard)["intent"] and "restarted" in dict(heard)["restart"]
+
+    heard.clear()
+    world.gate.failures.append(HealthError("the alias never answered"))
+    with pytest.raises(SwitchFailed):
+        switcher.switch("old")
+    steps = [step for step, _ in heard]
+    assert steps[:steps.index("restart") + 1] == [s for s in STEPS if s not in ("gate", "commit")]
+    assert ("revert", "the alias never answered") in heard
+    assert steps[-3:] == ["revert-reload", "revert-restart", "revert-gate"]
+    reverted = world.history.list(UNIT, limit=1)[0]
+    journal = [e["detail"] for e in world.history.events(UNIT) if e["kind"] == "revert-journal"]
+    assert journal == [f"generation {reverted.id}\n(fake journal)"]
+
+
+def test_a_step_hook_that_raises_changes_nothing(world: World) -> None:
+    def broken(step: str, detail: str) -> None:
+        raise RuntimeError("a listener's bug")
+
+    switcher = world.switcher(on_step=broken)
+    assert switcher.switch("new").generation.outcome == "ok"
+    assert world.unit_path.read_text() == unit_text("new")
