@@ -26,9 +26,7 @@ from tests.system.daemon_rig import RunningDaemon, chat, real_stack
 
 
 def _proxy_state(daemon: RunningDaemon, unit: str) -> dict[str, Any]:
-    transport = httpx.HTTPTransport(uds=str(daemon.state_dir / "daemon.sock"))
-    with httpx.Client(transport=transport, timeout=5) as control:
-        state: dict[str, Any] = control.get("http://specd/status").json()["units"][unit]["proxy"]
+    state: dict[str, Any] = daemon.live_status(unit)["proxy"]
     return state
 
 
