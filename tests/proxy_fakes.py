@@ -24,6 +24,15 @@ from starlette.routing import Route
 from specd.daemon.service import QuietServer, make_server
 
 
+def eventually(condition: Callable[[], object], what: str, timeout_s: float = 20.0) -> None:
+    """Wait until `condition()` is true (polling), or fail naming `what`: a wait on a state, never a guessed delay."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -91,6 +100,8 @@ class FakeBackendForProxyTests:
         self.drop_stream_after: int | None = None
         self.requests: list[dict[str, Any]] = []
         self.closed_early = 0
+        self.loading_answers = 0  # 503 "Loading model" answers given (health or chat)
+        self.events_sent = 0  # streamed token events sent, over all streams
         self.abandoned = 0  # requests stalled on purpose whose client (the proxy) hung up
         self.app = Starlette(routes=[
             Route("/health", self.health),
@@ -105,6 +116,7 @@ class FakeBackendForProxyTests:
         return JSONResponse({"status": "ok"})
 
     def _loading(self) -> Response:
+        self.loading_answers += 1
         return JSONResponse({"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}, 503)
 
     async def models(self, request: Request) -> Response:
@@ -168,6 +180,7 @@ class FakeBackendForProxyTests:
                     await asyncio.sleep(3600)
                 await asyncio.sleep(self.token_delay_s)
                 yield event({"choices": [{"index": 0, "delta": {"content": f"t{index}"}}]})
+                self.events_sent += 1
             yield event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage,
                          "timings": self._timings()})
             yield b"data: [DONE]\n\n"

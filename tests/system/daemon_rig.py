@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from specd.setup.sandbox import free_port
@@ -54,6 +55,13 @@ class RunningDaemon:
     def status(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.state_dir / "daemon.json").read_text())
         return data
+
+    def live_status(self, unit: str) -> dict[str, Any]:
+        """The daemon's state for `unit` right now, from its control socket (daemon.json lags a heartbeat)."""
+        transport = httpx.HTTPTransport(uds=str(self.state_dir / "daemon.sock"))
+        with httpx.Client(transport=transport, timeout=5) as control:
+            state: dict[str, Any] = control.get("http://specd/status").json()["units"][unit]
+        return state
 
     def wait_for(self, what: str, condition: Callable[[], object], timeout_s: float = 90) -> Any:
         deadline = time.monotonic() + timeout_s

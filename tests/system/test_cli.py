@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,7 +70,18 @@ def test_two_concurrent_switches_serialise(box) -> None:
     box.edit_profile("base", stability_s=4)
     command = [sys.executable, "-m", "specd", "switch", "ngram-simple"]
     first = subprocess.Popen(command, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    lock = Path(box.env["XDG_STATE_HOME"]) / "specd" / "locks" / f"{box.unit}.lock"
+
+    def holder() -> int | None:
+        try:
+            return int(json.loads(lock.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    deadline = time.monotonic() + 60
+    while holder() != first.pid:  # the first switch holds the lock (for its load and 4 s stability window)
+        assert time.monotonic() < deadline and first.poll() is None, "the first switch never took the lock"
+        time.sleep(0.05)
     second = box.specd("switch", "ngram-mod")
     _first_out, first_err = first.communicate(timeout=120)
     assert first.returncode == 0, first_err

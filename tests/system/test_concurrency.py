@@ -187,22 +187,20 @@ def test_multi_turn_reuses_the_prompt_cache_on_the_real_server(box: Box, real_se
     assert cell["prefill_ms_no_reuse_median"] > cell["prefill_ms_median"]
 
 
-def _ratio(box: Box, workload: Path, concurrency: int, n: int) -> tuple[float, dict[str, float]]:
-    data = json.loads(box.specd("bench", "plain-np8", "ngram-np8", "--workload", str(workload), "--n", str(n),
-                                "--max-tokens", "96", "--concurrency", str(concurrency), "--json", timeout=600,
-                                check=True).stdout)
-    medians = {p: float(c["wall_ms"]["median"]) for p, c in data["cells"].items()}
-    return medians["ngram-np8"] / medians["plain-np8"], medians
-
-
-def test_concurrency_shrinks_what_ngram_speculation_buys_on_the_real_server(box: Box, real_server: None,
-                                                                           tmp_path: Path) -> None:
+def test_a_concurrent_bench_on_the_real_server_runs_requests_side_by_side(box: Box, real_server: None,
+                                                                        tmp_path: Path) -> None:
+    """Behaviour only: which profile is faster at concurrency 8 is a measurement, not a pass/fail
+    fact; benchmarks/concurrency_table.py measures it."""
     for name, spec in (("plain-np8", ""), ("ngram-np8", '[speculative]\ntype = "ngram-simple"\ndraft_n_max = 16\n')):
         box.write_profile(name, f'inherits = "base"\nparallel = 8\nctx_size = 8192\n{spec}')
     box.specd("switch", "plain-np8", check=True)
     workload = repeat_workload(tmp_path / "rewrite.jsonl")
-    alone, alone_ms = _ratio(box, workload, 1, 3)
-    busy, busy_ms = _ratio(box, workload, 8, 8)
-    print(f"\nngram/plain median wall: {alone:.2f} single-stream {alone_ms}, {busy:.2f} at concurrency 8 {busy_ms}")
-    assert alone < 0.95  # n-gram drafting pays off one stream at a time on rewriting
-    assert busy > alone  # batching eats what speculation bought
+    data = json.loads(box.specd("bench", "plain-np8", "ngram-np8", "--workload", str(workload), "--n", "8",
+                                "--max-tokens", "16", "--concurrency", "8", "--json", timeout=600,
+                                check=True).stdout)
+    assert data["concurrency"] == 8 and sorted(data["cells"]) == ["ngram-np8", "plain-np8"]
+    for cell in data["cells"].values():
+        in_flight = [r["concurrency"] for r in cell["requests"]]
+        assert len(in_flight) == 8 and max(in_flight) > 1, in_flight  # requests overlapped on the server
+        assert all(r["output_tokens"] > 0 for r in cell["requests"])
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "plain-np8"

@@ -187,7 +187,9 @@ def test_an_invalid_profile_edit_is_reported_and_not_applied(box: Box, start_dae
     errors = daemon.wait_for("the error in the status", lambda: daemon.status()["units"][box.unit]["profile_errors"])
     assert "ngram-simple" in errors and "draft_n_max" in errors["ngram-simple"]
     assert any(e["kind"] == "profile-invalid" for e in box.history().events(box.unit))
-    time.sleep(3)  # a few health rounds: nothing restarts, nothing is rewritten
+    reported = time.time()
+    daemon.wait_for("three more health rounds", lambda: (daemon.live_status(box.unit)["health"]["checked_at"] or 0)
+                    > reported + 2.5)  # health_interval_s = 1: nothing restarted, nothing rewritten meanwhile
     assert daemon.main_pid(box.unit) == pid and box.unit_path.read_text() == installed
     assert "draft_n_max" in daemon.log()  # reported in the journal too
 
@@ -210,7 +212,7 @@ def test_sigterm_ends_cleanly_and_reports_metrics(box: Box, start_daemon: Any) -
 
     reader = threading.Thread(target=read_long_stream)
     reader.start()
-    time.sleep(1.0)
+    daemon.wait_for("the stream to be in flight", lambda: daemon.live_status(box.unit)["proxy"]["active"] >= 1)
     stopped = daemon.systemctl("stop", daemon.unit)
     reader.join(60)
     assert stopped.returncode == 0

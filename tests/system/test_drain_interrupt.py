@@ -28,9 +28,7 @@ STREAM_TIMEOUT_S = 240  # a 1500-token stream from the tiny model on a loaded 2-
 
 
 def _proxy_state(daemon: RunningDaemon, unit: str) -> dict[str, Any]:
-    transport = httpx.HTTPTransport(uds=str(daemon.state_dir / "daemon.sock"))
-    with httpx.Client(transport=transport, timeout=5) as control:
-        state: dict[str, Any] = control.get("http://specd/status").json()["units"][unit]["proxy"]
+    state: dict[str, Any] = daemon.live_status(unit)["proxy"]
     return state
 
 

@@ -14,8 +14,7 @@ import pytest
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder
 from tests.conftest import LLAMA_SERVER, TINY_MODEL, require_real_server
-from tests.proxy_fakes import ServerThread, free_port
-from tests.unit.test_proxy_faults import eventually
+from tests.proxy_fakes import ServerThread, eventually, free_port
 
 
 @pytest.mark.llama

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,13 +29,6 @@ TRICKY = st.sampled_from(["%", "%%", "%h", "$", "$$", "${HOME}", "$HOME", "\\", 
 ARGS = st.lists(st.one_of(SAFE_TEXT, TRICKY, st.lists(TRICKY, max_size=4).map("".join)), max_size=6)
 
 
-@pytest.mark.parametrize("value", ["plain", "with space", 'q"uote', "back\\slash", "100%", "$HOME", ""])
-def test_quote_round_trips_through_shlex_rules(value: str) -> None:
-    quoted = quote_exec_arg(value)
-    assert quoted.startswith('"') and quoted.endswith('"')
-    assert "\n" not in quoted
-
-
 def test_control_characters_never_reach_the_unit_file_raw() -> None:
     # An argument with a newline (an imported unit's `\n` escape) is written as a C escape: no new line,
     # so no injected directive; an Environment= value with one is refused.
@@ -53,25 +47,40 @@ def argv_dumper(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return script
 
 
-@pytest.mark.systemd
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=ARGS)
-def test_exec_start_reaches_the_process_byte_for_byte(systemd_manager, argv_dumper: Path, args: list[str]) -> None:
-    out = argv_dumper.parent / "argv.json"
+def _through_systemd(manager: Any, dumper: Path, args: list[str]) -> tuple[list[str], list[str]]:
+    """Run `dumper *args` as a real unit's ExecStart: the argv the process got, and systemd's own parse."""
+    out = dumper.parent / "argv.json"
     out.unlink(missing_ok=True)
     unit = "specd-argv-probe.service"
-    (systemd_manager.unit_dir).mkdir(parents=True, exist_ok=True)
-    (systemd_manager.unit_dir / unit).write_text(
+    manager.unit_dir.mkdir(parents=True, exist_ok=True)
+    (manager.unit_dir / unit).write_text(
         f"[Service]\nType=oneshot\n{quote_environment('ARGV_OUT', str(out))}\n"
-        f"ExecStart={exec_start_line([str(argv_dumper), *args])}\n"
+        f"ExecStart={exec_start_line([str(dumper), *args])}\n"
     )
     systemd = connect_systemd("user")
     systemd.reload()
     parsed = systemd.exec_start_argv(unit)
-    subprocess.run(["systemctl", "--user", "start", unit], env=systemd_manager.env, check=True, timeout=30)
-    received = json.loads(out.read_text())
+    subprocess.run(["systemctl", "--user", "start", unit], env=manager.env, check=True, timeout=30)
+    received: list[str] = json.loads(out.read_text())
+    return received, list(parsed[0][1:])
+
+
+@pytest.mark.systemd
+@pytest.mark.parametrize("value", ["plain", "with space", 'q"uote', "it's", "back\\slash", "100%", "%h", "$HOME",
+                                   "${HOME}", "", "tab\there", "ünïcode"])
+def test_a_quoted_argument_reaches_the_process_unchanged(systemd_manager, argv_dumper: Path, value: str) -> None:
+    received, parsed = _through_systemd(systemd_manager, argv_dumper, ["--alias", value])
+    assert received == ["--alias", value]
+    assert parsed == ["--alias", value.replace("$", "$$")]  # systemd's parse, before its $ expansion
+
+
+@pytest.mark.systemd
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=ARGS)
+def test_exec_start_reaches_the_process_byte_for_byte(systemd_manager, argv_dumper: Path, args: list[str]) -> None:
+    received, parsed = _through_systemd(systemd_manager, argv_dumper, args)
     assert received == args
-    assert parsed[0][1:] == [a.replace("$", "$$") for a in args]
+    assert parsed == [a.replace("$", "$$") for a in args]
 
 
 @pytest.fixture

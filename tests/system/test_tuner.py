@@ -101,6 +101,7 @@ def test_mixed_lengths_give_a_crossover_sentence() -> None:
     mixed = type(mixed)("mixed", mixed.requests + shaped(CODE_ASK, 43000, 2000, count=3).requests)
     result = tune(target, ["plain", "mtp"], mixed, Settings(n=12))
     assert any("wins below" in s and "output tokens" in s for s in result.decision.crossovers)
+    assert sorted(e.profile for e in result.decision.estimates) == ["mtp", "plain"]
     assert all(e.model_wall_ms is not None for e in result.decision.estimates)
 
 

@@ -106,6 +106,7 @@ def test_verify_profiles_flags_a_changed_tool_call_and_measures_prose_drift() ->
                        "bad": {"weather?": {"content": "sunny"}, "story": {"content": "Once upon a time"}}})
     good = verify_profiles(target, "good", "ref", (tool, prose))
     assert good.structured_ok and good.exact_rate() == 0.5 and good.checks[1].distance == 1
+    assert len(target.bodies) == 4  # two probes on each profile
     assert all(b["temperature"] == 0 and b["seed"] == 42 and b["cache_prompt"] is False for b in target.bodies)
     bad = verify_profiles(target, "bad", "ref", (tool, prose))
     assert not bad.structured_ok and [c.probe for c in bad.failures] == ["tool"]
@@ -168,13 +169,14 @@ def test_verify_on_the_real_server_passes_twins_and_reports_drift(box: Box, real
                                    [p for p in BUILTIN_PROBES if p.kind != "tool"][::2])
     finally:
         target.close()
-    assert twin.structured_ok and twin.exact_rate() == 1.0 and all(c.distance == 0 for c in twin.checks), twin.summary()
+    assert twin.checks and twin.structured_ok and twin.exact_rate() == 1.0, twin.summary()
+    assert all(c.distance == 0 for c in twin.checks), twin.summary()
     run = box.specd("verify", "ngram-simple", "--json", timeout=400)
     drift = json.loads(run.stdout)
     assert run.returncode == (0 if drift["structured_ok"] else 1), run.stderr
     assert drift["against"] == "autoregressive" and len(drift["checks"]) == len(BUILTIN_PROBES)
     prose = [c for c in drift["checks"] if c["kind"] == "prose"]
-    assert all(c["exact"] == (c["distance"] == 0) for c in prose)
+    assert prose and all(c["exact"] == (c["distance"] == 0) for c in prose)
     print(f"\nspecd verify ngram-simple on the tiny server: {drift['summary']}")
     if not drift["tool_calls_produced"]:
         assert "no tool calls produced" in drift["summary"]

@@ -29,7 +29,8 @@ from specd.emulator.model import (
     plan_request,
 )
 from specd.emulator.server import parse_args
-from specd.errors import UsageError
+from specd.errors import PreflightError, UsageError
+from specd.profiles.flags import parse_help
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = load_model()
@@ -190,13 +191,12 @@ def test_help_uses_llama_server_layout() -> None:
 
 
 def test_help_parses_like_the_real_binary() -> None:
-    flags = pytest.importorskip("specd.profiles.flags")
-    parsed = flags.parse_help("specd-emulator", help_text())
+    parsed = parse_help("specd-emulator", help_text())
     assert parsed.has("-md") and parsed.has("--spec-draft-n-max") and parsed.has("--emulator-time-scale")
     assert parsed.spec_type_spelling("mtp", profile_name="t") == "draft-mtp"
     assert parsed.spec_type_spelling("draft-dflash,ngram-mod", profile_name="t") == "draft-dflash,ngram-mod"
     assert parsed.spec_type_spelling("mtp:n_max=2,p_min=0.6", profile_name="t") == "draft-mtp:n_max=2,p_min=0.6"
-    with pytest.raises(flags.PreflightError, match="did you mean 'mtp'"):
+    with pytest.raises(PreflightError, match="did you mean 'mtp'"):
         parsed.spec_type_spelling("mpt", profile_name="t")
     assert parsed.takes_value("--ctx-size") is True and parsed.takes_value("--jinja") is False
 

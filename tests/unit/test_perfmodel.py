@@ -87,7 +87,7 @@ def test_captures_the_decode_collapse(spec: PerfModel) -> None:
 def test_class_factors(spec: PerfModel, plain: PerfModel) -> None:
     ratio = spec.class_factor["code"] / spec.class_factor["creative"]
     assert ratio == pytest.approx(1.3 / 0.7, rel=0.05)
-    assert all(f == pytest.approx(1.0, abs=0.03) for f in plain.class_factor.values())
+    assert plain.class_factor and all(f == pytest.approx(1.0, abs=0.03) for f in plain.class_factor.values())
     assert spec.acceptance["code"] == pytest.approx(0.5, abs=0.01)
     assert plain.acceptance == {}
 

@@ -20,7 +20,14 @@ from specd.daemon.metrics import SpecdMetrics
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
-from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
+from tests.proxy_fakes import (
+    FakeBackendForProxyTests,
+    ServerThread,
+    chat_body,
+    eventually,
+    free_port,
+    read_stream,
+)
 
 
 @dataclass
@@ -117,15 +124,16 @@ def test_requests_sent_while_the_backend_restarts_are_held_not_failed(rig: Rig) 
     threads = [threading.Thread(target=fire, args=(i % 2 == 0,)) for i in range(6)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
+    eventually(lambda: rig.proxy.in_flight == 6, "the six requests to be held at the proxy")
     rig.fake.loading = True  # back on its port but still "Loading model", like llama-server
     rig.backend.start()
-    time.sleep(0.3)
+    eventually(lambda: rig.fake.loading_answers >= 2, "the proxy to find the backend loading")
     rig.fake.loading = False
     for thread in threads:
         thread.join(30)
     assert sorted(map(str, results)) == sorted(["200"] * 3 + ["[DONE]"] * 3)
-    assert all(r.held_ms > 0 and r.status == 200 for r in rig.records())  # type: ignore[attr-defined]
+    records = rig.records()
+    assert len(records) == 6 and all(r.held_ms > 0 and r.status == 200 for r in records)  # type: ignore[attr-defined]
 
 
 def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
@@ -199,7 +207,7 @@ def test_shutdown_cuts_a_long_stream_on_an_event_boundary(tmp_path: Path) -> Non
 
         reader = threading.Thread(target=consume)
         reader.start()
-        time.sleep(0.3)
+        eventually(lambda: rig.fake.events_sent >= 3, "the stream to be under way")
         rig.front.call(lambda: rig.proxy.shutdown(0.2))
         reader.join(20)
         [payloads] = got  # read_stream raises on a half-written event
@@ -223,7 +231,7 @@ def test_drain_waits_for_streams_and_holds_new_requests_until_resume(tmp_path: P
 
         first = threading.Thread(target=stream_one)
         first.start()
-        time.sleep(0.2)
+        eventually(lambda: rig.proxy.active == 1, "the first stream to reach the backend")
         rig.front.call(lambda: rig.proxy.pause(30))
         assert rig.front.call(lambda: rig.proxy.wait_idle(20)) is True
         # drained: the in-flight stream was relayed to its end before wait_idle returned
@@ -232,8 +240,8 @@ def test_drain_waits_for_streams_and_holds_new_requests_until_resume(tmp_path: P
         assert done == ["[DONE]"]
         second = threading.Thread(target=stream_one)
         second.start()
-        time.sleep(0.3)
-        assert len(rig.fake.requests) == 1  # held at the gate while paused
+        eventually(lambda: rig.proxy.in_flight == 1, "the second request to arrive")
+        assert rig.proxy.active == 0 and len(rig.fake.requests) == 1  # held at the gate while paused
         rig.front.call(rig.proxy.resume)
         second.join(20)
         assert done == ["[DONE]", "[DONE]"]

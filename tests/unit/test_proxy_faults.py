@@ -17,7 +17,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,14 @@ from specd.profiles.config import load_config
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO
-from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
+from tests.proxy_fakes import (
+    FakeBackendForProxyTests,
+    ServerThread,
+    chat_body,
+    eventually,
+    free_port,
+    read_stream,
+)
 
 SECRET = "sk-test-0123456789abcdef"
 
@@ -84,14 +90,6 @@ def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     yield make
     for rig in rigs:
         rig.close()
-
-
-def eventually(condition: Callable[[], object], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def chat_url(rig: Rig) -> str:
@@ -332,6 +330,7 @@ def test_api_keys_reach_the_backend_and_never_a_log_line_or_the_state_db(
         rig.backend.stop()  # held, then 503 past the hold timeout
         assert client.post(chat_url(rig), json=chat_body()).status_code == 503
         rig.recorder.flush()
+    assert len(rig.fake.requests) == 5  # all but the one held past the hold timeout reached the backend
     assert all(r["headers"]["authorization"] == f"Bearer {SECRET}" for r in rig.fake.requests)
     assert all(r["headers"]["x-api-key"] == SECRET for r in rig.fake.requests)
     ours = [r for r in caplog.records if r.threadName != threading.current_thread().name]  # not this test's client

@@ -19,5 +19,5 @@ def test_the_readme_lists_every_profile_key_as_the_registry_defines_it() -> None
 def test_the_readme_lists_every_config_key_with_its_meaning_and_default() -> None:
     documented = [key for key in CONFIG_SCHEMA.keys.values()] + [
         key for table in CONFIG_SCHEMA.tables.values() for key in table.keys.values()]
-    assert all(key.doc for key in documented)
+    assert documented and all(key.doc for key in documented)
     assert config_key_table() in README.read_text(), "README.md's specd.toml table is stale"
