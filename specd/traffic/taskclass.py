@@ -35,7 +35,7 @@ _CODE_LANG = _patterns(
 )
 _CODE_SHAPE = re.compile(
     r"^\s*(?:def |class |import |from \S+ import |fn |func |#include|public |const |let |var )"
-    r"|[{};]\s*$|=>|\b\w+\([^)]*\)\s*[:{]",
+    r"|[{};]\s*$|=>|\b\w+\([^)\n]{0,200}\)\s*[:{]",  # bounded: linear on "a(a(a(..." (no ')')
     re.MULTILINE,
 )
 _CREATIVE = _patterns(
@@ -56,6 +56,9 @@ _FACTUAL = _patterns(
     r"where (?:is|was|are)", r"which", r"how many", r"how much", r"define", r"definition",
     r"translate", r"capital of", r"name the", r"list the", r"calculate", r"solve", r"prove",
 )
+# The guess needs no more than the start of a message; the proxy judges every request on its loop.
+JUDGED_CHARS = 32 * 1024
+
 _WH_START = re.compile(r"^\s*(?:what|who|when|where|which|how many|how much|is|are|does|did)\b",
                        re.IGNORECASE)
 
@@ -99,7 +102,7 @@ def classify(messages: list[dict[str, Any]]) -> TaskClass:
     No evidence at all means a short message is a factual question and a long one an analysis
     (long free-form asks tend to want reasoning, not a one-line answer).
     """
-    text = last_user_text(messages)
+    text = last_user_text(messages)[:JUDGED_CHARS]
     evidence = scores(text)
     best = max(evidence.values())
     if best <= 0.0:

@@ -114,3 +114,14 @@ def test_total_and_deterministic(text: str) -> None:
     first = classify(user(text))
     assert first in TASK_CLASSES
     assert classify(user(text)) == first
+
+
+def test_an_adversarial_message_is_judged_in_linear_time() -> None:
+    """`a(a(a(...` with no closing parenthesis once made the shape pattern quadratic: one request of
+    64 parts stalled every stream on the proxy's event loop for about a minute."""
+    import time
+
+    parts = [{"type": "text", "text": "a(" * 2048} for _ in range(64)]
+    started = time.perf_counter()
+    assert classify([{"role": "user", "content": parts}]) in ("code", "factual", "analysis", "creative")
+    assert time.perf_counter() - started < 1.0
