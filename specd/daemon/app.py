@@ -37,6 +37,7 @@ from apscheduler.triggers.cron import CronTrigger
 from specd import paths
 from specd.daemon import control
 from specd.daemon.control import daemon_status, status_path
+from specd.daemon.crashes import Crash
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
@@ -141,7 +142,8 @@ class Daemon:
         if settings.capture_bodies:
             capture = BodyCapture(paths.state_dir() / "capture" / deployment.name, settings.capture_max_bytes)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
-                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
+                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture,
+                     on_crash=partial(self._crash_after_request, deployment.unit))
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None) -> QuietServer:
@@ -197,6 +199,13 @@ class Daemon:
     def _count_action(self, unit: str, action: str, detail: str) -> None:
         if action == "restart":
             self.metrics.restarts.labels(unit).inc()
+
+    def _crash_after_request(self, unit: str, crash: Crash) -> None:
+        """History names the request the server went down on (the proxy logged it to the journal)."""
+        try:
+            self.history.event(unit, "crash-after-request", crash.describe())
+        except SpecdError as exc:
+            log.error("%s: cannot record the crash in the history: %s", unit, exc.message)
 
     def _profile_errors(self, unit: str, errors: dict[str, str]) -> None:
         self.metrics.profile_errors.labels(unit).set(len(errors))
