@@ -359,10 +359,13 @@ class Daemon:
             await asyncio.wait_for(asyncio.to_thread(self.scheduler.shutdown, True), SHUTDOWN_GRACE_S)
         log.info("jobs stopped after %.1f s", time.monotonic() - started)
         proxies = [r.proxy for r in self.runtimes.values() if r.proxy is not None]
-        for server, _ in self._servers:
+        proxy_servers = [r.server for r in self.runtimes.values() if r.server is not None]
+        for server in proxy_servers:
             server.should_exit = True
         await asyncio.gather(*(p.shutdown(SHUTDOWN_GRACE_S) for p in proxies))
         log.info("proxies drained after %.1f s", time.monotonic() - started)
+        for server, _ in self._servers:  # the control socket last: a switch's drain call gets its answer
+            server.should_exit = True
         await asyncio.gather(*(task for _, task in self._servers), return_exceptions=True)
         if self.recorder is not None:
             self.recorder.close()

@@ -119,6 +119,7 @@ class Proxy:
         self._idle = asyncio.Event()
         self._idle.set()
         self._relays: set[asyncio.Queue[object]] = set()
+        self._forwards: set[asyncio.Future[Response]] = set()  # requests not answered yet (held or waiting)
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=list(_METHODS))],
             lifespan=self._lifespan,
@@ -152,6 +153,8 @@ class Proxy:
         if not await self.wait_idle(grace_s):
             for queue in list(self._relays):
                 queue.put_nowait(CUT)
+            for forward in list(self._forwards):  # still waiting for a status line: a clean 503
+                forward.cancel()
             await self.wait_idle(5.0)
 
     # ---- the gate (specd.daemon.gate): pause for a drain, hold while unhealthy ----------------
@@ -258,6 +261,8 @@ class Proxy:
         generating for nobody.
         """
         forward = asyncio.ensure_future(self._forward(request, body, exchange))
+        self._forwards.add(forward)
+        forward.add_done_callback(self._forwards.discard)
         gone = asyncio.ensure_future(client_gone(request))
         try:
             await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -271,6 +276,8 @@ class Proxy:
             current = asyncio.current_task()
             if not forward.cancelled() or (current is not None and current.cancelling()):
                 raise
+        if self.shutting_down:  # cut at the end of the shutdown's grace period (see shutdown)
+            return self._shutting_down(exchange)
         exchange.finish(499, "client went away")
         return Response(status_code=499)
 
@@ -286,14 +293,14 @@ class Proxy:
         dropped_once = False
         dropped = functools.partial(DroppedRequest.of, request.method, request.url.path, body, exchange)
         while True:
-            if self.shutting_down:
-                return self._reject(exchange, _error(503, "specd proxy is shutting down"))
             try:
                 await self._pass_gate(deadline)
             except HoldExpired as expired:
                 if last is not None:  # the backend's own 503 (e.g. "Loading model") says most
                     return self._reject(exchange, Response(last[1], last[0], media_type="application/json"))
                 return self._reject(exchange, _error(503, str(expired)))
+            if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
+                return self._shutting_down(exchange)
             self._begin_active(exchange)
             try:
                 upstream = await self._client.send(
@@ -352,6 +359,10 @@ class Proxy:
         self.mark_unhealthy()
         if self._metrics is not None:
             self._metrics.retries.inc()
+
+    def _shutting_down(self, exchange: Exchange) -> Response:
+        exchange.error = "specd proxy is shutting down"
+        return self._reject(exchange, _error(503, exchange.error))
 
     def _reject(self, exchange: Exchange, response: Response) -> Response:
         held = response.status_code == 503

@@ -1,7 +1,9 @@
-"""Named fault-injection points for crash-consistency tests.
+"""Named fault-injection points for crash-consistency and interruption tests.
 
 `SPECD_FAULT=step1,step2` makes specd kill itself with SIGKILL when it reaches one of those
-steps — the same as a power cut or `kill -9` at that exact moment. Unset in normal use.
+steps — the same as a power cut or `kill -9` at that exact moment. `step:INT` or `step:TERM`
+sends that signal instead: Ctrl-C, or a `systemctl stop`/`kill` of the CLI, at that exact moment
+(the process handles it as it would from outside). Unset in normal use.
 """
 
 from __future__ import annotations
@@ -9,8 +11,12 @@ from __future__ import annotations
 import os
 import signal
 
+_SIGNALS = {"": signal.SIGKILL, "KILL": signal.SIGKILL, "INT": signal.SIGINT, "TERM": signal.SIGTERM}
+
 
 def checkpoint(step: str) -> None:
     faults = os.environ.get("SPECD_FAULT", "")
-    if faults and step in faults.split(","):
-        os.kill(os.getpid(), signal.SIGKILL)
+    for fault in faults.split(",") if faults else ():
+        name, _, how = fault.partition(":")
+        if name == step and how in _SIGNALS:
+            os.kill(os.getpid(), _SIGNALS[how])

@@ -223,8 +223,8 @@ class Switcher:
             old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
         )
         intents.save(intent)
-        self._fault("intent")
         try:
+            self._fault("intent")  # inside: Ctrl-C right after the intent reverts ("nothing was changed")
             restart_s, health = self._apply(intent, target, current, backup)
         except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
             self._revert(intent, reason=_reason(failure))

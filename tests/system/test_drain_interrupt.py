@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import threading
 import time
 from typing import Any
 
@@ -21,37 +18,12 @@ import httpx
 
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
-from tests.proxy_fakes import read_stream
-from tests.system.daemon_rig import RunningDaemon, chat, real_stack
-
-
-def _proxy_state(daemon: RunningDaemon, unit: str) -> dict[str, Any]:
-    transport = httpx.HTTPTransport(uds=str(daemon.state_dir / "daemon.sock"))
-    with httpx.Client(transport=transport, timeout=5) as control:
-        state: dict[str, Any] = control.get("http://specd/status").json()["units"][unit]["proxy"]
-    return state
-
-
-def _switch_waiting_on_a_stream(box: Box, daemon: RunningDaemon) -> tuple[subprocess.Popen[str], threading.Thread]:
-    """A long stream through the proxy, then `specd switch ngram-simple`, returned once it drains."""
-    got: list[list[str]] = []
-
-    def stream() -> None:
-        with httpx.Client(timeout=180) as client:
-            got.append(read_stream(client, f"{daemon.proxy_url}/v1/chat/completions", chat(True, 1500)))
-
-    reader = threading.Thread(target=stream, daemon=True)
-    reader.start()
-    daemon.wait_for("the stream to be in flight", lambda: _proxy_state(daemon, box.unit)["active"] >= 1, 30)
-    cli = subprocess.Popen([sys.executable, "-m", "specd", "switch", "ngram-simple"], env=box.env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    daemon.wait_for("the switch to pause the proxy", lambda: _proxy_state(daemon, box.unit)["paused"], 60)
-    return cli, reader
+from tests.system.daemon_rig import RunningDaemon, chat, real_stack, switch_waiting_on_a_stream
 
 
 def _served_within(daemon: RunningDaemon, unit: str, bound_s: float) -> float:
     started = time.monotonic()
-    while _proxy_state(daemon, unit)["paused"]:
+    while daemon.proxy_state(unit)["paused"]:
         assert time.monotonic() - started < bound_s, f"the proxy is still paused after {bound_s} s\n{daemon.log()}"
         time.sleep(0.05)
     return time.monotonic() - started
@@ -62,7 +34,7 @@ def test_ctrl_c_while_a_switch_drains_resumes_the_proxy_within_a_second(box: Box
     daemon = start_daemon()
     box.specd("switch", "autoregressive", check=True)
     old_pid = daemon.main_pid(box.unit)
-    cli, reader = _switch_waiting_on_a_stream(box, daemon)
+    cli, reader = switch_waiting_on_a_stream(box, daemon)
     cli.send_signal(signal.SIGINT)
     waited = _served_within(daemon, box.unit, 1.0)
     out, err = cli.communicate(timeout=60)
@@ -84,7 +56,7 @@ def test_a_killed_switch_cannot_hold_the_proxy_longer_than_its_lease(box: Box, s
 
     daemon = start_daemon()
     box.specd("switch", "autoregressive", check=True)
-    cli, reader = _switch_waiting_on_a_stream(box, daemon)
+    cli, reader = switch_waiting_on_a_stream(box, daemon)
     killed = time.monotonic()
     cli.kill()
     cli.communicate(timeout=10)  # reaps it and closes its pipes

@@ -17,79 +17,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
 from tests.fakes.fake_llama_server import ABORT_MARKER
-from tests.system.daemon_rig import RunningDaemon, real_stack
+from tests.system.daemon_rig import real_stack
+from tests.system.fault_load import Load, completion_body, post
 from tests.system.fault_results import FaultRecorder
 from tests.system.test_switch_failures import fake_binary
 
 RESTART_BOUND_S = 15.0  # systemd's RestartSec=3 in the rendered unit + the fake's start, on a busy 2-core box
 CLIENTS = 6
-
-
-@dataclass(frozen=True)
-class Sent:
-    body_sha: str
-    sent_at: float
-    answered_at: float
-    status: int
-
-
-def _body(text: str) -> bytes:
-    return json.dumps({"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 4}).encode()
-
-
-def _post(client: httpx.Client, daemon: RunningDaemon, body: bytes) -> Sent:
-    sent_at = time.monotonic()
-    try:
-        status = client.post(f"{daemon.proxy_url}/v1/chat/completions", content=body,
-                             headers={"content-type": "application/json"}).status_code
-    except httpx.HTTPError:
-        status = 0
-    return Sent(hashlib.sha256(body).hexdigest(), sent_at, time.monotonic(), status)
-
-
-class Load:
-    """CLIENTS threads sending small completions back to back through the proxy."""
-
-    def __init__(self, daemon: RunningDaemon) -> None:
-        self.daemon = daemon
-        self.sent: list[Sent] = []
-        self.stop = threading.Event()
-        self._lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(CLIENTS)]
-
-    def _run(self, client_number: int) -> None:
-        with httpx.Client(timeout=120) as client:
-            for request_number in range(100_000):
-                if self.stop.is_set():
-                    return
-                sent = _post(client, self.daemon, _body(f"client {client_number} request {request_number}: hello"))
-                with self._lock:
-                    self.sent.append(sent)
-
-    def __enter__(self) -> Self:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(150)
-
-    def answered(self) -> list[Sent]:
-        with self._lock:
-            return list(self.sent)
 
 
 def _fake_log(path: Path) -> tuple[list[str], list[str]]:
@@ -108,13 +51,13 @@ def test_a_poison_request_costs_one_restart_and_the_others_are_served(
                                     f'args = ["--fake-mode", "abort-on-marker", "--fake-log", "{fake_log}"]\n')
     box.specd("switch", "autoregressive", check=True)
     box.specd("switch", "fake-abort", check=True)  # a fresh change, inside the monitor's rollback grace
-    poison = _body(f"{ABORT_MARKER.decode()} and some more text")
+    poison = completion_body(f"{ABORT_MARKER.decode()} and some more text")
     poison_sha = hashlib.sha256(poison).hexdigest()
 
-    with Load(daemon) as load:
-        daemon.wait_for("the clients to be served", lambda: sum(s.status == 200 for s in load.answered()) >= 20)
+    with Load(daemon.proxy_url, CLIENTS) as load:
+        daemon.wait_for("the clients to be served", lambda: load.served() >= 20)
         with httpx.Client(timeout=120) as client:
-            poisoned = _post(client, daemon, poison)
+            poisoned = post(client, daemon.proxy_url, poison)
         answered_poison = poisoned.answered_at
         served_again = daemon.wait_for(
             "a request sent after the poison's answer to be served",
