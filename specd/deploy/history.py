@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specd.errors import StateDbError
-from specd.store import connect, ensure_schema
+from specd.store import connect, ensure_schema, file_identity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -81,6 +81,7 @@ class History:
         self.path = db_path
         self.conn = connect(db_path)
         ensure_schema(self.conn, SCHEMA)
+        self._identity = file_identity(db_path)
 
     @classmethod
     def in_memory(cls) -> History:
@@ -88,6 +89,11 @@ class History:
         return cls(Path(":memory:"))
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        if file_identity(self.path) != self._identity:  # the file was deleted or replaced: reopen it
+            self.conn.close()
+            self.conn = connect(self.path)
+            ensure_schema(self.conn, SCHEMA)
+            self._identity = file_identity(self.path)
         try:
             return self.conn.execute(sql, params)
         except sqlite3.DatabaseError as exc:

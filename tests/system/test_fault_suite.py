@@ -72,3 +72,10 @@ def test_the_state_database_deleted_under_the_daemon_is_recreated_and_serving_go
     daemon.wait_for("the daemon to keep its heartbeat", lambda: daemon.status()["running"], 30)
     reply = httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=chat(False), timeout=60)
     assert reply.status_code == 200
+    # What the daemon itself records after the deletion lands in the new database, not in the deleted one.
+    daemon.wait_for("the proxy's traffic rows in the new database", lambda: json.loads(
+        box.specd("traffic", "--json", "--since", "1h", check=True).stdout)["requests"] == 2, 30)
+    daemon.systemctl("stop", box.unit)
+    daemon.wait_for("the monitor's owner-stopped event in the new database", lambda: any(
+        e["kind"] == "owner-stopped"
+        for e in json.loads(box.specd("history", "--events", "--json", check=True).stdout)), 60)
