@@ -5,7 +5,9 @@ Modes (`--fake-mode`): ok, exit-at-start, never-healthy, wrong-alias, die-after-
 whole process with SIGABRT after reading it, as a GGML_ASSERT does in the real server: the
 connection drops after the server accepted the request). `--fake-log PATH` appends one line per
 start (`start PID`) and per request served or aborted on (`request SHA256-OF-BODY`), so a test can
-count restarts and see that each request reached the server exactly once. Accepts the llama-server
+count restarts and see that each request reached the server exactly once. In every mode a POST
+whose body holds ANSWER_500_MARKER is answered 500, and one holding GARBAGE_MARKER gets 200 with a
+body that is not JSON (GARBAGE): backend faults the real server shows only by accident. Accepts the llama-server
 flags specd renders and prints its --help in llama-server's layout so specd's flag check treats it
 like the real thing.
 """
@@ -22,6 +24,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ABORT_MARKER = b"FAKE-ABORT-ON-THIS-REQUEST"
+ANSWER_500_MARKER = b"FAKE-ANSWER-500"
+GARBAGE_MARKER = b"FAKE-ANSWER-GARBAGE"
+GARBAGE = b'{"choices": [{"message": {"content": "cut he'
 
 HELP = """----- common params -----
 
@@ -113,12 +118,25 @@ def main() -> None:  # noqa: C901 - predates the complexity gate; split when nex
             if mode == "abort-on-marker" and ABORT_MARKER in body:
                 print("FAKE: GGML_ASSERT-like abort on a marked request", file=sys.stderr, flush=True)
                 os.abort()
+            if ANSWER_500_MARKER in body:
+                self._json(500, {"error": {"code": 500, "message": "FAKE: internal error", "type": "server_error"}})
+                return
+            if GARBAGE_MARKER in body:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(GARBAGE)))
+                self.end_headers()
+                self.wfile.write(GARBAGE)
+                return
             if mode == "hang-completion":
                 time.sleep(3600)
             self._json(200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}],
                              "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
 
-    server = ThreadingHTTPServer((args.host or "127.0.0.1", args.port), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 1024  # llama-server's listen backlog is large too; 5 would drop connects
+
+    server = Server((args.host or "127.0.0.1", args.port), Handler)
     if mode == "die-after-healthy":
         def die() -> None:
             time.sleep(args.fake_seconds)
