@@ -21,9 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -93,15 +93,15 @@ def markdown(report: dict[str, Any]) -> str:
         "# Fault-injection suite (issue 21): each scenario, its bound, what this run measured",
         "",
         f"- command: `{report['command']}` (runs `{report['pytest']}`)",
-        f"- machine: {report['machine']}; load average (1, 5, 15 min) {report['load_average_before']} before, "
-        f"{report['load_average_after']} after (the box is shared: bounds are wall-clock)",
+        (f"- machine: {report['machine']}; load average (1, 5, 15 min) {report['load_average_before']} before, "
+         f"{report['load_average_after']} after (the box is shared: bounds are wall-clock)"),
         f"- date: {report['date']}, specd {report['specd']}",
-        f"- result: {passed} of {len(tests)} tests passed in {report['seconds']:.0f} s (pytest exit "
-        f"{report['pytest_exit']})",
-        "- against: the real specd daemon as a unit of a private `systemd --user`, its proxy, the real "
-        "llama-server (llama.cpp from the llama-cpp-python 0.3.36 sdist) with Gemma 3 270M Q4_K_M; the FAKE "
-        "server (tests/fakes/fake_llama_server.py) where a real one cannot produce the fault: the poison "
-        "request's abort, 500 and invalid JSON answers, 300 instant answers",
+        (f"- result: {passed} of {len(tests)} tests passed in {report['seconds']:.0f} s (pytest exit "
+         f"{report['pytest_exit']})"),
+        ("- against: the real specd daemon as a unit of a private `systemd --user`, its proxy, the real "
+         "llama-server (llama.cpp from the llama-cpp-python 0.3.36 sdist) with Gemma 3 270M Q4_K_M; the FAKE "
+         "server (tests/fakes/fake_llama_server.py) where a real one cannot produce the fault: the poison "
+         "request's abort, 500 and invalid JSON answers, 300 instant answers"),
         "- raw: [fault-suite.json](fault-suite.json)",
         "",
         "| scenario | bound (asserted) | measured in this run | test | result |",
