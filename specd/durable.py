@@ -5,7 +5,9 @@ crash the target is the old or the new content in full, never a mix or an empty 
 layer: the unit, its backups, the intent record and imported profiles are all written this way.
 
 `SPECD_FAULT=step1,step2` makes specd kill itself with SIGKILL when it reaches one of those
-steps (`checkpoint`) — a process kill at that exact moment. Unset in normal use.
+steps (`checkpoint`) — a power cut or `kill -9` at that exact moment. `step:INT` or `step:TERM`
+sends that signal instead: Ctrl-C, or a `systemctl stop`/`kill` of the CLI, at that exact moment
+(the process handles it as it would from outside). Unset in normal use.
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ TMP_INFIX = ".specd-tmp-"
 BACKUP_INFIX = ".pre-"
 
 
+_FAULT_SIGNALS = {"": signal.SIGKILL, "KILL": signal.SIGKILL, "INT": signal.SIGINT, "TERM": signal.SIGTERM}
+
+
 def checkpoint(step: str) -> None:
     faults = os.environ.get("SPECD_FAULT", "")
-    if faults and step in faults.split(","):
-        os.kill(os.getpid(), signal.SIGKILL)
+    for fault in faults.split(",") if faults else ():
+        name, _, how = fault.partition(":")
+        if name == step and how in _FAULT_SIGNALS:
+            os.kill(os.getpid(), _FAULT_SIGNALS[how])
 
 
 def sha256_text(text: str) -> str:

@@ -33,6 +33,20 @@ def connect(db_path: Path | None = None, *, timeout_s: float | None = None) -> s
     return conn
 
 
+def file_identity(db_path: Path | None = None) -> tuple[int, int] | None:
+    """(device, inode) of the state file, None when it is missing. A long-lived connection (the
+    daemon's) compares it before writing: when the file was deleted or replaced under it, it
+    reopens, rather than writing on into a deleted file that no reader will ever see."""
+    path = db_path or paths.db_path()
+    if str(path) == ":memory:":
+        return (0, 0)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
+
 def ensure_schema(conn: sqlite3.Connection, ddl: str) -> None:
     try:
         conn.executescript(ddl)

@@ -38,6 +38,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from specd.daemon import control
 from specd.daemon.control import daemon_status
+from specd.daemon.crashes import Crash
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.notifications import Notifier
@@ -175,7 +176,8 @@ class Daemon:
         if settings.capture_bodies:
             capture = BodyCapture(self.state.capture(deployment.name), settings.capture_max_bytes)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
-                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
+                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture,
+                     on_crash=partial(self._crash_after_request, deployment.unit))
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> QuietServer:
@@ -243,6 +245,13 @@ class Daemon:
     def _count_action(self, unit: str, action: str, detail: str) -> None:
         if action == "restart":
             self.metrics.restarts.labels(unit).inc()
+
+    def _crash_after_request(self, unit: str, crash: Crash) -> None:
+        """History names the request the server went down on (the proxy logged it to the journal)."""
+        try:
+            self.history.event(unit, "crash-after-request", crash.describe())
+        except SpecdError as exc:
+            log.error("%s: cannot record the crash in the history: %s", unit, exc.message)
 
     def _profile_errors(self, unit: str, errors: dict[str, str]) -> None:
         self.metrics.profile_errors.labels(unit).set(len(errors))
@@ -419,10 +428,13 @@ class Daemon:
         proxies = [r.proxy for r in self.runtimes.values() if r.proxy is not None]
         if self.page is not None:
             self.page.close()  # ends the live event streams, which would hold their server open
-        for server, _ in self._servers:
+        proxy_servers = [r.server for r in self.runtimes.values() if r.server is not None]
+        for server in proxy_servers:
             server.should_exit = True
         await asyncio.gather(*(p.shutdown(SHUTDOWN_GRACE_S) for p in proxies))
         log.info("proxies drained after %.1f s", time.monotonic() - started)
+        for server, _ in self._servers:  # the control socket last: a switch's drain call gets its answer
+            server.should_exit = True
         await asyncio.gather(*(task for _, task in self._servers), return_exceptions=True)
         if self.recorder is not None:
             self.recorder.close()

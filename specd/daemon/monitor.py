@@ -7,6 +7,8 @@ healthy endpoint or a clear alarm:
 
 - a unit its owner stopped (`systemctl stop`, `specd`'s own stop: inactive with result success) is
   left stopped and reported as such (`owner-stopped`), until it runs again (`owner-started`);
+- a unit systemd itself is restarting (`Restart=` after a crash: sub-state `auto-restart`) is left
+  to systemd: acting too would restart it twice, or roll back a profile one bad request crashed;
 - after `failures_before_restart` failed rounds in a row, if the newest generation is a change
   younger than `rollback_grace_s` (and not the daemon's own), roll back once;
 - otherwise, or when that rollback is impossible or fails, restart: a server that does not answer
@@ -148,14 +150,15 @@ class HealthMonitor:
 
     def _owner_stop_seen(self) -> bool:
         """Notice (and record once) a deliberate stop, and the start that ends it. True while the
-        unit is stopping or stopped on purpose: such a round checks nothing and counts no failure."""
+        unit is stopping, stopped on purpose or being restarted by systemd itself (`Restart=`): such a
+        round checks nothing and counts no failure."""
         try:
             state = self.systemd.unit_state(self.unit)
         except SpecdError as exc:
             log.warning("%s: cannot read the unit's state: %s", self.unit, exc.message)
             return False
-        if state.active_state == "deactivating":
-            return True  # a stop (or a restart's stop half) is under way: not a failure of the server
+        if state.active_state == "deactivating" or state.sub_state.startswith("auto-restart"):
+            return True  # a stop, or systemd's own restart after a crash, is under way: let it finish
         stopped = owner_stopped(state)
         # A restart passes through `inactive` for an instant: believe a stop seen on two rounds in a row.
         self._stop_rounds = self._stop_rounds + 1 if stopped else 0

@@ -8,8 +8,10 @@ connection, or a 503 while loading. A connection the backend accepted and then d
 the server crashed *on this request* (a GGML_ASSERT on some input): it is re-sent at most once,
 and only when the backend still answers /health at once (a stale keep-alive connection after a
 restart); otherwise the client gets a 502 right away and the traffic row says why, so one poison
-request costs one server restart, not a crash loop. Once response bytes flowed to the client
-nothing is re-sent. `pause`/`wait_idle`/`resume` let a switch drain in-flight streams
+request costs one server restart, not a crash loop. A request dropped by a server that then stops
+answering /health (before answering or mid-stream) is reported as the likely cause of the crash
+(`on_crash`, see `specd.daemon.crashes`). Once response bytes flowed to the client nothing is
+re-sent. `pause`/`wait_idle`/`resume` let a switch drain in-flight streams
 before the restart (the daemon serves them on its control socket; see `specd.daemon.control`).
 
 Streams are relayed event by event (whole SSE events, never split), so a stream cut at shutdown
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -33,6 +36,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from specd.daemon.crashes import Crash, CrashWatch, DroppedRequest, Phase
 from specd.daemon.gate import BackendGate, HoldExpired
 from specd.daemon.metrics import SpecdMetrics, route_label
 from specd.daemon.relay import (
@@ -99,10 +103,12 @@ class Proxy:
         metrics: SpecdMetrics | None = None,
         capture: BodyCapture | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        on_crash: Callable[[Crash], None] | None = None,
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
         self._recorder, self._metrics, self._capture = recorder, metrics, capture
+        self._crashes = CrashWatch(self._answers_health_now, self.mark_unhealthy, on_crash)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         logging.getLogger("httpx").addFilter(REDACT_QUERY_STRINGS)  # idempotent: one filter object
@@ -113,6 +119,7 @@ class Proxy:
         self._idle = asyncio.Event()
         self._idle.set()
         self._relays: set[asyncio.Queue[object]] = set()
+        self._forwards: set[asyncio.Future[Response]] = set()  # requests not answered yet (held or waiting)
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=list(_METHODS))],
             lifespan=self._lifespan,
@@ -146,6 +153,8 @@ class Proxy:
         if not await self.wait_idle(grace_s):
             for queue in list(self._relays):
                 queue.put_nowait(CUT)
+            for forward in list(self._forwards):  # still waiting for a status line: a clean 503
+                forward.cancel()
             await self.wait_idle(5.0)
 
     # ---- the gate (specd.daemon.gate): pause for a drain, hold while unhealthy ----------------
@@ -252,6 +261,8 @@ class Proxy:
         generating for nobody.
         """
         forward = asyncio.ensure_future(self._forward(request, body, exchange))
+        self._forwards.add(forward)
+        forward.add_done_callback(self._forwards.discard)
         gone = asyncio.ensure_future(client_gone(request))
         try:
             await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -265,6 +276,8 @@ class Proxy:
             current = asyncio.current_task()
             if not forward.cancelled() or (current is not None and current.cancelling()):
                 raise
+        if self.shutting_down:  # cut at the end of the shutdown's grace period (see shutdown)
+            return self._shutting_down(exchange)
         exchange.finish(499, "client went away")
         return Response(status_code=499)
 
@@ -278,15 +291,16 @@ class Proxy:
         timeout = httpx.Timeout(connect=2.0, read=idle_s, write=60.0, pool=None)
         last: tuple[int, bytes] | None = None
         dropped_once = False
+        dropped = functools.partial(DroppedRequest.of, request.method, request.url.path, body, exchange)
         while True:
-            if self.shutting_down:
-                return self._reject(exchange, _error(503, "specd proxy is shutting down"))
             try:
                 await self._pass_gate(deadline)
             except HoldExpired as expired:
                 if last is not None:  # the backend's own 503 (e.g. "Loading model") says most
                     return self._reject(exchange, Response(last[1], last[0], media_type="application/json"))
                 return self._reject(exchange, _error(503, str(expired)))
+            if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
+                return self._shutting_down(exchange)
             self._begin_active(exchange)
             try:
                 upstream = await self._client.send(
@@ -300,11 +314,13 @@ class Proxy:
                 continue
             except _DROPPED as exc:
                 self._end_active()
-                if dropped_once or not await self._answers_health_now():
+                lost = dropped("before answering")
+                if not await self._crashes.survived(lost) or dropped_once:
                     self.mark_unhealthy()
                     exchange.error = (f"the backend dropped the connection after accepting the request "
-                                      f"({type(exc).__name__}); it may have crashed on it: not re-sent")
-                    log.warning("%s %s: %s", request.method, target, exchange.error)
+                                      f"{lost.request_id} ({type(exc).__name__}); it may have crashed on it: "
+                                      "not re-sent")
+                    log.warning("%s %s: %s", request.method, request.url.path, exchange.error)
                     return self._reject(exchange, _error(502, exchange.error, "api_error"))
                 dropped_once = True  # a stale keep-alive connection to a live server: once more
                 if self._metrics is not None:
@@ -325,7 +341,7 @@ class Proxy:
                 self._end_active()
                 self._note_retry()
                 continue
-            return await self._respond(upstream, exchange)
+            return await self._respond(upstream, exchange, dropped)
 
     def _begin_active(self, exchange: Exchange) -> None:
         exchange.profile = self.backend.profile
@@ -344,18 +360,24 @@ class Proxy:
         if self._metrics is not None:
             self._metrics.retries.inc()
 
+    def _shutting_down(self, exchange: Exchange) -> Response:
+        exchange.error = "specd proxy is shutting down"
+        return self._reject(exchange, _error(503, exchange.error))
+
     def _reject(self, exchange: Exchange, response: Response) -> Response:
         held = response.status_code == 503
         exchange.finish(response.status_code, "held past the hold timeout" if held else None)
         return response
 
-    async def _respond(self, upstream: httpx.Response, exchange: Exchange) -> Response:
+    async def _respond(self, upstream: httpx.Response, exchange: Exchange,
+                       dropped: Callable[[Phase], DroppedRequest]) -> Response:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
         if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
             try:
                 content = await upstream.aread()
             except httpx.HTTPError as exc:
                 exchange.finish(502, f"backend dropped the response: {type(exc).__name__}")
+                await self._crashes.survived(dropped("mid-stream"))
                 return _error(502, "the backend dropped the response", "api_error")
             finally:
                 await upstream.aclose()
@@ -374,6 +396,8 @@ class Proxy:
             self._relays.discard(queue)
             await upstream.aclose()
             self._end_active()
+            if exchange.failed_status == 502:  # the backend dropped the stream: did it go down on it?
+                await self._crashes.survived(dropped("mid-stream"))
             # a no-op when the relay reached the end of the body (it records first; see relay_events)
             if client_left:
                 exchange.finish(499, "client went away")

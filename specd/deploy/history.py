@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specd.errors import StateDbError
-from specd.store import connect, ensure_schema
+from specd.store import connect, ensure_schema, file_identity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -101,6 +101,7 @@ class History:
         self.path = db_path
         self.conn = connect(db_path)
         ensure_schema(self.conn, SCHEMA)
+        self._identity = file_identity(db_path)
 
     @classmethod
     def in_memory(cls) -> History:
@@ -108,6 +109,11 @@ class History:
         return cls(Path(":memory:"))
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        if file_identity(self.path) != self._identity:  # the file was deleted or replaced: reopen it
+            self.conn.close()
+            self.conn = connect(self.path)
+            ensure_schema(self.conn, SCHEMA)
+            self._identity = file_identity(self.path)
         try:
             return self.conn.execute(sql, params)
         except sqlite3.DatabaseError as exc:

@@ -221,8 +221,9 @@ class Switcher:
             old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
         )
         intents.save(intent, self._intent_path)
-        self._passed("intent", f"generation {generation_id}: {kind} to {target.profile or 'the previous unit'}")
         try:
+            # inside the try: Ctrl-C right after the intent reverts ("nothing was changed")
+            self._passed("intent", f"generation {generation_id}: {kind} to {target.profile or 'the previous unit'}")
             restart_s, health = self._apply(intent, target, current, backup)
         except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
             self._revert(intent, reason=_reason(failure))

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from specd import store
-from specd.errors import HealthError
+from specd.errors import HealthError, SpecdError
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ class Recorder:
         self._max_pending, self._interval_s = max_pending, interval_s
         self._stop = threading.Event()
         self.submitted = self.dropped = self.written = 0
+        self._identity: tuple[int, int] | None = None
         conn = open_db(db_path)  # fail early (bad DB) in the caller, not in the thread
         conn.close()
         self._thread = threading.Thread(target=self._run, name="specd-traffic-writer", daemon=True)
@@ -191,12 +192,28 @@ class Recorder:
         self._stop.set()
         self._thread.join(timeout_s)
 
-    def _run(self) -> None:
+    def _open(self) -> sqlite3.Connection:
         conn = open_db(self._db_path)
         conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, cheap
+        self._identity = store.file_identity(self._db_path)
+        return conn
+
+    def _reopen(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        try:
+            fresh = self._open()
+        except SpecdError as exc:
+            log.warning("cannot reopen the state database for traffic records: %s", exc)
+            return conn
+        conn.close()
+        return fresh
+
+    def _run(self) -> None:
+        conn = self._open()
         try:
             while True:
                 stopping = self._stop.wait(self._interval_s)
+                if self._pending and store.file_identity(self._db_path) != self._identity:
+                    conn = self._reopen(conn)  # the state file was deleted or replaced: write into the new one
                 while self._pending:
                     batch = [self._pending.popleft() for _ in range(min(500, len(self._pending)))]
                     try:

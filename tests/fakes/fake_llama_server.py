@@ -1,19 +1,32 @@
 """FAKE llama-server for failure cases a real server cannot produce on demand.
 
 Modes (`--fake-mode`): ok, exit-at-start, never-healthy, wrong-alias, die-after-healthy (after
---fake-seconds), hang-completion. Accepts the llama-server flags specd renders and prints its
---help in llama-server's layout so specd's flag check treats it like the real thing.
+--fake-seconds), hang-completion, abort-on-marker (a POST whose body holds ABORT_MARKER aborts the
+whole process with SIGABRT after reading it, as a GGML_ASSERT does in the real server: the
+connection drops after the server accepted the request). `--fake-log PATH` appends one line per
+start (`start PID`) and per request served or aborted on (`request SHA256-OF-BODY`), so a test can
+count restarts and see that each request reached the server exactly once. In every mode a POST
+whose body holds ANSWER_500_MARKER is answered 500, and one holding GARBAGE_MARKER gets 200 with a
+body that is not JSON (GARBAGE): backend faults the real server shows only by accident. Accepts the llama-server
+flags specd renders and prints its --help in llama-server's layout so specd's flag check treats it
+like the real thing.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ABORT_MARKER = b"FAKE-ABORT-ON-THIS-REQUEST"
+ANSWER_500_MARKER = b"FAKE-ANSWER-500"
+GARBAGE_MARKER = b"FAKE-ANSWER-GARBAGE"
+GARBAGE = b'{"choices": [{"message": {"content": "cut he'
 
 HELP = """----- common params -----
 
@@ -33,13 +46,14 @@ HELP = """----- common params -----
 --spec-draft-n-max N                    number of tokens to draft
 --fake-mode MODE                        FAKE: which failure to produce
 --fake-seconds S                        FAKE: seconds before die-after-healthy dies
+--fake-log PATH                         FAKE: append starts and requests seen to PATH
 """
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     for flag in ("--threads", "-t", "--ctx-size", "-c", "--parallel", "-np", "--model", "-m", "--alias", "--host",
-                 "--spec-type", "--spec-draft-n-max", "--fake-mode"):
+                 "--spec-type", "--spec-draft-n-max", "--fake-mode", "--fake-log"):
         parser.add_argument(flag)
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--fake-seconds", type=float, default=3.0)
@@ -63,6 +77,16 @@ def main() -> None:  # noqa: C901 - predates the complexity gate; split when nex
         print("FAKE: exiting at start as asked", file=sys.stderr)
         sys.exit(1)
     alias = "not-" + (args.alias or "x") if mode == "wrong-alias" else args.alias
+
+    def note(line: str) -> None:
+        if args.fake_log:  # one write per line on an O_APPEND descriptor: whole lines from threads
+            fd = os.open(args.fake_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, f"{line}\n".encode())
+            finally:
+                os.close(fd)
+
+    note(f"start {os.getpid()}")
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_: object) -> None:
@@ -89,13 +113,30 @@ def main() -> None:  # noqa: C901 - predates the complexity gate; split when nex
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
-            self.rfile.read(length)
+            body = self.rfile.read(length)
+            note(f"request {hashlib.sha256(body).hexdigest()}")
+            if mode == "abort-on-marker" and ABORT_MARKER in body:
+                print("FAKE: GGML_ASSERT-like abort on a marked request", file=sys.stderr, flush=True)
+                os.abort()
+            if ANSWER_500_MARKER in body:
+                self._json(500, {"error": {"code": 500, "message": "FAKE: internal error", "type": "server_error"}})
+                return
+            if GARBAGE_MARKER in body:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(GARBAGE)))
+                self.end_headers()
+                self.wfile.write(GARBAGE)
+                return
             if mode == "hang-completion":
                 time.sleep(3600)
             self._json(200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}],
                              "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
 
-    server = ThreadingHTTPServer((args.host or "127.0.0.1", args.port), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 1024  # llama-server's listen backlog is large too; 5 would drop connects
+
+    server = Server((args.host or "127.0.0.1", args.port), Handler)
     if mode == "die-after-healthy":
         def die() -> None:
             time.sleep(args.fake_seconds)

@@ -3,11 +3,13 @@ that need it (its proxy in front of the real llama-server). `start_daemon` is a 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ import pytest
 
 from specd.setup.sandbox import free_port
 from tests.conftest import REPO, Box
+from tests.proxy_fakes import read_stream
 
 _numbers = itertools.count(1)
 
@@ -76,6 +79,19 @@ class RunningDaemon:
         out = self.systemctl("show", "-p", "MainPID", "--value", unit).stdout.strip()
         return int(out or 0)
 
+    def proxy_state(self, unit: str) -> dict[str, Any]:
+        """The proxy's state for `unit` as the daemon's control socket reports it (paused, active, ...)."""
+        transport = httpx.HTTPTransport(uds=str(self.state_dir / "daemon.sock"))
+        with httpx.Client(transport=transport, timeout=5) as control:
+            state: dict[str, Any] = control.get("http://specd/status").json()["units"][unit]["proxy"]
+        return state
+
+
+def shipped_restart_policy() -> str:
+    """`Restart=` and `RestartSec=` exactly as units/specd.service ships them (one definition)."""
+    lines = (REPO / "units" / "specd.service").read_text().splitlines()
+    return "".join(f"{line}\n" for line in lines if line.startswith(("Restart=", "RestartSec=")))
+
 
 def write_config(box: Box, proxy_port: int, *, grace_s: float, daemon_extra: str = "",
                  tuner: str = "enabled = false\n", extra: str = "") -> None:
@@ -93,7 +109,7 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
     started: list[RunningDaemon] = []
 
     def start(*, grace_s: float = 0.0, daemon_extra: str = "", tuner: str = "enabled = false\n",
-              extra: str = "") -> RunningDaemon:
+              extra: str = "", restart_as_shipped: bool = False) -> RunningDaemon:
         proxy_port = free_port()
         write_config(box, proxy_port, grace_s=grace_s, daemon_extra=daemon_extra, tuner=tuner, extra=extra)
         name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
@@ -107,6 +123,7 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
         unit_path.parent.mkdir(parents=True, exist_ok=True)
         unit_path.write_text(
             "[Service]\nType=notify\nNotifyAccess=main\nWatchdogSec=20\nTimeoutStopSec=40\n"
+            + (shipped_restart_policy() if restart_as_shipped else "") +
             f"ExecStart={sys.executable} -m specd daemon\nWorkingDirectory={REPO}\n"
             f'Environment={environment} "PYTHONPATH={REPO}" PYTHONUNBUFFERED=1\n'
             f"StandardOutput=append:{log_path}\nStandardError=append:{log_path}\n"
@@ -130,3 +147,21 @@ def chat(stream: bool, tokens: int = 12) -> dict[str, Any]:
             "max_tokens": tokens, "temperature": 0, "stream": stream}
 
 
+
+
+def switch_waiting_on_a_stream(box: Box, daemon: RunningDaemon, *, tokens: int = 1500
+                               ) -> tuple[subprocess.Popen[str], threading.Thread]:
+    """A long stream through the proxy, then `specd switch ngram-simple`, returned once it drains
+    (the proxy is paused and the CLI waits for the stream)."""
+
+    def stream() -> None:
+        with httpx.Client(timeout=180) as client, contextlib.suppress(httpx.HTTPError, AssertionError):
+            read_stream(client, f"{daemon.proxy_url}/v1/chat/completions", chat(True, tokens))
+
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    daemon.wait_for("the stream to be in flight", lambda: daemon.proxy_state(box.unit)["active"] >= 1, 30)
+    cli = subprocess.Popen([sys.executable, "-m", "specd", "switch", "ngram-simple"], env=box.env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    daemon.wait_for("the switch to pause the proxy", lambda: daemon.proxy_state(box.unit)["paused"], 60)
+    return cli, reader

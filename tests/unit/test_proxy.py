@@ -220,6 +220,44 @@ def test_shutdown_cuts_a_long_stream_on_an_event_boundary(tmp_path: Path) -> Non
         rig.recorder.close()
 
 
+def test_shutdown_answers_held_and_unanswered_requests_503_at_once_not_500(tmp_path: Path) -> None:
+    # SIGTERM to the daemon while a switch drains: a request held by the pause must not be forwarded
+    # (it answers 503 at once), and one the backend never answered gets a clean 503 at the end of
+    # the grace period, not the 500 and traceback of uvicorn cancelling it.
+    rig = make_rig(tmp_path)
+    try:
+        answers: dict[str, tuple[int, float]] = {}
+
+        def send(name: str, body: dict[str, object]) -> None:
+            with httpx.Client(timeout=30) as client:
+                reply = client.post(f"{rig.url}/v1/chat/completions", json=body)
+                answers[name] = (reply.status_code, time.monotonic())
+
+        waiting = threading.Thread(target=send, args=("waiting", chat_body(x_fake_hang_before_answer=True)))
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while not rig.fake.requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        rig.front.call(lambda: rig.proxy.pause(30))
+        held = threading.Thread(target=send, args=("held", chat_body("held by the pause")))
+        held.start()
+        while rig.front.call(lambda: rig.proxy.in_flight) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        started = time.monotonic()
+        rig.front.call(lambda: rig.proxy.shutdown(1.0))
+        held.join(10)
+        waiting.join(10)
+        assert answers["held"][0] == 503 and answers["held"][1] - started < 0.5
+        assert answers["waiting"][0] == 503 and answers["waiting"][1] - started < 3.0
+        assert len(rig.fake.requests) == 1  # the held request never reached the backend
+        statuses = sorted((r.status, r.error) for r in rig.records())  # type: ignore[attr-defined]
+        assert statuses == [(503, "specd proxy is shutting down")] * 2
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
 def test_drain_waits_for_streams_and_holds_new_requests_until_resume(tmp_path: Path) -> None:
     rig = make_rig(tmp_path, tokens=30, token_delay_s=0.02)
     try:

@@ -9,6 +9,7 @@ outside.
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from specd.daemon.crashes import GATHER_S, Crash
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.proxy_fakes import ServerThread, chat_body, free_port
@@ -98,28 +100,35 @@ class FakeCrashingBackend:
             self._server.server_close()
 
 
+Rig = tuple[FakeCrashingBackend, str, Recorder, Path, list[Crash]]
+
+
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[tuple[FakeCrashingBackend, str, Recorder, Path]]:
+def rig(tmp_path: Path) -> Iterator[Rig]:
     backend = FakeCrashingBackend().start()
     db = tmp_path / "state.db"
     recorder = Recorder(db)
+    crashes: list[Crash] = []
     proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", hold_timeout_s=20),
-                  lambda: Backend(backend.url, "plain"), recorder=recorder)
+                  lambda: Backend(backend.url, "plain"), recorder=recorder, on_crash=crashes.append)
     front = ServerThread(proxy.app, free_port()).start()
-    yield backend, front.url, recorder, db
+    yield backend, front.url, recorder, db, crashes
     front.stop()
     backend.stop()
 
 
-def test_a_poison_request_crashes_the_server_once_and_is_answered_502(
-        rig: tuple[FakeCrashingBackend, str, Recorder, Path]) -> None:
-    backend, url, recorder, db = rig
+def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig) -> None:
+    backend, url, recorder, db, crashes = rig
+    poison = json.dumps(chat_body("POISON please")).encode()
+    poison_id = hashlib.sha256(poison).hexdigest()[:12]
     with httpx.Client(timeout=30) as client:
         assert client.post(f"{url}/v1/chat/completions", json=chat_body()).status_code == 200
         started = time.monotonic()
-        poisoned = client.post(f"{url}/v1/chat/completions", json=chat_body("POISON please"))
+        poisoned = client.post(f"{url}/v1/chat/completions", content=poison,
+                               headers={"content-type": "application/json"})
         answered_in = time.monotonic() - started
         assert poisoned.status_code == 502 and "may have crashed on it" in poisoned.text
+        assert poison_id in poisoned.text  # the client learns which of its requests it was
         assert answered_in < 5, "the poison request was held instead of answered"
         others = [client.post(f"{url}/v1/chat/completions", json=chat_body(f"fine {i}")) for i in range(5)]
     assert [r.status_code for r in others] == [200] * 5  # served once the server is back
@@ -129,16 +138,25 @@ def test_a_poison_request_crashes_the_server_once_and_is_answered_502(
     rows = fetch_records(open_db(db), 0.0)
     failed = [r for r in rows if r.status == 502]
     assert len(failed) == 1 and "not re-sent" in (failed[0].error or "")
+    # the crash is reported once, naming that request by its body's hash (never its text)
+    time.sleep(GATHER_S + 0.5)  # the drops of one crash are gathered for GATHER_S, then reported
+    assert len(crashes) == 1 and [d.request_id for d in crashes[0].dropped] == [poison_id]
+    dropped = crashes[0].dropped[0]
+    assert (dropped.phase, dropped.profile, dropped.body_bytes, dropped.stream) == (
+        "before answering", "plain", len(poison), False)
+    described = crashes[0].describe()
+    assert f"request {poison_id}" in described and "likely cause" in described and "POISON" not in described
 
 
-def test_a_stale_keep_alive_connection_to_a_live_server_is_retried_once(
-        rig: tuple[FakeCrashingBackend, str, Recorder, Path]) -> None:
-    backend, url, _, _ = rig
+def test_a_stale_keep_alive_connection_to_a_live_server_is_retried_once(rig: Rig) -> None:
+    backend, url, _, _, crashes = rig
     with httpx.Client(timeout=30) as client:
         assert client.post(f"{url}/v1/chat/completions", json=chat_body()).status_code == 200
         backend._crash_and_restart()  # a planned restart: the proxy's pooled connection is now dead
         assert client.post(f"{url}/v1/chat/completions", json=chat_body("after restart")).status_code == 200
     assert backend.poison_seen == 0
+    time.sleep(GATHER_S + 0.5)
+    assert crashes == []  # the server was up: no request is blamed
 
 
 def test_metric_labels_stay_bounded_whatever_paths_clients_send(tmp_path: Path) -> None:

@@ -136,3 +136,32 @@ def test_traffic_command_reports_requests_in_json(tmp_path: Path, monkeypatch: p
     assert json.loads(result.output)["requests"] == 1
     text = CliRunner().invoke(app, ["traffic", "--since", "1d", "--config", str(config)])
     assert "2 requests" in text.output
+
+
+def test_a_state_file_deleted_under_long_lived_writers_is_recreated_and_written(tmp_path: Path) -> None:
+    # The daemon keeps its history and traffic connections open for days; an owner who deletes
+    # specd.db must find what the daemon records afterwards in the new file, not in the deleted one.
+    from specd.deploy.history import History
+
+    db = tmp_path / "state.db"
+    history, recorder = History(db), Recorder(db, interval_s=0.05)
+    try:
+        history.event("u.service", "before", "written before the deletion")
+        recorder.record(TrafficRecord(ts=time.time(), endpoint="/v1/chat/completions", stream=False, status=200,
+                                      total_ms=1.0, unit="u.service"))
+        recorder.flush()
+        for path in tmp_path.glob("state.db*"):
+            path.unlink()
+        history.event("u.service", "after", "written after the deletion")
+        recorder.record(TrafficRecord(ts=time.time(), endpoint="/v1/chat/completions", stream=False, status=200,
+                                      total_ms=1.0, unit="u.service"))
+        recorder.flush()
+    finally:
+        recorder.close()
+    reader, conn = History(db), traffic.open_db(db)
+    try:
+        assert [row["kind"] for row in reader.events("u.service")] == ["after"]
+        assert len(traffic.fetch_records(conn, 0.0)) == 1
+    finally:
+        reader.close()
+        conn.close()

@@ -202,7 +202,7 @@ def test_any_failure_at_the_gate_reverts_to_the_old_unit(world: World, failure: 
     assert world.systemd.calls.count("restart") == 2  # the new profile, then the old one again
 
 
-@pytest.mark.parametrize("step", ["backup", "write", "reload", "restart", "gate"])
+@pytest.mark.parametrize("step", ["intent", "backup", "write", "reload", "restart", "gate"])
 @pytest.mark.parametrize("error", [RuntimeError("bug"), PreflightError("disk full"), KeyboardInterrupt()],
                          ids=lambda e: type(e).__name__)
 def test_an_exception_at_any_step_after_the_intent_reverts(world: World, step: str, error: BaseException) -> None:
