@@ -40,7 +40,15 @@ from specd.daemon.control import daemon_status, status_path
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
-from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
+from specd.daemon.service import (
+    QuietServer,
+    bind_tcp,
+    keep_pinging,
+    make_server,
+    new_event_loop,
+    notify,
+    watchdog_interval_s,
+)
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
@@ -383,4 +391,5 @@ def _tuner_entry() -> Callable[[Deployment], object] | None:
 def run_daemon(config: Config, deployments: list[Deployment] | None = None) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
-    return asyncio.run(Daemon(config, deployments).run())
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(Daemon(config, deployments).run())

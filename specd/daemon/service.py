@@ -2,6 +2,9 @@
 
 uvicorn installs its own SIGTERM handler and re-raises the signal after shutdown; the daemon runs
 several servers and stops them in a chosen order, so `QuietServer` leaves signals alone.
+Every request pays the proxy's own cost, so the servers parse HTTP with httptools (C, llhttp)
+on a uvloop event loop (`new_event_loop`), not h11 on asyncio's pure-Python selector loop
+(benchmarks/results/proxy-overhead.md).
 `notify` is sd_notify(3) without libsystemd: `Type=notify` readiness and `WatchdogSec=` pings.
 """
 
@@ -18,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from specd.errors import ConfigError
 
@@ -36,8 +40,13 @@ class QuietServer(uvicorn.Server):
 HEADER_TIMEOUT_S = 30.0
 
 
-class _RequestDeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for a request's headers (slowloris).
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The loop the daemon (and every test server of the proxy) runs on: uvloop."""
+    return uvloop.new_event_loop()
+
+
+class _RequestDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for a request's headers (slowloris).
 
     uvicorn times out only idle keep-alive connections, and only until their first byte: a client
     that connects and never completes its headers (or sends one byte a minute) keeps a socket and
@@ -90,7 +99,7 @@ def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path |
     config = uvicorn.Config(
         app, host=host or "127.0.0.1", port=port, uds=str(uds) if uds else None, log_config=None,
         access_log=False, lifespan="on", timeout_graceful_shutdown=int(grace_s) + 1, server_header=False,
-        timeout_keep_alive=30,
+        timeout_keep_alive=30, interface="asgi3", proxy_headers=False,  # X-Forwarded-* pass through, unread
         http=type("RequestDeadlineProtocol", (_RequestDeadlineProtocol,), {"header_timeout_s": header_timeout_s}),
     )
     return QuietServer(config)
