@@ -126,7 +126,9 @@ def process(argv: list[str], log: Path, **options: Any) -> Iterator[subprocess.P
 
 
 def nginx_config(root: Path, backend_port: int, port: int) -> Path:
-    """nginx as people put it in front of llama-server: keep-alive upstream, no buffering (SSE)."""
+    """nginx in front of llama-server with what specd's proxy has too: pooled upstream connections
+    and no buffering (SSE). llama-server closes a pooled connection after 5 streamed responses
+    unannounced; without `non_idempotent` nginx answers the POST that meets it 502 (seen here)."""
     conf = root / "nginx.conf"
     conf.write_text(f"""worker_processes 1;
 daemon off;
@@ -147,6 +149,7 @@ http {{
       proxy_buffering off;
       proxy_request_buffering off;
       proxy_read_timeout 300s;
+      proxy_next_upstream error timeout non_idempotent;
     }}
   }}
 }}
@@ -203,16 +206,41 @@ def routes(backend: str, root: Path) -> Iterator[tuple[dict[str, str], dict[str,
 # ---- measuring -------------------------------------------------------------------------------------
 
 
+RECONNECTS: dict[str, int] = {}
+
+
 def stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> list[float]:
-    """Arrival times (s from sending) of every token event; the first one is the TTFT."""
+    """Arrival times (s from sending) of every token event; the first one is the TTFT.
+
+    llama-server closes a keep-alive connection after its 5th streamed response, without saying so
+    (seen with this build: `Keep-Alive: max=100`, then a close): a request sent on it meets a closed
+    connection before any response. That is the client's connection, not a route's latency: it is
+    sent again on a fresh one, timed from then, and counted in RECONNECTS.
+    """
+    for attempt in (1, 2):
+        try:
+            return _stream_once(client, url, body)
+        except httpx.RemoteProtocolError as exc:
+            if attempt == 2 or "without sending a response" not in str(exc):
+                raise RuntimeError(f"{url}: {type(exc).__name__}: {exc}") from exc
+            RECONNECTS[url] = RECONNECTS.get(url, 0) + 1
+    raise AssertionError("unreachable")
+
+
+def _stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> list[float]:
     arrivals: list[float] = []
     sent = time.perf_counter()
-    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"{url}: HTTP {response.status_code}: {response.read()[:300]!r}")
-        for chunk in response.iter_raw():
-            now = time.perf_counter() - sent
-            arrivals.extend([now] * chunk.count(b'"content":"'))
+    try:
+        with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"{url}: HTTP {response.status_code}: {response.read()[:300]!r}")
+            for chunk in response.iter_raw():
+                now = time.perf_counter() - sent
+                arrivals.extend([now] * chunk.count(b'"content":"'))
+    except httpx.HTTPError as exc:
+        if isinstance(exc, httpx.RemoteProtocolError) and not arrivals:
+            raise
+        raise RuntimeError(f"{url}: {type(exc).__name__}: {exc}") from exc
     if not arrivals:
         raise RuntimeError(f"{url}: a stream without tokens")
     return arrivals
@@ -250,7 +278,9 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
     ttft_body = request_body(backend, 4, args.rate)
     stream_body = request_body(backend, args.tokens if backend == "synthetic" else args.llama_tokens, args.rate)
     result: dict[str, Any] = {"load_avg_1_5_15_before": load()}
-    with httpx.Client(timeout=120) as client:
+    # llama-server closes a keep-alive connection idle for 5 s; the client drops its own after 1 s,
+    # so a route left idle during the others' long streams never meets a closed connection.
+    with httpx.Client(timeout=120, limits=httpx.Limits(keepalive_expiry=1.0)) as client:
         for _ in range(args.warmup):
             for route in ROUTES:
                 stream_once(client, urls[route], ttft_body)
@@ -270,6 +300,7 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
             for route in order:
                 arrivals[route].append(stream_once(client, urls[route], stream_body))
     result["load_avg_1_5_15_after"] = load()
+    result["client_reconnects"] = {route: RECONNECTS.pop(urls[route], 0) for route in ROUTES}
     result["ttft_ms"] = {route: {"p50": round(statistics.median(v), 3), "p95": round(percentile(v, 0.95), 3)}
                          for route, v in ttft.items()}
     gaps = {route: [1000 * (b - a) for one in arrivals[route] for a, b in itertools.pairwise(one)]

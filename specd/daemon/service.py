@@ -45,8 +45,46 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+class HeadersWithBody:
+    """A connection's transport whose response headers leave with the first body bytes.
+
+    uvicorn writes a response's status line and headers as soon as the app starts the response,
+    then each body part: two sends, two packets and two wake-ups of the client where one does.
+    Here a write that starts with a status line is held until the next write (sent together) or
+    the end of this turn of the event loop (sent alone), whichever comes first, so order is kept
+    and nothing waits longer than one turn. Everything else is the real transport's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif data.startswith(b"HTTP/1.1 "):
+            self._held = data
+            self._loop.call_soon(self._release)
+            return
+        self._transport.write(data)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            if not self._transport.is_closing():  # a client that left gets nothing more
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._release()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class _RequestDeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline for a request's headers (slowloris).
+    """uvicorn's httptools protocol with a deadline for a request's headers (slowloris), whose
+    responses' headers leave with their first body bytes (`HeadersWithBody`).
 
     uvicorn times out only idle keep-alive connections, and only until their first byte: a client
     that connects and never completes its headers (or sends one byte a minute) keeps a socket and
@@ -58,6 +96,7 @@ class _RequestDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = HeadersWithBody(transport, self.loop)  # type: ignore[assignment]
         self._deadline: asyncio.TimerHandle | None = None
         self._arm_request_deadline()
 

@@ -25,14 +25,14 @@ CAPTURE_NAME = "chat-completions.jsonl"
 
 
 class BodyCapture:
-    def __init__(self, directory: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_bytes: int, *, interval_s: float = 0.5) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.path = directory / CAPTURE_NAME
         self.previous = directory / f"{CAPTURE_NAME}.1"
         self.skipped = 0
         self._lock = threading.Lock()
-        self._writer = _CaptureWriter(self)
+        self._writer = _CaptureWriter(self, interval_s)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(directory, 0o700)
 
@@ -95,8 +95,8 @@ class BodyCapture:
 
 
 class _CaptureWriter(OffPathWriter[dict[str, Any]]):
-    def __init__(self, capture: BodyCapture) -> None:
-        super().__init__("specd-capture-writer", max_pending=10_000)
+    def __init__(self, capture: BodyCapture, interval_s: float) -> None:
+        super().__init__("specd-capture-writer", max_pending=10_000, interval_s=interval_s)
         self._capture = capture
         self._started = False
 
