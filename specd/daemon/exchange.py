@@ -10,13 +10,17 @@ token events and the final event's usage/timings, and the row itself is handed t
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from specd.traffic.records import TrafficRecord
+from specd.daemon.metrics import SpecdMetrics, route_label
+from specd.traffic.records import Recorder, TrafficRecord
 from specd.traffic.taskclass import classify
+
+log = logging.getLogger(__name__)
 
 _TOKEN_EVENT = re.compile(rb'"(?:reasoning_content|content|text)": ?"[^"]')
 CLASSIFY_CHARS = 4096
@@ -42,6 +46,18 @@ class Exchange:
         self.failed_status: int | None = None  # set when a started stream ends in error
         self.recorded = True  # goes into the traffic table (proxied POSTs; metrics count everything)
         self.done = False
+
+    @classmethod
+    def of_request(cls, method: str, endpoint: str, body: bytes, in_flight: int,
+                   on_finish: Callable[[Exchange, int, float, str | None], None]) -> tuple[Exchange, dict[str, Any] | None]:
+        """The exchange a request starts, and its body as a JSON object when it is one."""
+        document = json_object(body) if method == "POST" and body else None
+        messages = document.get("messages") if document is not None else None
+        task_class = task_class_of(messages) if isinstance(messages, list) else None
+        stream = bool(document is not None and document.get("stream") is True)
+        exchange = cls(endpoint, stream, task_class, in_flight, on_finish)
+        exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
+        return exchange, document
 
     def absorb(self, document: Any) -> None:
         if isinstance(document, dict):
@@ -83,6 +99,25 @@ class Exchange:
             return
         self.done = True
         self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+
+
+class Recording:
+    """Where a finished exchange goes: the metrics at once, the traffic row to the Recorder's queue."""
+
+    def __init__(self, unit: str, recorder: Recorder | None, metrics: SpecdMetrics | None) -> None:
+        self.unit, self._recorder, self._metrics = unit, recorder, metrics
+
+    def __call__(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
+        if log.isEnabledFor(logging.DEBUG):  # the path only: a query string may carry an API key
+            log.debug("forwarded %s: %d in %.1f ms%s", exchange.endpoint, status, 1000 * total_s,
+                      f" ({error})" if error else "")
+        if self._metrics is not None:
+            self._metrics.requests.labels(route_label(exchange.endpoint), str(status)).inc()
+            self._metrics.latency.labels(route_label(exchange.endpoint)).observe(total_s)
+            if exchange.ttft_ms is not None:
+                self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
+        if self._recorder is not None and exchange.recorded:
+            self._recorder.record(exchange.to_record(self.unit, status, total_s, error))
 
 
 def task_class_of(messages: list[Any]) -> str | None:

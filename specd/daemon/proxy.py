@@ -24,12 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from specd.daemon import resend
-from specd.daemon.exchange import Exchange, json_object, task_class_of
+from specd.daemon.exchange import Exchange, Recording
 from specd.daemon.gate import BackendGate, HoldExpired
-from specd.daemon.metrics import SpecdMetrics, route_label
+from specd.daemon.metrics import SpecdMetrics
 from specd.daemon.relay import (
     ClientLeft,
     ClientWatch,
@@ -37,25 +35,17 @@ from specd.daemon.relay import (
     Relay,
     Send,
     read_body,
-    relay_stream,
+    read_whole,
+    respond,
     send_error,
     send_whole,
 )
-from specd.daemon.upstream import (
-    Upstream,
-    UpstreamFailed,
-    answers_health_now,
-    forwarded_headers,
-    response_headers,
-)
+from specd.daemon.upstream import Upstream, UpstreamFailed, answers_health_now, forwarded_headers
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
 
 log = logging.getLogger(__name__)
-
-_LARGEST_SCANNED_BODY = 4 * 1024 * 1024  # a non-streamed answer bigger than this is passed on unread
-
 
 @dataclass(frozen=True)
 class Backend:
@@ -89,7 +79,8 @@ class Proxy:
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
-        self._recorder, self._metrics, self._capture = recorder, metrics, capture
+        self._metrics, self._capture = metrics, capture
+        self._recording = Recording(settings.unit, recorder, metrics)
         self._upstream = Upstream()
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
@@ -201,15 +192,9 @@ class Proxy:
             await send_error(send, 413, f"request body over {self.settings.max_body_bytes} bytes",
                              "invalid_request_error")
             return
-        endpoint, method = scope["path"], scope["method"]
-        document = json_object(body) if method == "POST" and body else None
-        messages = document.get("messages") if document is not None else None
-        task_class = task_class_of(messages) if isinstance(messages, list) else None
-        stream = bool(document is not None and document.get("stream") is True)
-        if self._capture is not None and document is not None and endpoint.endswith("/chat/completions"):
+        exchange, document = Exchange.of_request(scope["method"], scope["path"], body, self.in_flight, self._finished)
+        if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
             self._capture.submit(document)
-        exchange = Exchange(endpoint, stream, task_class, self.in_flight, self.record)
-        exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
         self.in_flight += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
@@ -244,7 +229,7 @@ class Proxy:
                 await self._pass_gate(deadline)
             except HoldExpired as expired:
                 if loading is not None:  # the backend's own 503 says most
-                    exchange.finish(503, "held past the hold timeout")
+                    exchange.finish(503, "held past the hold timeout: the backend still answered 503")
                     await send_whole(send, 503, [(b"content-type", b"application/json")], loading)
                 else:
                     await self._reject(send, exchange, 503, str(expired))
@@ -259,10 +244,10 @@ class Proxy:
                     cause = failed.cause_name
                 else:
                     if upstream.status != 503:
-                        await self._respond(upstream, exchange, send, watch)
+                        await respond(upstream, exchange, send, watch, self._relays)
                         return
                     outcome, cause = "loading", "503"
-                    loading = await self._read_loading(upstream)
+                    loading = await read_whole(upstream)
             finally:
                 self._end_active()
             probe = resend.needs_probe(outcome, dropped_before=dropped_before)
@@ -281,14 +266,6 @@ class Proxy:
             await self._reject(send, exchange, verdict.status, exchange.error, "api_error")
             return
 
-    async def _read_loading(self, upstream: aiohttp.ClientResponse) -> bytes:
-        try:
-            return await upstream.read()
-        except (TimeoutError, aiohttp.ClientError):
-            return b""
-        finally:
-            upstream.release()
-
     def _begin_active(self, exchange: Exchange) -> None:
         exchange.profile = self.backend.profile
         exchange.attempts += 1
@@ -303,51 +280,15 @@ class Proxy:
 
     async def _reject(self, send: Send, exchange: Exchange, status: int, message: str,
                       kind: str = "unavailable_error") -> None:
-        exchange.finish(status, "held past the hold timeout" if status == 503 else None)
+        exchange.finish(status, message)
         await send_error(send, status, message, kind)
-
-    async def _respond(self, upstream: aiohttp.ClientResponse, exchange: Exchange, send: Send,
-                       watch: ClientWatch) -> None:
-        headers = response_headers(upstream.raw_headers)
-        if upstream.content_type == "text/event-stream":
-            relay = Relay(upstream)
-            watch.relay = relay
-            self._relays.add(relay)
-            try:
-                await relay_stream(relay, send, exchange, upstream.status, headers)
-            finally:
-                self._relays.discard(relay)
-                upstream.close()  # a no-op once the body was read to its end (the connection is back in the pool)
-            return
-        try:
-            content = await upstream.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            upstream.close()
-            exchange.finish(502, f"backend dropped the response: {type(exc).__name__}")
-            await send_error(send, 502, "the backend dropped the response", "api_error")
-            return
-        if len(content) < _LARGEST_SCANNED_BODY:
-            exchange.absorb(json_object(content))
-        exchange.finish(upstream.status)
-        watch.answered = True
-        await send_whole(send, upstream.status, headers, content)
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,
                 "active": self.active, "paused": self.paused, "healthy": self.gate.healthy}
 
-    def record(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
+    def _finished(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
         self.in_flight -= 1
-        error = exchange.error or error
-        if log.isEnabledFor(logging.DEBUG):  # the path only: a query string may carry an API key
-            log.debug("forwarded %s: %d in %.1f ms%s", exchange.endpoint, status, 1000 * total_s,
-                      f" ({error})" if error else "")
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
-            self._metrics.requests.labels(route_label(exchange.endpoint), str(status)).inc()
-            self._metrics.latency.labels(route_label(exchange.endpoint)).observe(total_s)
-            if exchange.ttft_ms is not None:
-                self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
-        if self._recorder is None or not exchange.recorded:
-            return
-        self._recorder.record(exchange.to_record(self.settings.unit, status, total_s, error))
+        self._recording(exchange, status, total_s, exchange.error or error)

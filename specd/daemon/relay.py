@@ -23,13 +23,15 @@ from typing import Any, Literal
 
 import aiohttp
 
-from specd.daemon.exchange import Exchange
+from specd.daemon.exchange import Exchange, json_object
+from specd.daemon.upstream import response_headers
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 StopReason = Literal["client", "shutdown"]
 
 _MAX_PENDING = 1024 * 1024  # a "stream" without event boundaries is passed on in pieces this big
+_LARGEST_SCANNED_BODY = 4 * 1024 * 1024  # a non-streamed answer bigger than this is passed on unread
 
 
 class ClientLeft(Exception):
@@ -111,6 +113,44 @@ class ClientWatch:
     def close(self) -> None:
         self.answered = True
         self._task.cancel()
+
+
+async def respond(upstream: aiohttp.ClientResponse, exchange: Exchange, send: Send, watch: ClientWatch,
+                  relays: set[Relay]) -> None:
+    """Answer the client from the backend's response: a stream event by event, anything else whole."""
+    headers = response_headers(upstream.raw_headers)
+    if upstream.content_type == "text/event-stream":
+        relay = Relay(upstream)
+        watch.relay = relay
+        relays.add(relay)  # where a shutdown finds it
+        try:
+            await relay_stream(relay, send, exchange, upstream.status, headers)
+        finally:
+            relays.discard(relay)
+            upstream.close()  # a no-op once the body was read to its end (the connection is back in the pool)
+        return
+    try:
+        content = await upstream.read()
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        upstream.close()
+        exchange.finish(502, f"backend dropped the response: {type(exc).__name__}")
+        await send_error(send, 502, "the backend dropped the response", "api_error")
+        return
+    if len(content) < _LARGEST_SCANNED_BODY:
+        exchange.absorb(json_object(content))
+    exchange.finish(upstream.status)
+    watch.answered = True
+    await send_whole(send, upstream.status, headers, content)
+
+
+async def read_whole(upstream: aiohttp.ClientResponse) -> bytes:
+    """The body of an answer that is not relayed (a 503 while loading), or b"" if it breaks off."""
+    try:
+        return await upstream.read()
+    except (TimeoutError, aiohttp.ClientError):
+        return b""
+    finally:
+        upstream.release()
 
 
 async def relay_stream(relay: Relay, send: Send, exchange: Exchange, status: int,
