@@ -3,18 +3,21 @@
     python benchmarks/proxy_overhead.py [--backend synthetic|llama|both] [--rounds 400]
         [--stream-rounds 6] [--idle-s 20] [--out benchmarks/results/proxy-overhead.json]
 
-Three ways to reach one backend: A direct, B through nginx (Debian's package, one worker,
+Three ways to reach one backend: A direct, B through nginx (Debian's package, one worker, pooled
 keep-alive upstream connections, buffering off: the usual SSE setup), C through the real
 `specd daemon` proxy. Every round sends the same streamed request once through each, in a
 shuffled order, so load drift from the shared machine hits all three alike; the added TTFT of B
-and C is taken against A *in the same round* (p50/p95 of those differences). Streaming rounds do
-the same with one long stream each: achieved tokens/s and the p99 gap between token arrivals at
-the client. The load average is sampled before and after each phase and written to the result.
+and C is taken against A *in the same round* (median with a 95% bootstrap interval, and p95, of
+those differences). Streaming rounds do the same with one long stream each: achieved tokens/s
+and the p99 gap between token arrivals at the client. CPU per request is each proxy's CPU time
+over the TTFT rounds less its background rate measured just before. The load average is sampled
+before and after each phase and written to the result.
 
-Backends: `synthetic` is `PacedBackendForBenchmark` (below; not llama-server: it paces tokens on
-an absolute schedule, so the client sees the proxies' jitter, not a model's); `llama` is the real
-llama-server with the tiny model from ~/.cache/specd (scripts/build-llama-server.sh,
-scripts/get-test-model.sh). Everything runs on 127.0.0.1 in separate processes, in a throwaway HOME.
+Backends: `synthetic` is `serve_paced_backend_for_benchmark` (below; a FAKE llama-server that
+paces tokens on an absolute schedule, so the client sees the proxies' jitter, not a model's);
+`llama` is the real llama-server with the tiny model from ~/.cache/specd
+(scripts/build-llama-server.sh, scripts/get-test-model.sh). Everything runs on 127.0.0.1 in
+separate processes, in a throwaway HOME. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from typing import Any
 
 import httpx
 import psutil
+
+from specd.tune.stats import bootstrap_ci
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")
@@ -273,6 +278,34 @@ def load() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
+def background_cpu_s_per_s(pids: dict[str, list[int]], seconds: float) -> dict[str, float]:
+    """Each proxy's CPU use with no request in flight (specd's health monitor and status file),
+    subtracted from its CPU per request: on a slow backend a round takes seconds."""
+    before = {name: cpu_s(p) for name, p in pids.items()}
+    time.sleep(seconds)
+    return {name: (cpu_s(p) - before[name]) / seconds for name, p in pids.items()}
+
+
+def run_rounds(client: httpx.Client, urls: dict[str, str], body: dict[str, Any], rounds: int,
+               shuffle: random.Random) -> dict[str, list[list[float]]]:
+    """`rounds` times, the same request through each route in a shuffled order."""
+    arrivals: dict[str, list[list[float]]] = {route: [] for route in ROUTES}
+    for _ in range(rounds):
+        order = list(ROUTES)
+        shuffle.shuffle(order)
+        for route in order:
+            arrivals[route].append(stream_once(client, urls[route], body))
+    return arrivals
+
+
+def added_ttft(ttft: dict[str, list[float]], route: str) -> dict[str, Any]:
+    """The route's TTFT minus the direct one of the same round: median (95% bootstrap CI) and p95."""
+    added = [p - d for p, d in zip(ttft[route], ttft["direct"], strict=True)]
+    lo, hi = bootstrap_ci(added)
+    return {"added_ttft_ms_p50": round(statistics.median(added), 3), "added_ttft_ms_p50_ci95": [round(lo, 3), round(hi, 3)],
+            "added_ttft_ms_p95": round(percentile(added, 0.95), 3)}
+
+
 def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args: argparse.Namespace,
             shuffle: random.Random) -> dict[str, Any]:
     ttft_body = request_body(backend, 4, args.rate)
@@ -281,41 +314,32 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
     # llama-server closes a keep-alive connection idle for 5 s; the client drops its own after 1 s,
     # so a route left idle during the others' long streams never meets a closed connection.
     with httpx.Client(timeout=120, limits=httpx.Limits(keepalive_expiry=1.0)) as client:
-        for _ in range(args.warmup):
-            for route in ROUTES:
-                stream_once(client, urls[route], ttft_body)
-        ttft: dict[str, list[float]] = {route: [] for route in ROUTES}
-        cpu_before = {name: cpu_s(p) for name, p in pids.items()}
-        for _ in range(args.rounds):
-            order = list(ROUTES)
-            shuffle.shuffle(order)
-            for route in order:
-                ttft[route].append(1000 * stream_once(client, urls[route], ttft_body)[0])
-        cpu_used = {name: cpu_s(p) - cpu_before[name] for name, p in pids.items()}
+        run_rounds(client, urls, ttft_body, args.warmup, shuffle)
+        background = background_cpu_s_per_s(pids, args.background_s)
+        cpu_before, started = {name: cpu_s(p) for name, p in pids.items()}, time.monotonic()
+        firsts = run_rounds(client, urls, ttft_body, args.rounds, shuffle)
+        elapsed = time.monotonic() - started
+        cpu_used = {name: cpu_s(p) - cpu_before[name] - background[name] * elapsed for name, p in pids.items()}
         result["load_avg_1_5_15_after_ttft"] = load()
-        arrivals: dict[str, list[list[float]]] = {route: [] for route in ROUTES}
-        for _ in range(args.stream_rounds):
-            order = list(ROUTES)
-            shuffle.shuffle(order)
-            for route in order:
-                arrivals[route].append(stream_once(client, urls[route], stream_body))
+        arrivals = run_rounds(client, urls, stream_body, args.stream_rounds, shuffle)
     result["load_avg_1_5_15_after"] = load()
     result["client_reconnects"] = {route: RECONNECTS.pop(urls[route], 0) for route in ROUTES}
+    ttft = {route: [1000 * one[0] for one in firsts[route]] for route in ROUTES}
     result["ttft_ms"] = {route: {"p50": round(statistics.median(v), 3), "p95": round(percentile(v, 0.95), 3)}
                          for route, v in ttft.items()}
     gaps = {route: [1000 * (b - a) for one in arrivals[route] for a, b in itertools.pairwise(one)]
             for route in ROUTES}
     rates = {route: statistics.median((len(a) - 1) / (a[-1] - a[0]) for a in arrivals[route]) for route in ROUTES}
-    result["direct"] = {"stream_tok_s": round(rates["direct"], 1), "gap_ms_p99": round(percentile(gaps["direct"], 0.99), 3)}
+    result["direct"] = {"stream_tok_s": round(rates["direct"], 1),
+                        "gap_ms_p99": round(percentile(gaps["direct"], 0.99), 3)}
     for route in ("nginx", "specd"):
-        added = [p - d for p, d in zip(ttft[route], ttft["direct"], strict=True)]
         result[route] = {
-            "added_ttft_ms_p50": round(statistics.median(added), 3),
-            "added_ttft_ms_p95": round(percentile(added, 0.95), 3),
+            **added_ttft(ttft, route),
             "stream_tok_s": round(rates[route], 1),
             "gap_ms_p99": round(percentile(gaps[route], 0.99), 3),
             "added_gap_ms_p99": round(percentile(gaps[route], 0.99) - percentile(gaps["direct"], 0.99), 3),
             "cpu_ms_per_request": round(1000 * cpu_used[route] / args.rounds, 3),
+            "background_cpu_percent": round(100 * background[route], 2),
         }
     ratio = result["specd"]["added_ttft_ms_p50"] / max(result["nginx"]["added_ttft_ms_p50"], 1e-3)
     result["specd_over_nginx_added_ttft_p50"] = round(ratio, 2)
@@ -354,7 +378,8 @@ def main() -> None:
     parser.add_argument("--stream-rounds", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=2000, help="synthetic stream length")
     parser.add_argument("--rate", type=float, default=2000.0, help="synthetic tokens/s")
-    parser.add_argument("--llama-tokens", type=int, default=200, help="llama-server stream length")
+    parser.add_argument("--llama-tokens", type=int, default=100, help="llama-server stream length")
+    parser.add_argument("--background-s", type=float, default=10.0, help="idle window for background CPU")
     parser.add_argument("--idle-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--out", type=Path)

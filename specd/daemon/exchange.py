@@ -29,11 +29,12 @@ CLASSIFY_CHARS = 4096
 class Exchange:
     """One request's shape, filled in as it goes; `finish` reports it exactly once."""
 
-    def __init__(self, endpoint: str, stream: bool, task_class: str | None, in_flight: int,
+    def __init__(self, endpoint: str, stream: bool, messages: list[Any] | None, in_flight: int,
                  on_finish: Callable[[Exchange, int, float, str | None], None]) -> None:
         self.started = time.perf_counter()
         self.ts = time.time()
-        self.endpoint, self.stream, self.task_class, self.in_flight = endpoint, stream, task_class, in_flight
+        self.endpoint, self.stream, self.in_flight = endpoint, stream, in_flight
+        self.messages = messages  # classified when the row is made, not before the request is forwarded
         self._on_finish = on_finish
         self.held_ms = 0.0
         self.ttft_ms: float | None = None
@@ -53,9 +54,8 @@ class Exchange:
         """The exchange a request starts, and its body as a JSON object when it is one."""
         document = json_object(body) if method == "POST" and body else None
         messages = document.get("messages") if document is not None else None
-        task_class = task_class_of(messages) if isinstance(messages, list) else None
         stream = bool(document is not None and document.get("stream") is True)
-        exchange = cls(endpoint, stream, task_class, in_flight, on_finish)
+        exchange = cls(endpoint, stream, messages if isinstance(messages, list) else None, in_flight, on_finish)
         exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
         return exchange, document
 
@@ -85,7 +85,8 @@ class Exchange:
             completion = _int(timings.get("predicted_n")) or self.events
         return TrafficRecord(
             ts=self.ts, endpoint=self.endpoint, stream=self.stream, status=status, total_ms=1000.0 * total_s,
-            unit=unit, profile=self.profile, task_class=self.task_class, in_flight=self.in_flight,
+            unit=unit, profile=self.profile, in_flight=self.in_flight,
+            task_class=task_class_of(self.messages) if self.messages is not None else None,
             prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=completion,
             ttft_ms=self.ttft_ms, held_ms=self.held_ms,
             prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
@@ -106,14 +107,20 @@ class Recording:
 
     def __init__(self, unit: str, recorder: Recorder | None, metrics: SpecdMetrics | None) -> None:
         self.unit, self._recorder, self._metrics = unit, recorder, metrics
+        self._counted: dict[tuple[str, int], Any] = {}  # metric children by label: a lookup, not a labels() call
 
     def __call__(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
         if log.isEnabledFor(logging.DEBUG):  # the path only: a query string may carry an API key
             log.debug("forwarded %s: %d in %.1f ms%s", exchange.endpoint, status, 1000 * total_s,
                       f" ({error})" if error else "")
         if self._metrics is not None:
-            self._metrics.requests.labels(route_label(exchange.endpoint), str(status)).inc()
-            self._metrics.latency.labels(route_label(exchange.endpoint)).observe(total_s)
+            route = route_label(exchange.endpoint)
+            children = self._counted.get((route, status))
+            if children is None:
+                children = self._counted[route, status] = (self._metrics.requests.labels(route, str(status)),
+                                                           self._metrics.latency.labels(route))
+            children[0].inc()
+            children[1].observe(total_s)
             if exchange.ttft_ms is not None:
                 self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
         if self._recorder is not None and exchange.recorded:

@@ -13,6 +13,7 @@ exception classes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import aiohttp
@@ -66,6 +67,11 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, by
     return [(name, value) for name, value in raw if name.lower() not in _NOT_RELAYED]
 
 
+@functools.cache
+def _timeout(read_timeout_s: float | None) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_timeout_s)
+
+
 class Upstream:
     """A pool of keep-alive connections to whichever backend the proxy names per request."""
 
@@ -90,10 +96,9 @@ class Upstream:
         body): a backend that goes silent that long is hung.
         """
         assert self._session is not None, "Upstream.start() first"
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_timeout_s)
         try:
-            return await self._session.request(method, URL(url, encoded=True), headers=headers,
-                                               data=body or None, allow_redirects=False, timeout=timeout)
+            return await self._session.request(method, URL(url, encoded=True), headers=headers, data=body or None,
+                                               allow_redirects=False, timeout=_timeout(read_timeout_s))
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             raise UpstreamFailed(outcome_of(exc), exc) from exc
 
