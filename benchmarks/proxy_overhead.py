@@ -186,8 +186,10 @@ def routes(backend: str, root: Path) -> Iterator[tuple[dict[str, str], dict[str,
         if backend == "synthetic":
             argv = [sys.executable, __file__, "--serve-backend", str(backend_port)]
         else:
+            # one thread: on a shared 2-core machine two threads that spin-wait for each other made
+            # TTFT 10x slower and wildly variable (seen here: p50 616 ms with -t 2, 57 ms with -t 1)
             argv = [str(LLAMA_SERVER), "-m", str(TINY_MODEL), "--host", "127.0.0.1", "--port", str(backend_port),
-                    "-c", "2048", "-np", "1", "-t", "2", "--alias", "bench"]
+                    "-c", "2048", "-np", "1", "-t", "1", "--alias", "bench"]
         stack.enter_context(process(argv, root / f"{backend}.log"))
         wait_http(f"http://127.0.0.1:{backend_port}/health")
         nginx = stack.enter_context(process(["nginx", "-p", str(root), "-e", str(root / "nginx-error.log"), "-c",
