@@ -214,6 +214,11 @@ def routes(backend: str, root: Path) -> Iterator[tuple[dict[str, str], dict[str,
 
 
 RECONNECTS: dict[str, int] = {}
+FAILED: dict[str, list[str]] = {}
+
+
+class RouteFailed(Exception):
+    """A route answered an error instead of a stream."""
 
 
 def stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> list[float]:
@@ -240,7 +245,7 @@ def _stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> list[f
     try:
         with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
             if response.status_code != 200:
-                raise RuntimeError(f"{url}: HTTP {response.status_code}: {response.read()[:300]!r}")
+                raise RouteFailed(f"{url}: HTTP {response.status_code}: {response.read()[:300]!r}")
             for chunk in response.iter_raw():
                 now = time.perf_counter() - sent
                 arrivals.extend([now] * chunk.count(b'"content":"'))
@@ -296,7 +301,14 @@ def run_rounds(client: httpx.Client, urls: dict[str, str], body: dict[str, Any],
         order = list(ROUTES)
         shuffle.shuffle(order)
         for route in order:
-            arrivals[route].append(stream_once(client, urls[route], body))
+            for attempt in range(3):  # a failure is counted (FAILED) and the request sent again
+                try:
+                    arrivals[route].append(stream_once(client, urls[route], body))
+                    break
+                except RouteFailed as failed:
+                    FAILED.setdefault(urls[route], []).append(str(failed)[:200])
+                    if attempt == 2:
+                        raise
     return arrivals
 
 
@@ -310,7 +322,7 @@ def added_ttft(ttft: dict[str, list[float]], route: str) -> dict[str, Any]:
 
 def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args: argparse.Namespace,
             shuffle: random.Random) -> dict[str, Any]:
-    ttft_body = request_body(backend, 4, args.rate)
+    ttft_body = request_body(backend, 4 if backend == "synthetic" else 1, args.rate)  # 1: less model time per round
     stream_body = request_body(backend, args.tokens if backend == "synthetic" else args.llama_tokens, args.rate)
     result: dict[str, Any] = {"load_avg_1_5_15_before": load()}
     # llama-server closes a keep-alive connection idle for 5 s; the client drops its own after 1 s,
@@ -326,6 +338,7 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
         arrivals = run_rounds(client, urls, stream_body, args.stream_rounds, shuffle)
     result["load_avg_1_5_15_after"] = load()
     result["client_reconnects"] = {route: RECONNECTS.pop(urls[route], 0) for route in ROUTES}
+    result["failed_requests"] = {route: FAILED.pop(urls[route], []) for route in ROUTES}
     ttft = {route: [1000 * one[0] for one in firsts[route]] for route in ROUTES}
     result["ttft_ms"] = {route: {"p50": round(statistics.median(v), 3), "p95": round(percentile(v, 0.95), 3)}
                          for route, v in ttft.items()}
