@@ -162,7 +162,7 @@ http {{
     return conf
 
 
-def daemon_home(root: Path, backend_port: int, port: int) -> dict[str, str]:
+def daemon_home(root: Path, backend_port: int, port: int, specd_from: Path) -> dict[str, str]:
     """A throwaway HOME whose unit points the daemon's proxy at the backend."""
     home = root / "home"
     unit_dir = home / ".config" / "systemd" / "user"
@@ -175,11 +175,11 @@ def daemon_home(root: Path, backend_port: int, port: int) -> dict[str, str]:
                       f'[proxy]\nlisten = "127.0.0.1:{port}"\n\n[daemon]\nhealth_interval_s = 15\n\n'
                       "[tuner]\nenabled = false\n")
     return {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-            "XDG_STATE_HOME": str(home / ".local/state"), "PYTHONPATH": str(REPO), "SPECD_CONFIG": str(config)}
+            "XDG_STATE_HOME": str(home / ".local/state"), "PYTHONPATH": str(specd_from), "SPECD_CONFIG": str(config)}
 
 
 @contextmanager
-def routes(backend: str, root: Path) -> Iterator[tuple[dict[str, str], dict[str, list[int]]]]:
+def routes(backend: str, root: Path, specd_from: Path) -> Iterator[tuple[dict[str, str], dict[str, list[int]]]]:
     """Start the backend, nginx and the daemon; yield each route's URL and the proxies' PIDs."""
     backend_port, nginx_port, specd_port = free_port(), free_port(), free_port()
     with ExitStack() as stack:
@@ -196,7 +196,8 @@ def routes(backend: str, root: Path) -> Iterator[tuple[dict[str, str], dict[str,
                                              str(nginx_config(root, backend_port, nginx_port))],
                                             root / "nginx.log"))
         daemon = stack.enter_context(process([sys.executable, "-m", "specd", "daemon"], root / "daemon.log",
-                                             env=daemon_home(root, backend_port, specd_port), cwd=str(REPO)))
+                                             env=daemon_home(root, backend_port, specd_port, specd_from),
+                                             cwd=str(specd_from)))
         urls = {"direct": f"http://127.0.0.1:{backend_port}", "nginx": f"http://127.0.0.1:{nginx_port}",
                 "specd": f"http://127.0.0.1:{specd_port}"}
         try:
@@ -371,10 +372,10 @@ def idle_cost(pid: int, idle_s: float) -> dict[str, float]:
             "cpu_percent": round(daemon.cpu_percent(None), 2), "over_s": idle_s}
 
 
-def provenance() -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
+def provenance(specd_from: Path) -> dict[str, Any]:
+    commit = subprocess.run(["git", "-C", str(specd_from), "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
                             text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "specd", "benchmarks"], check=False,
+    dirty = subprocess.run(["git", "-C", str(specd_from), "status", "--porcelain", "--", "specd", "benchmarks"], check=False,
                            capture_output=True, text=True).stdout.strip()
     nginx = subprocess.run(["nginx", "-v"], check=False, capture_output=True, text=True).stderr.strip()
     return {"command": shlex.join(["python", *sys.argv]),
@@ -398,6 +399,8 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--specd-from", type=Path, default=REPO,
+                        help="the checkout whose `specd daemon` is measured (another commit, to compare)")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_backend:
@@ -405,12 +408,12 @@ def main() -> None:
         return
     if shutil.which("nginx") is None:
         sys.exit("proxy_overhead: nginx is not installed (scripts/install-system-deps.sh installs it)")
-    report: dict[str, Any] = {**provenance(), "results": {}}
+    report: dict[str, Any] = {**provenance(args.specd_from), "results": {}}
     shuffle = random.Random(args.seed)
     for backend in ("synthetic", "llama") if args.backend == "both" else (args.backend,):
         if backend == "llama" and not (LLAMA_SERVER.exists() and TINY_MODEL.exists()):
             sys.exit(f"proxy_overhead: {LLAMA_SERVER} or {TINY_MODEL} is missing")
-        with tempfile.TemporaryDirectory(prefix="specd-overhead-") as tmp, routes(backend, Path(tmp)) as (urls, pids):
+        with tempfile.TemporaryDirectory(prefix="specd-overhead-") as tmp, routes(backend, Path(tmp), args.specd_from) as (urls, pids):
             report["results"][backend] = measure(backend, urls, pids, args, shuffle)
             if backend == "synthetic" and args.idle_s > 0:
                 report["daemon_idle"] = idle_cost(pids["specd"][0], args.idle_s)
