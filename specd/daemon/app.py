@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import gc
 import importlib
 import json
 import logging
@@ -35,20 +36,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from specd import paths
-from specd.daemon import control
+from specd.daemon import control, service
 from specd.daemon.control import daemon_status, status_path
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
-from specd.daemon.service import (
-    QuietServer,
-    bind_tcp,
-    keep_pinging,
-    make_server,
-    new_event_loop,
-    notify,
-    watchdog_interval_s,
-)
+from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
@@ -332,6 +325,9 @@ class Daemon:
         self._schedule()
         self.scheduler.start()
         self._write_status()
+        # Everything loaded so far lives as long as the daemon: a full collection walked it all on the
+        # event loop (about 60 ms here), a stall every stream through the proxy felt as a late token.
+        gc.freeze()
         notify(f"READY=1\nSTATUS=guarding {', '.join(self.runtimes)}")
         log.info("specd daemon ready: %s", ", ".join(self.runtimes))
         watchdog = watchdog_interval_s()
@@ -391,5 +387,5 @@ def _tuner_entry() -> Callable[[Deployment], object] | None:
 def run_daemon(config: Config, deployments: list[Deployment] | None = None) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=service.new_event_loop) as runner:
         return runner.run(Daemon(config, deployments).run())
