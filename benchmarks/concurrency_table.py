@@ -19,9 +19,9 @@ from pathlib import Path
 
 import tomlkit
 
-from specd.tune.bench import DeploymentTarget, Report, Settings, run_bench
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port, start_private_systemd
+from specd.tune.bench import DeploymentTarget, Report, Settings, run_bench
 from specd.tune.workloads import Workload, WorkloadRequest
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import tomlkit
 
+from specd.context import switcher_for
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port, private_systemd_env
-from specd.context import switcher_for
 
 REPO = Path(__file__).resolve().parent.parent
 CODE = "\n\n".join(f"def f{i}(x):\n    y = x * {i} + {i * 3}\n    return y - {i}" for i in range(12))

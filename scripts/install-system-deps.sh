@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Debian/Ubuntu packages specd needs: PyGObject's build deps (for pydbus), D-Bus with the
 # systemd --user integration, a compiler and cmake for llama-server, Prometheus (prometheus, promtool)
-# for the dashboard and rules test, Chromium and its driver for the status page test. Skips what is
-# installed.
+# for the dashboard and rules test, Chromium and its driver for the status page test, nginx
+# (benchmarks/proxy_overhead.py measures the proxy beside it). Skips what is installed.
 set -euo pipefail
 packages=(libgirepository1.0-dev libcairo2-dev pkg-config dbus dbus-user-session systemd
-          build-essential cmake ccache python3-venv python3-dev git prometheus chromium chromium-driver)
+          build-essential cmake ccache python3-venv python3-dev git prometheus chromium chromium-driver nginx)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

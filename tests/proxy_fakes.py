@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specd.daemon.service import QuietServer, make_server
+from specd.daemon.service import QuietServer, make_server, new_event_loop
 
 
 def eventually(condition: Callable[[], object], what: str, timeout_s: float = 20.0) -> None:
@@ -54,7 +54,7 @@ class ServerThread:
         ready = threading.Event()
 
         def run() -> None:
-            self.loop = asyncio.new_event_loop()
+            self.loop = new_event_loop()
             ready.set()
             assert self.server is not None
             self.loop.run_until_complete(self.server.serve())

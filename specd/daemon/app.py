@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import gc
 import importlib
 import json
 import logging
@@ -36,7 +37,7 @@ import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
-from specd.daemon import control
+from specd.daemon import control, service
 from specd.daemon.control import daemon_status
 from specd.daemon.crashes import Crash
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
@@ -388,6 +389,9 @@ class Daemon:
         self._schedule()
         self.scheduler.start()
         self._write_status()
+        # Everything loaded so far lives as long as the daemon: a full collection walked it all on the
+        # event loop (about 60 ms here), a stall every stream through the proxy felt as a late token.
+        gc.freeze()
         notify(f"READY=1\nSTATUS=guarding {', '.join(self.runtimes)}")
         log.info("specd daemon ready: %s", ", ".join(self.runtimes))
         watchdog = watchdog_interval_s()
@@ -469,5 +473,6 @@ def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, s
                make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
-    return asyncio.run(Daemon(config, deployments, state=state, make_seams=make_seams,
-                              page_factory=page_factory).run())
+    with asyncio.Runner(loop_factory=service.new_event_loop) as runner:
+        return runner.run(Daemon(config, deployments, state=state, make_seams=make_seams,
+                                 page_factory=page_factory).run())

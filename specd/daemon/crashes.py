@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from specd.daemon.relay import Exchange
+from specd.daemon.exchange import Exchange
 
 log = logging.getLogger("specd.daemon.proxy")
 

@@ -38,6 +38,11 @@ class BackendGate:
     def healthy(self) -> bool:
         return not self._unhealthy
 
+    @property
+    def open(self) -> bool:
+        """A request would pass right now (`wait` returns at once)."""
+        return self._open.is_set()
+
     def _update(self) -> None:
         if self.closing or (self._paused_until is None and not self._unhealthy):
             self._open.set()

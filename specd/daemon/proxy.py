@@ -2,70 +2,59 @@
 
 A switch restarts llama-server; a client talking to it directly sees refused connections and
 "Loading model" 503s. Through the proxy it sees latency instead: a request that cannot reach a
-healthy backend waits at a gate (the *hold*) until the backend answers `/health` or the hold
-timeout passes. A request is re-sent only when it provably never reached the server: a refused
-connection, or a 503 while loading. A connection the backend accepted and then dropped may mean
-the server crashed *on this request* (a GGML_ASSERT on some input): it is re-sent at most once,
-and only when the backend still answers /health at once (a stale keep-alive connection after a
-restart); otherwise the client gets a 502 right away and the traffic row says why, so one poison
-request costs one server restart, not a crash loop. A request dropped by a server that then stops
-answering /health (before answering or mid-stream) is reported as the likely cause of the crash
-(`on_crash`, see `specd.daemon.crashes`). Once response bytes flowed to the client nothing is
-re-sent. `pause`/`wait_idle`/`resume` let a switch drain in-flight streams
-before the restart (the daemon serves them on its control socket; see `specd.daemon.control`).
+healthy backend waits at a gate (the *hold*, specd.daemon.gate) until the backend answers
+`/health` or the hold timeout passes. What is re-sent and what is answered with an error is the
+re-send rule (specd.daemon.resend). `pause`/`wait_idle`/`resume` let a switch drain in-flight
+streams before the restart (the daemon serves them on its control socket; see
+`specd.daemon.control`). Headers pass through untouched (auth included) and are never logged or
+stored; traffic rows keep only the shape (specd.daemon.exchange). A request dropped by a server
+that then stops answering /health (before answering or mid-stream) is reported as the likely cause
+of the crash (`on_crash`, see specd.daemon.crashes); a shutdown answers held and unanswered
+requests 503 (at once, and at the end of its grace) and cuts streams on an event boundary.
 
-Streams are relayed event by event (whole SSE events, never split), so a stream cut at shutdown
-ends on an event boundary with an error event and a proper end of body. Headers pass through
-untouched (auth included) and are never logged or stored; traffic rows keep only the shape.
+Every request pays the proxy's own cost, so the path is short: a bare ASGI app (no router or
+middleware stack), pooled upstream connections (specd.daemon.upstream), the stream relayed from
+the backend's socket in the request's own task (specd.daemon.relay), the traffic row handed to a
+writer thread. benchmarks/proxy_overhead.py measures it beside nginx.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-
+from specd.daemon import resend
 from specd.daemon.crashes import Crash, CrashWatch, DroppedRequest, Phase
+from specd.daemon.exchange import Exchange, Recording
 from specd.daemon.gate import BackendGate, HoldExpired
-from specd.daemon.metrics import SpecdMetrics, route_label
+from specd.daemon.metrics import SpecdMetrics
 from specd.daemon.relay import (
-    CUT,
-    REDACT_QUERY_STRINGS,
-    Exchange,
-    RelayResponse,
-    client_gone,
-    json_object,
-    pump,
-    read_bounded,
-    relay_events,
-    task_class_of,
+    ClientLeft,
+    ClientWatch,
+    Receive,
+    Relay,
+    Send,
+    read_body,
+    read_whole,
+    respond,
+    send_error,
+    send_whole,
 )
+from specd.daemon.upstream import Upstream, UpstreamFailed, answers_health_now, forwarded_headers
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
 
 log = logging.getLogger(__name__)
+SHUTTING_DOWN = "specd proxy is shutting down"
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding",
-})
-_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD")
-# The request never reached a server: sending it again is always safe.
-_NEVER_REACHED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# The server accepted the connection, then dropped it before a status line: perhaps it crashed on it.
-_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+class _ShutDownWhileWaiting(Exception):
+    """The shutdown's grace ended while this request waited for the backend's status line."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +77,6 @@ class ProxySettings:
     body_timeout_s: float = 60.0  # a client must send its whole request body within this
 
 
-def _error(status: int, message: str, kind: str = "unavailable_error") -> JSONResponse:
-    headers = {"Retry-After": "5"} if status == 503 else None
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status, headers)
-
-
 class Proxy:
     def __init__(
         self,
@@ -102,59 +86,56 @@ class Proxy:
         recorder: Recorder | None = None,
         metrics: SpecdMetrics | None = None,
         capture: BodyCapture | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         on_crash: Callable[[Crash], None] | None = None,
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
-        self._recorder, self._metrics, self._capture = recorder, metrics, capture
-        self._crashes = CrashWatch(self._answers_health_now, self.mark_unhealthy, on_crash)
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        logging.getLogger("httpx").addFilter(REDACT_QUERY_STRINGS)  # idempotent: one filter object
+        self._metrics, self._capture = metrics, capture
+        self._recording = Recording(settings.unit, recorder, metrics)
+        self._upstream = Upstream()
+        self._crashes = CrashWatch(lambda: answers_health_now(self.backend.url), self.mark_unhealthy, on_crash)
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
         self.active = 0         # requests past the gate, talking to the backend
         self.gate = BackendGate(self._probe_backend, poll_s=settings.health_poll_s)
         self._idle = asyncio.Event()
         self._idle.set()
-        self._relays: set[asyncio.Queue[object]] = set()
-        self._forwards: set[asyncio.Future[Response]] = set()  # requests not answered yet (held or waiting)
-        self.app = Starlette(
-            routes=[Route("/{path:path}", self._handle, methods=list(_METHODS))],
-            lifespan=self._lifespan,
-        )
+        self._relays: set[Relay] = set()
+        self._waiting: set[asyncio.Future[Any]] = set()  # sent upstream, no status line yet
 
-    # ---- lifecycle --------------------------------------------------------------------------
+    # ---- the ASGI app and its lifecycle ---------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        await self.start()
-        try:
-            yield
-        finally:
-            await self.stop()
+    async def app(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._handle(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await self.start()
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.stop()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
 
     async def start(self) -> None:
-        self._client = httpx.AsyncClient(
-            transport=self._transport,
-            timeout=httpx.Timeout(connect=2.0, read=None, write=60.0, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
+        await self._upstream.start()
 
     async def stop(self) -> None:
         self.gate.stop()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._upstream.close()
+        if self._capture is not None:  # the bodies still queued reach the disk
+            await asyncio.to_thread(self._capture.close)
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop taking requests; let in-flight ones finish for `grace_s`, then cut streams cleanly."""
         self.gate.close()  # wake held requests: they answer 503 instead of waiting
         if not await self.wait_idle(grace_s):
-            for queue in list(self._relays):
-                queue.put_nowait(CUT)
-            for forward in list(self._forwards):  # still waiting for a status line: a clean 503
-                forward.cancel()
+            for relay in list(self._relays):
+                relay.stop("shutdown")
+            for waiting in list(self._waiting):  # still waiting for a status line: a clean 503
+                waiting.cancel()
             await self.wait_idle(5.0)
 
     # ---- the gate (specd.daemon.gate): pause for a drain, hold while unhealthy ----------------
@@ -186,26 +167,16 @@ class Proxy:
             return False
         return True
 
-    async def _answers_health_now(self) -> bool:
-        """One quick /health probe on a fresh connection: is the server that dropped us still up?"""
-        try:
-            async with httpx.AsyncClient(timeout=1.0) as probe:
-                response = await probe.get(f"{self.backend.url}/health")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
     async def _probe_backend(self) -> bool:
         """The gate's poll: re-resolve the backend (a switch may have moved it), then /health."""
-        assert self._client is not None
-        try:
-            self.backend = await asyncio.to_thread(self._resolve)
-            response = await self._client.get(f"{self.backend.url}/health", timeout=2.0)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        self.backend = await asyncio.to_thread(self._resolve)
+        return await self._upstream.healthy(self.backend.url)
 
     async def _pass_gate(self, deadline: float) -> None:
+        if self.gate.open:  # the usual case: no wait, no gauge to move
+            if self._metrics is not None:
+                self._metrics.hold.observe(0.0)
+            return
         held_since = time.perf_counter()
         if self._metrics is not None:
             self._metrics.held_now.inc()
@@ -218,130 +189,130 @@ class Proxy:
 
     # ---- requests -----------------------------------------------------------------------------
 
-    async def _handle(self, request: Request) -> Response:
+    async def _handle(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if self.shutting_down:
-            return _error(503, "specd proxy is shutting down")
+            await send_error(send, 503, SHUTTING_DOWN)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         try:
             async with asyncio.timeout(self.settings.body_timeout_s):
-                body = await read_bounded(request, self.settings.max_body_bytes)
-        except ClientDisconnect:
-            return Response(status_code=499)
+                body = await read_body(receive, declared, self.settings.max_body_bytes)
+        except ClientLeft:
+            return
         except TimeoutError:
-            limit_s = self.settings.body_timeout_s
-            return _error(408, f"request body not received within {limit_s:g} s", "invalid_request_error")
+            await send_error(send, 408, f"request body not received within {self.settings.body_timeout_s:g} s",
+                             "invalid_request_error")
+            return
         if body is None:
-            limit = self.settings.max_body_bytes
-            return _error(413, f"request body over {limit} bytes", "invalid_request_error")
-        endpoint = request.url.path
-        document = json_object(body) if request.method == "POST" else None
-        messages = document.get("messages") if document is not None else None
-        task_class = task_class_of(messages) if isinstance(messages, list) else None
-        stream = bool(document is not None and document.get("stream") is True)
-        if self._capture is not None and document is not None and endpoint.endswith("/chat/completions"):
-            self._capture.write(document)
-        exchange = Exchange(endpoint, stream, task_class, self.in_flight, self.record)
-        exchange.recorded = request.method == "POST"  # GET /v1/models, /health polls are not traffic
+            await send_error(send, 413, f"request body over {self.settings.max_body_bytes} bytes",
+                             "invalid_request_error")
+            return
+        exchange, document = Exchange.of_request(scope["method"], scope["path"], body, self.in_flight, self._finished)
+        if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
+            self._capture.submit(document)
         self.in_flight += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
+        watch = ClientWatch(receive)
         try:
-            return await self._forward_while_connected(request, body, exchange)
+            await self._forward(scope, body, exchange, send, watch)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
-            raise
+            current = asyncio.current_task()
+            if not watch.left or current is None or current.uncancel() > 0:
+                raise  # cancelled for another reason than the client leaving (the server stops)
         except Exception as exc:
             exchange.finish(500, f"proxy error: {type(exc).__name__}")
             raise
-
-    async def _forward_while_connected(self, request: Request, body: bytes, exchange: Exchange) -> Response:
-        """Forward, but give up (and free the backend) if the client leaves while held or waiting.
-
-        Starlette does not watch for a disconnect before the response starts, so without this a
-        client that hangs up during a hold or a long non-streamed completion leaves the backend
-        generating for nobody.
-        """
-        forward = asyncio.ensure_future(self._forward(request, body, exchange))
-        self._forwards.add(forward)
-        forward.add_done_callback(self._forwards.discard)
-        gone = asyncio.ensure_future(client_gone(request))
-        try:
-            await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
-        if not forward.done():
-            forward.cancel()
-        try:
-            return await forward  # a response that raced the hang-up is still returned: it cleans up
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not forward.cancelled() or (current is not None and current.cancelling()):
-                raise
-        if self.shutting_down:  # cut at the end of the shutdown's grace period (see shutdown)
-            return self._shutting_down(exchange)
-        exchange.finish(499, "client went away")
-        return Response(status_code=499)
+            watch.close()
 
-    async def _forward(self, request: Request, body: bytes, exchange: Exchange) -> Response:
-        assert self._client is not None
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-        headers.append(("accept-encoding", "identity"))
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    async def _forward(self, scope: dict[str, Any], body: bytes, exchange: Exchange, send: Send,
+                       watch: ClientWatch) -> None:
+        headers = forwarded_headers(scope["headers"])
+        query = scope["query_string"]
+        target = scope["raw_path"].decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
         deadline = exchange.started + self.settings.hold_timeout_s
-        idle_s = self.settings.stream_idle_timeout_s if exchange.stream else None
-        timeout = httpx.Timeout(connect=2.0, read=idle_s, write=60.0, pool=None)
-        last: tuple[int, bytes] | None = None
-        dropped_once = False
-        dropped = functools.partial(DroppedRequest.of, request.method, request.url.path, body, exchange)
+        read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
+        loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
+        dropped_before = False
         while True:
-            try:
-                await self._pass_gate(deadline)
-            except HoldExpired as expired:
-                if last is not None:  # the backend's own 503 (e.g. "Loading model") says most
-                    return self._reject(exchange, Response(last[1], last[0], media_type="application/json"))
-                return self._reject(exchange, _error(503, str(expired)))
-            if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
-                return self._shutting_down(exchange)
+            if not await self._through_gate(deadline, exchange, send, loading):
+                return
             self._begin_active(exchange)
             try:
-                upstream = await self._client.send(
-                    self._client.build_request(request.method, self.backend.url + target, headers=headers,
-                                               content=body, timeout=timeout),
-                    stream=True,
-                )
-            except _NEVER_REACHED:
+                try:
+                    upstream = await self._send_upstream(scope["method"], self.backend.url + target, headers, body,
+                                                         read_timeout_s)
+                except UpstreamFailed as failed:
+                    outcome: resend.Outcome = failed.outcome
+                    cause = failed.cause_name
+                except _ShutDownWhileWaiting:
+                    await self._reject(send, exchange, 503, SHUTTING_DOWN)
+                    return
+                else:
+                    if upstream.status != 503:
+                        await respond(upstream, exchange, send, watch, self._relays)
+                        if exchange.failed_status == 502:  # the backend dropped the answer: did it go down on it?
+                            await self._crashes.survived(self._dropped(scope, body, exchange, "mid-stream"))
+                        return
+                    outcome, cause = "loading", "503"
+                    loading = await read_whole(upstream)
+            finally:
                 self._end_active()
-                self._note_retry()
-                continue
-            except _DROPPED as exc:
-                self._end_active()
-                lost = dropped("before answering")
-                if not await self._crashes.survived(lost) or dropped_once:
-                    self.mark_unhealthy()
-                    exchange.error = (f"the backend dropped the connection after accepting the request "
-                                      f"{lost.request_id} ({type(exc).__name__}); it may have crashed on it: "
-                                      "not re-sent")
-                    log.warning("%s %s: %s", request.method, request.url.path, exchange.error)
-                    return self._reject(exchange, _error(502, exchange.error, "api_error"))
-                dropped_once = True  # a stale keep-alive connection to a live server: once more
+            answers = False
+            if outcome == "dropped":  # always judged: a server that went down names this request
+                lost = self._dropped(scope, body, exchange, "before answering")
+                answers = await self._crashes.survived(lost)
+                cause = f"{lost.request_id}, {cause}"
+            verdict = resend.decide(outcome, dropped_before=dropped_before, answers_health_now=answers)
+            dropped_before = dropped_before or outcome == "dropped"
+            if verdict.mark_unhealthy:
+                self.mark_unhealthy()
+            if verdict.resend:
                 if self._metrics is not None:
                     self._metrics.retries.inc()
                 continue
-            except httpx.HTTPError as exc:  # a hung backend (read timeout) or a request httpx refuses
-                self._end_active()
-                status = 504 if isinstance(exc, httpx.TimeoutException) else 502
-                exchange.error = f"backend: {type(exc).__name__}"
-                return self._reject(exchange, _error(status, f"the backend did not answer: {type(exc).__name__}",
-                                                     "api_error"))
-            except BaseException:
-                self._end_active()
-                raise
-            if upstream.status_code == 503:
-                last = (503, await upstream.aread())
-                await upstream.aclose()
-                self._end_active()
-                self._note_retry()
-                continue
-            return await self._respond(upstream, exchange, dropped)
+            assert verdict.status is not None
+            exchange.error = f"{verdict.reason} ({cause})"
+            log.warning("%s %s: %s", scope["method"], scope["path"], exchange.error)
+            await self._reject(send, exchange, verdict.status, exchange.error, "api_error")
+            return
+
+    async def _through_gate(self, deadline: float, exchange: Exchange, send: Send, loading: bytes | None) -> bool:
+        """Wait at the gate; False once the client was answered (held too long, or shutting down)."""
+        try:
+            await self._pass_gate(deadline)
+        except HoldExpired as expired:
+            if loading is not None:  # the backend's own 503 ("Loading model") says most
+                exchange.finish(503, "held past the hold timeout: the backend still answered 503")
+                await send_whole(send, 503, [(b"content-type", b"application/json")], loading)
+            else:
+                await self._reject(send, exchange, 503, str(expired))
+            return False
+        if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
+            await self._reject(send, exchange, 503, SHUTTING_DOWN)
+            return False
+        return True
+
+    async def _send_upstream(self, method: str, url: str, headers: Any, body: bytes,
+                             read_timeout_s: float | None) -> Any:
+        """Send, in a future a shutdown can cancel at the end of its grace (answered 503)."""
+        waiting = asyncio.ensure_future(self._upstream.send(method, url, headers, body, read_timeout_s))
+        self._waiting.add(waiting)
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if waiting.cancelled() and self.shutting_down and (current is None or current.cancelling() == 0):
+                raise _ShutDownWhileWaiting from None
+            raise
+        finally:
+            self._waiting.discard(waiting)
+
+    @staticmethod
+    def _dropped(scope: dict[str, Any], body: bytes, exchange: Exchange, phase: Phase) -> DroppedRequest:
+        return DroppedRequest.of(scope["method"], scope["path"], body, exchange, phase)
 
     def _begin_active(self, exchange: Exchange) -> None:
         exchange.profile = self.backend.profile
@@ -355,70 +326,17 @@ class Proxy:
         if self.active == 0:
             self._idle.set()
 
-    def _note_retry(self) -> None:
-        self.mark_unhealthy()
-        if self._metrics is not None:
-            self._metrics.retries.inc()
-
-    def _shutting_down(self, exchange: Exchange) -> Response:
-        exchange.error = "specd proxy is shutting down"
-        return self._reject(exchange, _error(503, exchange.error))
-
-    def _reject(self, exchange: Exchange, response: Response) -> Response:
-        held = response.status_code == 503
-        exchange.finish(response.status_code, "held past the hold timeout" if held else None)
-        return response
-
-    async def _respond(self, upstream: httpx.Response, exchange: Exchange,
-                       dropped: Callable[[Phase], DroppedRequest]) -> Response:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
-        if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
-            try:
-                content = await upstream.aread()
-            except httpx.HTTPError as exc:
-                exchange.finish(502, f"backend dropped the response: {type(exc).__name__}")
-                await self._crashes.survived(dropped("mid-stream"))
-                return _error(502, "the backend dropped the response", "api_error")
-            finally:
-                await upstream.aclose()
-                self._end_active()
-            if len(content) < 4 * 1024 * 1024:
-                exchange.absorb(json_object(content))
-            exchange.finish(upstream.status_code)
-            return Response(content, upstream.status_code, headers)
-        queue: asyncio.Queue[object] = asyncio.Queue()
-        self._relays.add(queue)
-        pumping = asyncio.get_running_loop().create_task(pump(upstream, queue))
-        status = upstream.status_code
-
-        async def on_close(client_left: bool) -> None:
-            pumping.cancel()
-            self._relays.discard(queue)
-            await upstream.aclose()
-            self._end_active()
-            if exchange.failed_status == 502:  # the backend dropped the stream: did it go down on it?
-                await self._crashes.survived(dropped("mid-stream"))
-            # a no-op when the relay reached the end of the body (it records first; see relay_events)
-            if client_left:
-                exchange.finish(499, "client went away")
-            else:
-                exchange.finish(status)
-
-        return RelayResponse(relay_events(queue, exchange, status), status, headers, on_close)
+    async def _reject(self, send: Send, exchange: Exchange, status: int, message: str,
+                      kind: str = "unavailable_error") -> None:
+        exchange.finish(status, message)
+        await send_error(send, status, message, kind)
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,
                 "active": self.active, "paused": self.paused, "healthy": self.gate.healthy}
 
-    def record(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
+    def _finished(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
         self.in_flight -= 1
-        error = exchange.error or error
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
-            self._metrics.requests.labels(route_label(exchange.endpoint), str(status)).inc()
-            self._metrics.latency.labels(route_label(exchange.endpoint)).observe(total_s)
-            if exchange.ttft_ms is not None:
-                self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
-        if self._recorder is None or not exchange.recorded:
-            return
-        self._recorder.record(exchange.to_record(self.settings.unit, status, total_s, error))
+        self._recording(exchange, status, total_s, exchange.error or error)

@@ -1,249 +1,201 @@
-"""Relaying one response through the proxy: the request's recorded shape and the SSE relay.
+"""Relaying one exchange between the client (ASGI) and the backend's response.
 
 A stream is forwarded as whole server-sent events the moment each completes (an event is at most
-one token for llama-server, so nothing is delayed), which gives two guarantees: a stream cut at
-shutdown ends on an event boundary followed by an error event and a proper end of body, and the
-proxy can read TTFT, token counts and llama-server's final `timings` without parsing every event.
+one token for llama-server, so nothing is delayed), read straight from the backend's connection
+in the request's own task: no pump task, no queue, no task group between a token and the client.
+Whole events give two guarantees: a stream stopped from outside (the client left, or the proxy
+shuts down) ends on an event boundary, followed by an error event and a proper end of body, and
+the proxy can read TTFT, token counts and llama-server's final `timings` without parsing every
+event. A stream is stopped from outside by closing its backend connection (`Relay.stop`), which
+wakes the pending read; the reason decides what the client is told.
+
+`ClientWatch` is the one extra task per request: it notices a client that hangs up (uvicorn says
+so only through `receive`) and either cancels the request while it is held or waiting for the
+backend (so the backend is freed), or stops its stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
-import anyio
-import httpx
-from starlette.requests import Request
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+import aiohttp
 
-from specd.traffic.records import TrafficRecord
-from specd.traffic.taskclass import classify
+from specd.daemon.exchange import Exchange, json_object
+from specd.daemon.upstream import response_headers
 
-CUT = object()
-"""Put on a relay's queue to end its stream cleanly now (shutdown past its grace period)."""
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+StopReason = Literal["client", "shutdown"]
 
-_TOKEN_EVENT = re.compile(rb'"(?:reasoning_content|content|text)": ?"[^"]')
-_MAX_PENDING = 1024 * 1024
+_MAX_PENDING = 1024 * 1024  # a "stream" without event boundaries is passed on in pieces this big
+_LARGEST_SCANNED_BODY = 4 * 1024 * 1024  # a non-streamed answer bigger than this is passed on unread
 
 
-class Exchange:
-    """One request's shape, filled in as it goes; `finish` reports it exactly once."""
+class ClientLeft(Exception):
+    """The client hung up before its request body arrived."""
 
-    def __init__(self, endpoint: str, stream: bool, task_class: str | None, in_flight: int,
-                 on_finish: Callable[[Exchange, int, float, str | None], None]) -> None:
-        self.started = time.perf_counter()
-        self.ts = time.time()
-        self.endpoint, self.stream, self.task_class, self.in_flight = endpoint, stream, task_class, in_flight
-        self._on_finish = on_finish
-        self.held_ms = 0.0
-        self.ttft_ms: float | None = None
-        self.events = 0
-        self.usage: dict[str, Any] = {}
-        self.timings: dict[str, Any] = {}
-        self.profile: str | None = None
-        self.attempts = 0
-        self.error: str | None = None
-        self.failed_status: int | None = None  # set when a started stream ends in error
-        self.recorded = True  # goes into the traffic table (proxied POSTs; metrics count everything)
-        self.done = False
 
-    def absorb(self, document: Any) -> None:
-        if isinstance(document, dict):
-            if isinstance(document.get("usage"), dict):
-                self.usage = document["usage"]
-            if isinstance(document.get("timings"), dict):
-                self.timings = document["timings"]
+def error_body(status: int, message: str, kind: str = "unavailable_error") -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
-    def scan(self, chunk: bytes) -> None:
-        """Note token events (TTFT, count) and the usage/timings a final event carries."""
-        for event in chunk.split(b"\n\n"):
-            if not event.startswith(b"data: ") or event.startswith(b"data: [DONE]"):
-                continue
-            if _TOKEN_EVENT.search(event):
-                self.events += 1
-                if self.ttft_ms is None:
-                    self.ttft_ms = 1000.0 * (time.perf_counter() - self.started)
-            if b'"timings"' in event or b'"usage"' in event:
-                self.absorb(json_object(event[6:]))
 
-    def to_record(self, unit: str, status: int, total_s: float, error: str | None) -> TrafficRecord:
-        usage, timings = self.usage, self.timings
-        completion = _int(usage.get("completion_tokens"))
-        if completion is None and self.stream and self.events:
-            completion = _int(timings.get("predicted_n")) or self.events
-        return TrafficRecord(
-            ts=self.ts, endpoint=self.endpoint, stream=self.stream, status=status, total_ms=1000.0 * total_s,
-            unit=unit, profile=self.profile, task_class=self.task_class, in_flight=self.in_flight,
-            prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=completion,
-            ttft_ms=self.ttft_ms, held_ms=self.held_ms,
-            prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
-            predicted_n=_int(timings.get("predicted_n")), predicted_ms=_float(timings.get("predicted_ms")),
-            draft_n=_int(timings.get("draft_n")), draft_n_accepted=_int(timings.get("draft_n_accepted")),
-            error=error,
-        )
+async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", b"%d" % len(body))]})
+    await send({"type": "http.response.body", "body": body})
 
-    def finish(self, status: int, error: str | None = None) -> None:
-        if self.done:
+
+async def send_error(send: Send, status: int, message: str, kind: str = "unavailable_error") -> None:
+    headers = [(b"content-type", b"application/json")]
+    if status == 503:
+        headers.append((b"retry-after", b"5"))
+    await send_whole(send, status, headers, error_body(status, message, kind))
+
+
+async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes | None:
+    """The request body, or None when it is over `limit` bytes (declared or as sent)."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientLeft
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class Relay:
+    """A streamed response in flight; `stop` ends it from outside, on an event boundary."""
+
+    def __init__(self, upstream: aiohttp.ClientResponse) -> None:
+        self.upstream = upstream
+        self.stopped_by: StopReason | None = None
+
+    def stop(self, reason: StopReason) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = reason
+            self.upstream.close()  # the pending read raises at once
+
+
+class ClientWatch:
+    """Notice a client that hangs up: cancel its request while it waits, stop its stream once relayed."""
+
+    def __init__(self, receive: Receive) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._request_task = task
+        self.relay: Relay | None = None
+        self.left = False
+        self.answered = False  # set before the last byte: uvicorn then reports a disconnect, harmlessly
+        self._task = asyncio.get_running_loop().create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.answered:
             return
-        self.done = True
-        self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+        self.left = True
+        if self.relay is not None:
+            self.relay.stop("client")
+        else:
+            self._request_task.cancel()
+
+    def close(self) -> None:
+        self.answered = True
+        self._task.cancel()
 
 
-class RelayResponse(StreamingResponse):
-    """A StreamingResponse that always notices a client that left and always runs `on_close`.
-
-    Starlette only watches for a disconnect on old ASGI spec versions; without it, a client that
-    hangs up would leave llama-server generating into the void until max_tokens.
-    """
-
-    def __init__(self, relay: AsyncIterator[bytes], status: int, headers: dict[str, str],
-                 on_close: Callable[[bool], Awaitable[None]]) -> None:
-        super().__init__(relay, status_code=status, headers=headers)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        completed = False
-
-        async def stream(group_scope: anyio.CancelScope) -> None:
-            nonlocal completed
-            try:
-                await self.stream_response(send)
-                completed = True
-            except OSError:
-                pass
-            group_scope.cancel()
-
+async def respond(upstream: aiohttp.ClientResponse, exchange: Exchange, send: Send, watch: ClientWatch,
+                  relays: set[Relay]) -> None:
+    """Answer the client from the backend's response: a stream event by event, anything else whole."""
+    headers = response_headers(upstream.raw_headers)
+    if upstream.content_type == "text/event-stream":
+        relay = Relay(upstream)
+        watch.relay = relay
+        relays.add(relay)  # where a shutdown finds it
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(stream, group.cancel_scope)
-                await self.listen_for_disconnect(receive)  # after the last byte, uvicorn says so too
-                if not completed:
-                    group.cancel_scope.cancel()
+            await relay_stream(relay, send, exchange, upstream.status, headers)
         finally:
-            await self._on_close(not completed)
-
-
-async def pump(upstream: httpx.Response, queue: asyncio.Queue[object]) -> None:
-    """Move the backend's bytes onto the relay's queue; None marks the end, an exception a drop."""
-    try:
-        async for chunk in upstream.aiter_raw():
-            queue.put_nowait(chunk)
-    except httpx.HTTPError as exc:
-        queue.put_nowait(exc)
+            relays.discard(relay)
+            upstream.close()  # a no-op once the body was read to its end (the connection is back in the pool)
         return
-    queue.put_nowait(None)
+    try:
+        content = await upstream.read()
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        upstream.close()
+        exchange.failed_status = 502
+        exchange.finish(502, f"backend dropped the response: {type(exc).__name__}")
+        await send_error(send, 502, "the backend dropped the response", "api_error")
+        return
+    if len(content) < _LARGEST_SCANNED_BODY:
+        exchange.absorb(json_object(content))
+    exchange.finish(upstream.status)
+    watch.answered = True
+    await send_whole(send, upstream.status, headers, content)
 
 
-async def relay_events(queue: asyncio.Queue[object], exchange: Exchange, status: int) -> AsyncIterator[bytes]:
-    """Forward whole SSE events as they arrive; on a cut or a backend drop, end with an error event."""
+async def read_whole(upstream: aiohttp.ClientResponse) -> bytes:
+    """The body of an answer that is not relayed (a 503 while loading), or b"" if it breaks off."""
+    try:
+        return await upstream.read()
+    except (TimeoutError, aiohttp.ClientError):
+        return b""
+    finally:
+        upstream.release()
+
+
+async def relay_stream(relay: Relay, send: Send, exchange: Exchange, status: int,
+                       headers: list[tuple[bytes, bytes]]) -> None:
+    """Forward whole SSE events as they arrive; a drop, a stall or a stop ends with an error event."""
+    content = relay.upstream.content
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     pending = b""
     while True:
-        item = await queue.get()
-        if item is None:
+        try:
+            data = await content.readany()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            await _end_in_error(relay, send, exchange, exc)
+            return
+        if relay.stopped_by is not None:  # stopped between reads: the data may be cut short
+            await _end_in_error(relay, send, exchange, None)
+            return
+        if not data:  # the end of the body: record first, then let the client see the end
             if pending:
                 exchange.scan(pending)
-                yield pending
-            exchange.finish(status)  # recorded before the body's end reaches the client
+            exchange.finish(status)
+            await send({"type": "http.response.body", "body": pending})
             return
-        if item is CUT or isinstance(item, BaseException):
-            if item is CUT:
-                exchange.error, exchange.failed_status = "specd proxy is shutting down", 503
-            elif isinstance(item, httpx.TimeoutException):
-                exchange.error, exchange.failed_status = "the backend stalled: no data within the idle timeout", 504
-            else:
-                exchange.error, exchange.failed_status = "the backend dropped the stream", 502
-            error = {"error": {"message": exchange.error, "type": "unavailable_error",
-                               "code": exchange.failed_status}}
-            yield b"data: " + json.dumps(error).encode() + b"\n\n"
-            exchange.finish(exchange.failed_status)
-            return
-        assert isinstance(item, bytes)
-        pending += item
+        pending += data
         end = pending.rfind(b"\n\n")
         if end < 0 and len(pending) < _MAX_PENDING:
             continue
         cut = len(pending) if end < 0 else end + 2
         chunk, pending = pending[:cut], pending[cut:]
         exchange.scan(chunk)
-        yield chunk
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
 
-async def read_bounded(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it is over `limit` bytes (declared or as sent)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            return None
-        parts.append(part)
-    return b"".join(parts)
-
-
-async def client_gone(request: Request) -> None:
-    """Return once the client hangs up (call it only after the body has been read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-class _RedactQueryStrings(logging.Filter):
-    """httpx logs each request's URL at INFO (seen with SPECD_DEBUG); a client's query string may
-    carry its API key (`?api_key=`), so the proxy's forwards are logged without one."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(a.copy_with(query=None) if isinstance(a, httpx.URL) and a.query else a
-                                for a in record.args)
-        return True
-
-
-REDACT_QUERY_STRINGS = _RedactQueryStrings()
-
-
-CLASSIFY_CHARS = 4096
-
-
-def task_class_of(messages: list[Any]) -> str | None:
-    """The task class, judged on at most CLASSIFY_CHARS of each message's text.
-
-    The classifier's regexes run in the event loop; on unbounded text (one 1 MB "word") they take
-    minutes and stall every stream. The ask is in the first few KB of a message anyway.
-    """
-    clipped: list[Any] = []
-    for message in messages:
-        if isinstance(message, dict):
-            content = message.get("content")
-            if isinstance(content, str):
-                message = {**message, "content": content[:CLASSIFY_CHARS]}
-            elif isinstance(content, list):
-                message = {**message, "content": [
-                    {**part, "text": part["text"][:CLASSIFY_CHARS]}
-                    if isinstance(part, dict) and isinstance(part.get("text"), str) else part
-                    for part in content[:64]]}
-        clipped.append(message)
-    return classify(clipped)
-
-
-def json_object(data: bytes) -> dict[str, Any] | None:
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting: "[[[[..." is not a request
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+async def _end_in_error(relay: Relay, send: Send, exchange: Exchange, exc: BaseException | None) -> None:
+    relay.upstream.close()
+    if relay.stopped_by == "client":
+        exchange.finish(499, "client went away")
+        return
+    if relay.stopped_by == "shutdown":
+        exchange.error, exchange.failed_status = "specd proxy is shutting down", 503
+    elif isinstance(exc, TimeoutError):
+        exchange.error, exchange.failed_status = "the backend stalled: no data within the idle timeout", 504
+    else:
+        exchange.error, exchange.failed_status = "the backend dropped the stream", 502
+    exchange.finish(exchange.failed_status)
+    event = b"data: " + error_body(exchange.failed_status, exchange.error) + b"\n\n"
+    await send({"type": "http.response.body", "body": event})

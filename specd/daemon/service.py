@@ -2,6 +2,9 @@
 
 uvicorn installs its own SIGTERM handler and re-raises the signal after shutdown; the daemon runs
 several servers and stops them in a chosen order, so `QuietServer` leaves signals alone.
+Every request pays the proxy's own cost, so the servers parse HTTP with httptools (C, llhttp)
+on a uvloop event loop (`new_event_loop`), not h11 on asyncio's pure-Python selector loop
+(benchmarks/results/proxy-overhead.md).
 `notify` is sd_notify(3) without libsystemd: `Type=notify` readiness and `WatchdogSec=` pings.
 """
 
@@ -18,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from specd.errors import ConfigError
 
@@ -36,8 +40,51 @@ class QuietServer(uvicorn.Server):
 HEADER_TIMEOUT_S = 30.0
 
 
-class _RequestDeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for a request's headers (slowloris).
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The loop the daemon (and every test server of the proxy) runs on: uvloop."""
+    return uvloop.new_event_loop()
+
+
+class HeadersWithBody:
+    """A connection's transport whose response headers leave with the first body bytes.
+
+    uvicorn writes a response's status line and headers as soon as the app starts the response,
+    then each body part: two sends, two packets and two wake-ups of the client where one does.
+    Here a write that starts with a status line is held until the next write (sent together) or
+    the end of this turn of the event loop (sent alone), whichever comes first, so order is kept
+    and nothing waits longer than one turn. Everything else is the real transport's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif data.startswith(b"HTTP/1.1 "):
+            self._held = data
+            self._loop.call_soon(self._release)
+            return
+        self._transport.write(data)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            if not self._transport.is_closing():  # a client that left gets nothing more
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._release()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class _RequestDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for a request's headers (slowloris), whose
+    responses' headers leave with their first body bytes (`HeadersWithBody`).
 
     uvicorn times out only idle keep-alive connections, and only until their first byte: a client
     that connects and never completes its headers (or sends one byte a minute) keeps a socket and
@@ -49,6 +96,7 @@ class _RequestDeadlineProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = HeadersWithBody(transport, self.loop)  # type: ignore[assignment]
         self._deadline: asyncio.TimerHandle | None = None
         self._arm_request_deadline()
 
@@ -90,7 +138,7 @@ def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path |
     config = uvicorn.Config(
         app, host=host or "127.0.0.1", port=port, uds=str(uds) if uds else None, log_config=None,
         access_log=False, lifespan="on", timeout_graceful_shutdown=int(grace_s) + 1, server_header=False,
-        timeout_keep_alive=30,
+        timeout_keep_alive=30, interface="asgi3", proxy_headers=False,  # X-Forwarded-* pass through, unread
         http=type("RequestDeadlineProtocol", (_RequestDeadlineProtocol,), {"header_timeout_s": header_timeout_s}),
     )
     return QuietServer(config)

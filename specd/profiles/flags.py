@@ -178,17 +178,26 @@ def binary_flags(binary: Path, launcher: tuple[str, ...] = ()) -> BinaryFlags:
         return _flags_of([*launcher, str(binary)], digest)
     binary = resolve_binary(binary)
     check_executable(binary)
-    return _flags_of([str(binary)], _sha256(binary))
+    # A script's answer comes from what it runs, which its own bytes do not name: a wrapper around a
+    # llama-server that was upgraded (or a fork swapped in) keeps its sha256. Asked every time.
+    return _flags_of([str(binary)], None if _is_script(binary) else _sha256(binary))
 
 
-def _flags_of(command: list[str], digest: str) -> BinaryFlags:
+def _is_script(binary: Path) -> bool:
+    with binary.open("rb") as handle:
+        return handle.read(2) == b"#!"
+
+
+def _flags_of(command: list[str], digest: str | None) -> BinaryFlags:
     binary = Path(command[-1])
-    cache_file = paths.cache_dir() / "flags" / f"{digest}.json"
+    cache_file = paths.cache_dir() / "flags" / f"{digest}.json" if digest is not None else None
     try:
-        cached = json.loads(cache_file.read_text())
-        if cached.get("format") == CACHE_FORMAT:
-            return BinaryFlags(str(binary), tuple(tuple(g) for g in cached["groups"]), tuple(cached["spec_types"]),
-                               frozenset(cached["valued"]), tuple((e, f) for e, f in cached["env_names"]))
+        if cache_file is not None:
+            cached = json.loads(cache_file.read_text())
+            if cached.get("format") == CACHE_FORMAT:
+                return BinaryFlags(str(binary), tuple(tuple(g) for g in cached["groups"]),
+                                   tuple(cached["spec_types"]), frozenset(cached["valued"]),
+                                   tuple((e, f) for e, f in cached["env_names"]))
     except (OSError, ValueError, KeyError):
         pass
     try:
@@ -202,6 +211,8 @@ def _flags_of(command: list[str], digest: str) -> BinaryFlags:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PreflightError(f"{' '.join(command)} --help failed: {exc}") from exc
     flags = parse_help(str(binary), result.stdout + result.stderr)
+    if cache_file is None:
+        return flags
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"format": CACHE_FORMAT, "groups": flags.groups, "spec_types": flags.spec_types,

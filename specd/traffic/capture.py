@@ -3,7 +3,9 @@
 Bodies hold what users typed, so: off unless `[proxy] capture_bodies = true`, files 0600 in a
 0700 directory, and bounded: two files (current and previous) of at most half the budget each.
 Each body is one JSON line written with a single `write` on an O_APPEND descriptor, so a crash
-leaves whole lines; headers (and so API keys) are never part of it.
+leaves whole lines; headers (and so API keys) are never part of it. The proxy hands bodies over
+with `submit` and a writer thread writes them (specd.traffic.offpath): a request never waits
+for the disk; `close` writes what is pending.
 """
 
 from __future__ import annotations
@@ -15,21 +17,35 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from specd.traffic.offpath import OffPathWriter
+
 log = logging.getLogger(__name__)
 
 CAPTURE_NAME = "chat-completions.jsonl"
 
 
 class BodyCapture:
-    def __init__(self, directory: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_bytes: int, *, interval_s: float = 0.5) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.path = directory / CAPTURE_NAME
         self.previous = directory / f"{CAPTURE_NAME}.1"
         self.skipped = 0
         self._lock = threading.Lock()
+        self._writer = _CaptureWriter(self, interval_s)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(directory, 0o700)
+
+    def submit(self, body: dict[str, Any]) -> None:
+        """Hand a body to the writer thread (started on first use); the caller never waits."""
+        self._writer.submit(body)
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Wait until every submitted body is written or skipped."""
+        self._writer.flush(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._writer.close(timeout_s)
 
     def write(self, body: dict[str, Any]) -> bool:
         """Append one body; False (and counted) when it alone is over the per-file budget."""
@@ -76,3 +92,19 @@ class BodyCapture:
                     except ValueError:
                         log.warning("skipping a damaged line in %s", path)
         return bodies
+
+
+class _CaptureWriter(OffPathWriter[dict[str, Any]]):
+    def __init__(self, capture: BodyCapture, interval_s: float) -> None:
+        super().__init__("specd-capture-writer", max_pending=10_000, interval_s=interval_s)
+        self._capture = capture
+        self._started = False
+
+    def submit(self, item: dict[str, Any]) -> None:
+        if not self._started:
+            self._started = True
+            self.start()
+        super().submit(item)
+
+    def _write_batch(self, batch: list[dict[str, Any]]) -> int:
+        return sum(self._capture.write(body) for body in batch)

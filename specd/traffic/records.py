@@ -4,7 +4,7 @@ The tuner weighs profiles by this traffic (prompt and output lengths, task class
 so the rows keep the request's shape and never its content or headers. Two sources:
 
 - the proxy records one `TrafficRecord` per request through a `Recorder`, whose writer thread
-  batches inserts so the event loop never waits on SQLite's fsync;
+  batches inserts so the event loop never waits on SQLite's fsync (specd.traffic.offpath);
 - without a proxy, the daemon samples llama-server's `/metrics` counters (`sample_metrics`) and
   stores the raw values; summaries take deltas between consecutive samples, treating a counter
   that went down as a server restart (the Prometheus convention).
@@ -12,11 +12,9 @@ so the rows keep the request's shape and never its content or headers. Two sourc
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ import httpx
 
 from specd import store
 from specd.errors import HealthError, SpecdError
+from specd.traffic.offpath import OffPathWriter
 
 log = logging.getLogger(__name__)
 
@@ -154,77 +153,47 @@ def prune(conn: sqlite3.Connection, older_than: float) -> int:
     return int(removed)
 
 
-class Recorder:
-    """Collects records from the proxy's event loop; one thread writes them in batches.
-
-    `record` is a deque append: it never blocks, never raises and wakes no thread (a wake-up per
-    request costs the event loop a GIL hand-off), so the writer polls every `interval_s` instead.
-    `close` writes what is pending, so a clean shutdown loses nothing.
-    """
+class Recorder(OffPathWriter[TrafficRecord]):
+    """The proxy's traffic rows, written by one thread in batches (specd.traffic.offpath) so the
+    event loop never waits on SQLite's fsync; `close` writes what is pending."""
 
     def __init__(self, db_path: Path | None = None, *, max_pending: int = 100_000,
                  interval_s: float = 0.5) -> None:
+        super().__init__("specd-traffic-writer", max_pending=max_pending, interval_s=interval_s)
         self._db_path = db_path
-        self._pending: collections.deque[TrafficRecord] = collections.deque()
-        self._max_pending, self._interval_s = max_pending, interval_s
-        self._stop = threading.Event()
-        self.submitted = self.dropped = self.written = 0
+        self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
-        conn = open_db(db_path)  # fail early (bad DB) in the caller, not in the thread
-        conn.close()
-        self._thread = threading.Thread(target=self._run, name="specd-traffic-writer", daemon=True)
-        self._thread.start()
+        open_db(db_path).close()  # fail early (bad DB) in the caller, not in the thread
+        self.start()
 
     def record(self, record: TrafficRecord) -> None:
-        self.submitted += 1
-        if len(self._pending) >= self._max_pending:
-            self.dropped += 1
-            return
-        self._pending.append(record)
+        self.submit(record)
 
-    def flush(self, timeout_s: float = 10.0) -> None:
-        """Wait until everything recorded so far is written (tests use it)."""
-        deadline = time.monotonic() + timeout_s
-        while self.written + self.dropped < self.submitted and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
-
-    def _open(self) -> sqlite3.Connection:
-        conn = open_db(self._db_path)
-        conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, cheap
+    def _open(self) -> None:
+        self._conn = open_db(self._db_path)
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, cheap
         self._identity = store.file_identity(self._db_path)
-        return conn
 
-    def _reopen(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+    def _write_batch(self, batch: list[TrafficRecord]) -> int:
+        assert self._conn is not None
+        if store.file_identity(self._db_path) != self._identity:
+            self._reopen()  # the state file was deleted or replaced: write into the new one
+        return insert_records(self._conn, batch)
+
+    def _reopen(self) -> None:
+        stale = self._conn
         try:
-            fresh = self._open()
+            self._open()
         except SpecdError as exc:
             log.warning("cannot reopen the state database for traffic records: %s", exc)
-            return conn
-        conn.close()
-        return fresh
+            self._conn = stale
+            return
+        if stale is not None:
+            stale.close()
 
-    def _run(self) -> None:
-        conn = self._open()
-        try:
-            while True:
-                stopping = self._stop.wait(self._interval_s)
-                if self._pending and store.file_identity(self._db_path) != self._identity:
-                    conn = self._reopen(conn)  # the state file was deleted or replaced: write into the new one
-                while self._pending:
-                    batch = [self._pending.popleft() for _ in range(min(500, len(self._pending)))]
-                    try:
-                        self.written += insert_records(conn, batch)
-                    except sqlite3.Error:
-                        self.dropped += len(batch)
-                        log.warning("could not write %d traffic records", len(batch), exc_info=True)
-                if stopping:
-                    return
-        finally:
-            conn.close()
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
 
 # ---- metrics sampling: the traffic source when there is no proxy ----------------------------

@@ -297,6 +297,7 @@ def test_captured_bodies_are_private_and_bounded(tmp_path: Path) -> None:
             for index in range(30):
                 client.post(f"{rig.url}/v1/chat/completions", json=chat_body(f"question {index}"),
                             headers={"Authorization": "Bearer sk-secret"})
+        capture.flush()  # bodies are written off the request path
         files = sorted((tmp_path / "capture").iterdir())
         assert files and sum(f.stat().st_size for f in files) <= 2000
         assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)

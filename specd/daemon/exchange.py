@@ -1,0 +1,164 @@
+"""What the proxy records about one request: its shape, filled in as it goes, reported once.
+
+The tuner weighs profiles by this shape (endpoint, stream, task class, token counts, llama-server's
+`timings`), never by content or headers. Reading it costs the request path as little as possible:
+the body is parsed once, the task class is judged on clipped text, a stream is scanned only for
+token events and the final event's usage/timings, and the row itself is handed to the
+`Recorder`, whose writer thread does the SQLite work (specd.traffic.recorder).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specd.daemon.metrics import SpecdMetrics, route_label
+from specd.traffic.records import Recorder, TrafficRecord
+from specd.traffic.taskclass import classify
+
+log = logging.getLogger(__name__)
+
+_TOKEN_EVENT = re.compile(rb'"(?:reasoning_content|content|text)": ?"[^"]')
+CLASSIFY_CHARS = 4096
+
+
+class Exchange:
+    """One request's shape, filled in as it goes; `finish` reports it exactly once."""
+
+    def __init__(self, endpoint: str, stream: bool, messages: list[Any] | None, in_flight: int,
+                 on_finish: Callable[[Exchange, int, float, str | None], None]) -> None:
+        self.started = time.perf_counter()
+        self.ts = time.time()
+        self.endpoint, self.stream, self.in_flight = endpoint, stream, in_flight
+        self.messages = messages  # classified when the row is made, not before the request is forwarded
+        self._on_finish = on_finish
+        self.held_ms = 0.0
+        self.ttft_ms: float | None = None
+        self.events = 0
+        self.usage: dict[str, Any] = {}
+        self.timings: dict[str, Any] = {}
+        self.profile: str | None = None
+        self.attempts = 0
+        self.error: str | None = None
+        self.failed_status: int | None = None  # set when a started stream ends in error
+        self.recorded = True  # goes into the traffic table (proxied POSTs; metrics count everything)
+        self.done = False
+
+    @classmethod
+    def of_request(cls, method: str, endpoint: str, body: bytes, in_flight: int,
+                   on_finish: Callable[[Exchange, int, float, str | None], None]) -> tuple[Exchange, dict[str, Any] | None]:
+        """The exchange a request starts, and its body as a JSON object when it is one."""
+        document = json_object(body) if method == "POST" and body else None
+        messages = document.get("messages") if document is not None else None
+        stream = bool(document is not None and document.get("stream") is True)
+        exchange = cls(endpoint, stream, messages if isinstance(messages, list) else None, in_flight, on_finish)
+        exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
+        return exchange, document
+
+    def absorb(self, document: Any) -> None:
+        if isinstance(document, dict):
+            if isinstance(document.get("usage"), dict):
+                self.usage = document["usage"]
+            if isinstance(document.get("timings"), dict):
+                self.timings = document["timings"]
+
+    def scan(self, chunk: bytes) -> None:
+        """Note token events (TTFT, count) and the usage/timings a final event carries."""
+        for event in chunk.split(b"\n\n"):
+            if not event.startswith(b"data: ") or event.startswith(b"data: [DONE]"):
+                continue
+            if _TOKEN_EVENT.search(event):
+                self.events += 1
+                if self.ttft_ms is None:
+                    self.ttft_ms = 1000.0 * (time.perf_counter() - self.started)
+            if b'"timings"' in event or b'"usage"' in event:
+                self.absorb(json_object(event[6:]))
+
+    def to_record(self, unit: str, status: int, total_s: float, error: str | None) -> TrafficRecord:
+        usage, timings = self.usage, self.timings
+        completion = _int(usage.get("completion_tokens"))
+        if completion is None and self.stream and self.events:
+            completion = _int(timings.get("predicted_n")) or self.events
+        return TrafficRecord(
+            ts=self.ts, endpoint=self.endpoint, stream=self.stream, status=status, total_ms=1000.0 * total_s,
+            unit=unit, profile=self.profile, in_flight=self.in_flight,
+            task_class=task_class_of(self.messages) if self.messages is not None else None,
+            prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=completion,
+            ttft_ms=self.ttft_ms, held_ms=self.held_ms,
+            prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
+            predicted_n=_int(timings.get("predicted_n")), predicted_ms=_float(timings.get("predicted_ms")),
+            draft_n=_int(timings.get("draft_n")), draft_n_accepted=_int(timings.get("draft_n_accepted")),
+            error=error,
+        )
+
+    def finish(self, status: int, error: str | None = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+
+
+class Recording:
+    """Where a finished exchange goes: the metrics at once, the traffic row to the Recorder's queue."""
+
+    def __init__(self, unit: str, recorder: Recorder | None, metrics: SpecdMetrics | None) -> None:
+        self.unit, self._recorder, self._metrics = unit, recorder, metrics
+        self._counted: dict[tuple[str, int], Any] = {}  # metric children by label: a lookup, not a labels() call
+
+    def __call__(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
+        if log.isEnabledFor(logging.DEBUG):  # the path only: a query string may carry an API key
+            log.debug("forwarded %s: %d in %.1f ms%s", exchange.endpoint, status, 1000 * total_s,
+                      f" ({error})" if error else "")
+        if self._metrics is not None:
+            route = route_label(exchange.endpoint)
+            children = self._counted.get((route, status))
+            if children is None:
+                children = self._counted[route, status] = (self._metrics.requests.labels(route, str(status)),
+                                                           self._metrics.latency.labels(route))
+            children[0].inc()
+            children[1].observe(total_s)
+            if exchange.ttft_ms is not None:
+                self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
+        if self._recorder is not None and exchange.recorded:
+            self._recorder.record(exchange.to_record(self.unit, status, total_s, error))
+
+
+def task_class_of(messages: list[Any]) -> str | None:
+    """The task class, judged on at most CLASSIFY_CHARS of each message's text.
+
+    The classifier's regexes run in the event loop; on unbounded text (one 1 MB "word") they take
+    minutes and stall every stream. The ask is in the first few KB of a message anyway.
+    """
+    clipped: list[Any] = []
+    for message in messages:
+        if isinstance(message, dict):
+            content = message.get("content")
+            if isinstance(content, str):
+                message = {**message, "content": content[:CLASSIFY_CHARS]}
+            elif isinstance(content, list):
+                message = {**message, "content": [
+                    {**part, "text": part["text"][:CLASSIFY_CHARS]}
+                    if isinstance(part, dict) and isinstance(part.get("text"), str) else part
+                    for part in content[:64]]}
+        clipped.append(message)
+    return classify(clipped)
+
+
+def json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting: "[[[[..." is not a request
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
