@@ -93,11 +93,13 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
         print_json(data)
     else:
         table = Table(show_header=False, box=None)
-        for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "generation", "pending"):
+        for key in ("unit", "active_profile", "state", "unit_state", "endpoint", "health", "generation", "last_tuning",
+                    "pending"):
             if data.get(key) not in (None, ""):
                 table.add_row(key.replace("_", " "), str(data[key]))
         daemon = data["daemon"]
-        table.add_row("daemon", str(daemon.get("detail", "")))
+        next_run = f"; next tuning {daemon['next_tuning'][:16].replace('T', ' ')}" if daemon.get("next_tuning") else ""
+        table.add_row("daemon", str(daemon.get("detail", "")) + next_run)
         console.print(table)
     if not data.get("healthy") or "state" in data or pending is not None:
         raise typer.Exit(STATUS_UNHEALTHY_EXIT)

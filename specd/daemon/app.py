@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import fcntl
 import functools
-import importlib
 import json
 import logging
 import os
@@ -32,13 +31,13 @@ from typing import Any
 
 import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.cron import CronTrigger
 
 from specd import paths
 from specd.daemon import control
 from specd.daemon.control import daemon_status, status_path
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
+from specd.daemon.nightly import cron_trigger, nightly_job
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
 from specd.daemon.watcher import DeploymentWatcher
@@ -165,16 +164,12 @@ class Daemon:
                                        seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=_now())
         self.scheduler.add_job(self._job("housekeeping", self._housekeeping), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")
-        tuner = self.config.tuner
-        nightly = _tuner_entry()
-        if tuner.enabled and nightly is not None:
-            try:
-                trigger = CronTrigger.from_crontab(tuner.cron)
-            except ValueError as exc:
-                raise ConfigError(f"{self.config.path}: [tuner] cron {tuner.cron!r}: {exc}") from exc
-            for deployment in self.deployments:
-                self.scheduler.add_job(self._job(f"tune {deployment.unit}", partial(nightly, deployment)),
-                                       trigger, id=f"tune:{deployment.unit}")
+        if self.config.tuner.enabled:
+            trigger = cron_trigger(self.config.tuner.cron, self.config.path)
+            for unit, runtime in self.runtimes.items():
+                nightly = nightly_job(self.config, runtime.deployment, runtime.proxy)
+                if nightly is not None:
+                    self.scheduler.add_job(self._job(f"tune {unit}", nightly), trigger, id=f"tune:{unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -367,17 +362,6 @@ class Daemon:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _tuner_entry() -> Callable[[Deployment], object] | None:
-    try:
-        module = importlib.import_module("specd.tune.tuner")
-    except ModuleNotFoundError as exc:
-        if exc.name != "specd.tune.tuner":
-            raise
-        return None
-    entry = getattr(module, "nightly", None)
-    return entry if callable(entry) else None
 
 
 def run_daemon(config: Config, deployments: list[Deployment] | None = None) -> int:

@@ -50,6 +50,7 @@ from specd.daemon.relay import (
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
+from specd.traffic.shape import request_shape
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +230,10 @@ class Proxy:
         task_class = task_class_of(messages) if isinstance(messages, list) else None
         stream = bool(document is not None and document.get("stream") is True)
         if self._capture is not None and document is not None and endpoint.endswith("/chat/completions"):
-            self._capture.write(document)
+            self._capture.write(document, in_flight=self.in_flight)
         exchange = Exchange(endpoint, stream, task_class, self.in_flight, self.record)
         exchange.recorded = request.method == "POST"  # GET /v1/models, /health polls are not traffic
+        exchange.shape = request_shape(document)
         self.in_flight += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)

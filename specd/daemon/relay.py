@@ -23,6 +23,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from specd.traffic.records import TrafficRecord
+from specd.traffic.shape import RequestShape
 from specd.traffic.taskclass import classify
 
 CUT = object()
@@ -51,6 +52,7 @@ class Exchange:
         self.error: str | None = None
         self.failed_status: int | None = None  # set when a started stream ends in error
         self.recorded = True  # goes into the traffic table (proxied POSTs; metrics count everything)
+        self.shape = RequestShape()  # sampling and conversation, set by the proxy for a JSON body
         self.done = False
 
     def absorb(self, document: Any) -> None:
@@ -85,7 +87,7 @@ class Exchange:
             prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
             predicted_n=_int(timings.get("predicted_n")), predicted_ms=_float(timings.get("predicted_ms")),
             draft_n=_int(timings.get("draft_n")), draft_n_accepted=_int(timings.get("draft_n_accepted")),
-            error=error,
+            error=error, sampling=self.shape.sampling, conversation=self.shape.conversation, turn=self.shape.turn,
         )
 
     def finish(self, status: int, error: str | None = None) -> None:

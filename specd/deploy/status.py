@@ -17,6 +17,8 @@ from specd.unit.render import profile_of_unit
 
 # Daemon events that change what the deployment *is*, newest wins (recorded by the health monitor).
 STATE_EVENTS = {"monitor-failed": "failed", "owner-stopped": "stopped by its owner", "owner-started": "running"}
+# What the tuner's runs record (specd.tune.night): the newest says how the last night went.
+TUNING_EVENTS = ("tune", "tune-skip", "tune-stopped", "tune-failed")
 
 
 def deployment_state(history: History, unit: str) -> str | None:
@@ -25,6 +27,15 @@ def deployment_state(history: History, unit: str) -> str | None:
         label = STATE_EVENTS.get(event["kind"])
         if label is not None:
             return None if event["kind"] == "owner-started" else f"{label}: {event['detail']}"
+    return None
+
+
+def last_tuning(history: History, unit: str) -> str | None:
+    """'<UTC time> <kind>: <sentence>' of the newest tuning run (its numbers are in `history --events`)."""
+    for event in history.events(unit, limit=200):
+        if event["kind"] in TUNING_EVENTS:
+            sentence = str(event["detail"]).split(" | ", 1)[0]
+            return f"{str(event['at'])[:19].replace('T', ' ')} UTC {event['kind']}: {sentence}"
     return None
 
 
@@ -65,6 +76,7 @@ def collect_status(config: Config, deployment: Deployment, daemon: dict[str, Any
         marked = deployment_state(history, deployment.unit)
         if marked is not None:
             data["state"] = marked
+        data["last_tuning"] = last_tuning(history, deployment.unit)
         history.close()
     except SpecdError as exc:
         data["generation"] = f"unknown ({exc.message})"

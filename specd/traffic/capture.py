@@ -4,6 +4,10 @@ Bodies hold what users typed, so: off unless `[proxy] capture_bodies = true`, fi
 0700 directory, and bounded: two files (current and previous) of at most half the budget each.
 Each body is one JSON line written with a single `write` on an O_APPEND descriptor, so a crash
 leaves whole lines; headers (and so API keys) are never part of it.
+
+A line is a workload line (specd.tune.workloads): the body, plus a `specd` object saying when the
+proxy saw it (`recorded_at`, unix time) and how many requests were in flight then, itself included
+(`concurrency`), so a replay keeps the recorded concurrency and order, not only the bodies.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +36,12 @@ class BodyCapture:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(directory, 0o700)
 
-    def write(self, body: dict[str, Any]) -> bool:
-        """Append one body; False (and counted) when it alone is over the per-file budget."""
+    def write(self, body: dict[str, Any], *, in_flight: int = 0) -> bool:
+        """Append one body (`in_flight`: the other requests in flight as it arrived); False (and
+        counted) when it alone is over the per-file budget."""
+        meta = {"recorded_at": round(time.time(), 3), "concurrency": in_flight + 1}
         try:
-            line = (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+            line = (json.dumps({**body, "specd": meta}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         except (ValueError, RecursionError):  # nested too deep to write back out: not worth keeping
             self.skipped += 1
             return False

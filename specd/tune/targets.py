@@ -5,6 +5,7 @@ active llama-server; it is safe to call `complete` from several threads at once 
 replay). `ModelTarget` answers from the emulator's performance model in-process (no server, no
 clock): it is told how many requests are in flight and models the batching penalty and a
 one-slot prompt cache, so concurrency and cache reuse can be reasoned about without a server.
+`Interruptible` wraps a target for the nightly run, which must stop when clients come back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ import httpx
 
 from specd.context import switcher_for
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
-from specd.errors import HealthError, UsageError
+from specd.errors import HealthError, Interrupted, SpecdError, UsageError
 from specd.gpu import nvml as gpu
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
@@ -148,3 +150,40 @@ class ModelTarget:
 
     def vram_bytes(self) -> int | None:
         return None
+
+
+class Interruptible:
+    """A target that refuses new work once `stop` is set, except the switch back to the live profile.
+
+    The nightly job sets `stop` when clients send requests: requests already sent finish (a round
+    waits for them), no new one starts, and the bench's `restoring` puts the live profile back.
+    """
+
+    def __init__(self, inner: Target, stop: threading.Event) -> None:
+        self.inner, self.stop = inner, stop
+        self.concurrent = inner.concurrent
+        self.live = inner.active()
+
+    def _refuse(self) -> Interrupted:
+        return Interrupted("clients sent requests during the nightly run: it stopped")
+
+    def active(self) -> str | None:
+        return self.inner.active()
+
+    def activate(self, profile: str) -> None:
+        if self.stop.is_set() and profile != self.live:
+            raise self._refuse()
+        self.inner.activate(profile)
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        if self.stop.is_set():
+            raise self._refuse()
+        try:
+            return self.inner.complete(body, in_flight)
+        except SpecdError as exc:
+            if self.stop.is_set():
+                raise self._refuse() from exc
+            raise
+
+    def vram_bytes(self) -> int | None:
+        return self.inner.vram_bytes()

@@ -1,0 +1,47 @@
+"""When the nightly tuning fires, and what the daemon hands it.
+
+`[tuner] cron` is a crontab line (minute hour day month weekday); a sixth, leading field gives the
+second, for runs that must fire at an exact moment (the end-to-end tests of the night use it). The
+job itself lives in specd.tune.night, imported here lazily: the tuner sits above the daemon (its
+switches go through specd.context, whose restarts drain this daemon's proxy). The daemon hands it
+the proxy's in-flight count, so the run can stop when clients come back.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from apscheduler.triggers.cron import CronTrigger
+
+from specd.daemon.proxy import Proxy
+from specd.errors import ConfigError
+from specd.profiles.config import Config, Deployment
+
+CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
+
+
+def cron_trigger(cron: str, config_path: Path | None) -> CronTrigger:
+    """The trigger for `[tuner] cron`: five crontab fields, or six with the second first."""
+    fields = cron.split()
+    try:
+        if len(fields) == len(CRON_FIELDS) + 1:
+            return CronTrigger(second=fields[0], **dict(zip(CRON_FIELDS, fields[1:], strict=True)))
+        return CronTrigger.from_crontab(cron)
+    except ValueError as exc:
+        raise ConfigError(f"{config_path}: [tuner] cron {cron!r}: {exc}",
+                          hint="five crontab fields (30 3 * * *), or six with the second first") from exc
+
+
+def nightly_job(config: Config, deployment: Deployment, proxy: Proxy | None) -> Callable[[], object] | None:
+    """The nightly run for one deployment, or None when specd.tune is not installed."""
+    try:
+        module = importlib.import_module("specd.tune.night")
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("specd.tune"):
+            raise
+        return None
+    return partial(module.nightly, config, deployment,
+                   client_requests=None if proxy is None else (lambda: proxy.in_flight))

@@ -1,0 +1,198 @@
+"""The nightly run, as the daemon's scheduler fires it, and what it leaves in history.
+
+Its order: skip when the deployment is pinned; wait for an idle window (no client request for
+`[tuner] idle_minutes`) as long as the budget (`budget_minutes`, counted from the firing) allows;
+bench the candidates on this box's recent traffic (specd.tune.recent) with no round starting past
+the budget; verify the winner; switch or not (specd.tune.tuner). Every way it ends is one history
+event the owner reads the next morning (`specd history --events`, `specd status`):
+
+    tune          the decision, its numbers, the traffic it was measured on, the wait and the budget
+    tune-skip     pinned, or no idle window within the budget
+    tune-stopped  clients sent requests mid-run: it stopped, put the live profile back, switched nothing
+    tune-failed   anything else, with the error
+
+Clients coming back mid-run are seen on the proxy's in-flight count (`client_requests`, polled
+every POLL_S): no new bench request or switch starts, the requests already sent finish, and the
+live profile is switched back through the proxy's drain, so clients see latency, never errors.
+Without a proxy the bench's own requests cannot be told from clients', so only the idle check runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from specd.context import switcher_for
+from specd.deploy.history import History
+from specd.errors import Interrupted, SpecdError
+from specd.profiles.config import Config, Deployment
+from specd.traffic import records as traffic
+from specd.tune.pins import get_pin
+from specd.tune.recent import resolve_workload
+from specd.tune.tuner import Decision, tune_deployment
+
+log = logging.getLogger(__name__)
+POLL_S = 0.05  # how often the run looks at the proxy for client requests
+IDLE_POLL_S = 5.0  # how often the idle wait looks again
+
+ClientRequests = Callable[[], int]  # client requests in flight through the proxy right now
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The night's time seam (tests move it; the daemon uses the real one)."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+
+class TrafficWatch:
+    """Polls the proxy on a thread while the run benches; `arrived` is set at the first client request."""
+
+    def __init__(self, client_requests: ClientRequests, clock: Clock, poll_s: float = POLL_S) -> None:
+        self.client_requests, self.clock, self.poll_s = client_requests, clock, poll_s
+        self.arrived = threading.Event()
+        self.seen_at: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="specd-night-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.poll_s):
+            if self.client_requests() > 0:
+                self.seen_at = self.clock.monotonic()
+                self.arrived.set()
+                return
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def last_traffic_age_s(deployment: Deployment, window_s: float, now: float) -> float | None:
+    """Seconds since the last recorded request ended (proxy rows, else sampled counters); None: none in the window."""
+    conn = traffic.open_db()
+    try:
+        records = traffic.fetch_records(conn, now - window_s - 86400, deployment.unit)
+        ends = [r.ts + r.total_ms / 1000.0 for r in records]
+        if ends and max(ends) >= now - window_s:
+            return max(0.0, now - max(ends))
+        totals = traffic.counter_totals(conn, now - window_s, deployment.unit)
+    finally:
+        conn.close()
+    busy = any(t.get("predicted_tokens", 0.0) > 0 or t.get("prompt_tokens", 0.0) > 0
+               for t in totals.by_profile.values())
+    return 0.0 if busy else None
+
+
+@dataclass
+class IdleWait:
+    idle: bool
+    waited_s: float
+    last_age_s: float | None = None  # when it gave up: how long ago the last request ended
+
+
+def wait_for_idle(deployment: Deployment, idle_s: float, deadline: float, client_requests: ClientRequests | None,
+                  clock: Clock) -> IdleWait:
+    """Wait until no client request for `idle_s`, giving up once that cannot happen before `deadline`."""
+    started = clock.monotonic()
+    busy_at: float | None = None  # when a client was last seen in flight (its row may not be written yet)
+    while True:
+        if client_requests is not None and client_requests() > 0:
+            busy_at = clock.monotonic()
+        recorded = last_traffic_age_s(deployment, idle_s, clock.wall())
+        seen = None if busy_at is None else clock.monotonic() - busy_at
+        age = min((a for a in (recorded, seen) if a is not None), default=None)
+        if age is None or age >= idle_s:
+            return IdleWait(True, clock.monotonic() - started)
+        need = idle_s - age
+        if clock.monotonic() + need > deadline:
+            return IdleWait(False, clock.monotonic() - started, age)
+        clock.sleep(min(need, IDLE_POLL_S))
+
+
+@dataclass
+class Night:
+    """One run's facts for its history event."""
+
+    fired_at: float
+    budget_s: float
+    waited_s: float = 0.0
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    def event(self, deployment: Deployment, kind: str, sentence: str, **numbers: Any) -> None:
+        detail = f"{sentence} | {json.dumps({**self.numbers, **numbers}, separators=(',', ':'))}"
+        history = History()
+        try:
+            history.event(deployment.unit, kind, detail)
+        finally:
+            history.close()
+
+
+def nightly(config: Config, deployment: Deployment, *, client_requests: ClientRequests | None = None,
+            clock: Clock | None = None) -> Decision | None:
+    """The daemon's cron job; returns the decision, or None when it did not decide (history says why)."""
+    tuner = config.tuner
+    if not tuner.enabled:
+        return None
+    clock = clock or Clock()
+    night = Night(fired_at=clock.monotonic(), budget_s=tuner.budget_minutes * 60.0)
+    deadline = night.fired_at + night.budget_s
+    night.numbers = {"budget_s": round(night.budget_s, 1), "idle_s": round(tuner.idle_minutes * 60.0, 1)}
+    pin = get_pin(deployment.unit)
+    if pin is not None:
+        night.event(deployment, "tune-skip", f"pinned to {pin.profile}")
+        return None
+    wait = wait_for_idle(deployment, tuner.idle_minutes * 60.0, deadline, client_requests, clock)
+    night.numbers["waited_idle_s"] = round(wait.waited_s, 1)
+    if not wait.idle:
+        age = wait.last_age_s or 0.0
+        night.event(deployment, "tune-skip", f"no idle window within the budget: the last request ended "
+                                             f"{age:.0f} s ago, the tuner waits for {tuner.idle_minutes:g} idle "
+                                             f"minutes and had {max(deadline - clock.monotonic(), 0):.0f} s left")
+        return None
+    try:
+        workload = resolve_workload(tuner.workload, deployment, tuner.n)
+    except SpecdError as exc:
+        night.event(deployment, "tune-failed", str(exc).splitlines()[0])
+        raise
+    live = switcher_for(deployment, trigger="tuner").active_profile()
+    watch = TrafficWatch(client_requests or (lambda: 0), clock)
+    try:
+        with watch:
+            result = tune_deployment(config, deployment, workload=workload, deadline=deadline, trigger="tuner",
+                                     stop=watch.arrived, extra=night.numbers)
+    except Interrupted:
+        _stopped(deployment, night, watch, live, workload.facts().as_json(), clock)
+        return None
+    except SpecdError as exc:
+        night.event(deployment, "tune-failed", str(exc).splitlines()[0])
+        raise
+    log.info("%s: %s", deployment.unit, result.decision.reason)
+    return result.decision
+
+
+def _stopped(deployment: Deployment, night: Night, watch: TrafficWatch, live: str | None,
+             traffic_facts: dict[str, Any], clock: Clock) -> None:
+    """Record a run stopped by clients: when, how long the live profile took to come back, and that nothing switched."""
+    seen = watch.seen_at if watch.seen_at is not None else clock.monotonic()
+    restore_s = clock.monotonic() - seen
+    now_on = switcher_for(deployment, trigger="tuner").active_profile()
+    hold = deployment.proxy.hold_timeout_s if deployment.proxy is not None else None
+    back = "put back" if now_on == live else f"could not put back (now on {now_on or 'nothing'})"
+    night.event(deployment, "tune-stopped",
+                f"stopped: clients sent requests {seen - night.fired_at:.0f} s into the run; {live or 'nothing'} "
+                f"{back} {restore_s:.1f} s later; no switch",
+                live=live, now_on=now_on, restore_s=round(restore_s, 1), hold_timeout_s=hold, traffic=traffic_facts)
+    log.info("%s: nightly run stopped by client traffic; %s restored in %.1f s", deployment.unit, live, restore_s)

@@ -1,0 +1,144 @@
+"""The nightly run's pieces: when it fires, the idle wait within the budget, the stop when clients come back."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specd.daemon.nightly import cron_trigger
+from specd.deploy.history import History
+from specd.emulator.model import load_model
+from specd.errors import ConfigError, Interrupted
+from specd.profiles.config import Config, Deployment, TunerConfig
+from specd.traffic import records as traffic
+from specd.tune.bench import ModelTarget, Settings
+from specd.tune.night import Clock, TrafficWatch, nightly, wait_for_idle
+from specd.tune.pins import set_pin
+from specd.tune.targets import Interruptible, Reply
+from specd.tune.tuner import tune
+from specd.tune.workloads import load_workload
+
+UNIT = "llama.service"
+
+
+class VirtualClock:
+    """Time that passes only when the code under test sleeps (wall time starts at the real now)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.slept: list[float] = []
+        self.start = time.time()
+
+    def clock(self) -> Clock:
+        return Clock(monotonic=lambda: self.offset, wall=lambda: self.start + self.offset, sleep=self.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.offset += seconds
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Deployment:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return Deployment(unit=UNIT, scope="user", profiles_dir=tmp_path)
+
+
+def ended(seconds_ago: float, now: float) -> None:
+    conn = traffic.open_db()
+    traffic.insert_records(conn, [traffic.TrafficRecord(ts=now - seconds_ago - 2.0, endpoint="/v1/chat/completions",
+                                                        stream=False, status=200, total_ms=2000.0, unit=UNIT)])
+    conn.close()
+
+
+def test_the_cron_takes_five_fields_or_six_with_seconds_and_names_the_file_when_wrong() -> None:
+    start = datetime.now().astimezone().replace(microsecond=0)
+    nightly_at = cron_trigger("30 3 * * *", None).get_next_fire_time(None, start)
+    assert nightly_at is not None and (nightly_at.hour, nightly_at.minute, nightly_at.second) == (3, 30, 0)
+    soon = start + timedelta(seconds=20)
+    exact = cron_trigger(f"{soon.second} {soon.minute} {soon.hour} * * *", None).get_next_fire_time(None, start)
+    assert exact == soon
+    with pytest.raises(ConfigError, match=r"specd\.toml: \[tuner\] cron '61 \* \* \* \*'"):
+        cron_trigger("61 * * * *", Path("/etc/specd.toml"))
+
+
+def test_the_run_waits_for_the_idle_window_when_traffic_ended_recently(deployment: Deployment) -> None:
+    virtual = VirtualClock()
+    ended(20.0, virtual.start)
+    wait = wait_for_idle(deployment, 60.0, deadline=600.0, client_requests=lambda: 0, clock=virtual.clock())
+    assert wait.idle and 39.0 <= wait.waited_s <= 45.0 and sum(virtual.slept) == wait.waited_s
+
+
+def test_a_client_in_flight_keeps_it_waiting_and_it_gives_up_when_the_budget_cannot_hold_the_window(
+        deployment: Deployment) -> None:
+    virtual = VirtualClock()
+    busy = [3]
+
+    def in_flight() -> int:
+        busy[0] = max(busy[0] - 1, 0)  # the clients leave after a few looks
+        return busy[0]
+
+    wait = wait_for_idle(deployment, 30.0, deadline=600.0, client_requests=in_flight, clock=virtual.clock())
+    assert wait.idle and wait.waited_s >= 30.0
+    ended(5.0, virtual.start + virtual.offset)
+    gave_up = wait_for_idle(deployment, 30.0, deadline=virtual.offset + 10.0, client_requests=lambda: 0,
+                            clock=virtual.clock())
+    assert not gave_up.idle and gave_up.last_age_s is not None and gave_up.last_age_s < 30.0
+    assert gave_up.waited_s == 0.0, "it does not sleep when the window cannot fit in what is left"
+
+
+def test_the_night_records_why_it_skipped(deployment: Deployment) -> None:
+    config = Config(path=None, deployments=(deployment,), tuner=TunerConfig(idle_minutes=30.0, budget_minutes=10.0))
+    virtual = VirtualClock()
+    ended(60.0, virtual.start)
+    assert nightly(config, deployment, client_requests=lambda: 0, clock=virtual.clock()) is None
+    event = History().events(UNIT)[0]
+    sentence, numbers = event["detail"].split(" | ")
+    assert event["kind"] == "tune-skip" and sentence.startswith("no idle window within the budget: the last "
+                                                                 "request ended 60 s ago")
+    assert json.loads(numbers) == {"budget_s": 600.0, "idle_s": 1800.0, "waited_idle_s": 0.0}
+    set_pin(UNIT, "plain")
+    assert nightly(config, deployment, clock=virtual.clock()) is None
+    assert History().events(UNIT)[0]["detail"].startswith("pinned to plain")
+
+
+def test_the_watch_sees_the_first_client_request() -> None:
+    count = [0]
+    with TrafficWatch(lambda: count[0], Clock(), poll_s=0.01) as watch:
+        assert not watch.arrived.wait(0.1)
+        count[0] = 1
+        assert watch.arrived.wait(5.0) and watch.seen_at is not None
+
+
+class StoppedMidBench(ModelTarget):
+    """The emulator's model in-process; the stop is set (as the watch would) after `after` requests."""
+
+    def __init__(self, stop: threading.Event, after: int) -> None:
+        super().__init__(load_model(), {"plain": "none", "mtp": "mtp"}, active="plain")
+        self.stop, self.after, self.sent = stop, after, 0
+        self.activated: list[str] = []
+
+    def activate(self, profile: str) -> None:
+        self.activated.append(profile)
+        super().activate(profile)
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        self.sent += 1
+        if self.sent == self.after:
+            self.stop.set()
+        return super().complete(body, in_flight)
+
+
+def test_a_stopped_bench_sends_nothing_more_and_ends_on_the_live_profile() -> None:
+    stop = threading.Event()
+    inner = StoppedMidBench(stop, after=5)
+    with pytest.raises(Interrupted, match="clients sent requests"):
+        tune(Interruptible(inner, stop), ["plain", "mtp"], load_workload("code"), Settings(n=12, per_round=3))
+    assert inner.sent == 5, "no request after the stop"
+    assert inner.active() == "plain" and inner.activated[-1] == "plain"
