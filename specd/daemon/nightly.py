@@ -4,7 +4,8 @@
 second, for runs that must fire at an exact moment (the end-to-end tests of the night use it). The
 job itself lives in specd.tune.night, imported here lazily: the tuner sits above the daemon (its
 switches go through specd.context, whose restarts drain this daemon's proxy). The daemon hands it
-the proxy's in-flight count, so the run can stop when clients come back.
+the proxy's counts of client requests (accepted so far, in flight now), so the run waits while
+clients are about and stops when they come back.
 """
 
 from __future__ import annotations
@@ -44,4 +45,4 @@ def nightly_job(config: Config, deployment: Deployment, proxy: Proxy | None) -> 
             raise
         return None
     return partial(module.nightly, config, deployment,
-                   client_requests=None if proxy is None else (lambda: proxy.in_flight))
+                   clients=None if proxy is None else (lambda: (proxy.accepted, proxy.in_flight)))

@@ -109,6 +109,7 @@ class Proxy:
         logging.getLogger("httpx").addFilter(REDACT_QUERY_STRINGS)  # idempotent: one filter object
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
+        self.accepted = 0       # requests accepted since start (the nightly run watches for clients)
         self.active = 0         # requests past the gate, talking to the backend
         self.gate = BackendGate(self._probe_backend, poll_s=settings.health_poll_s)
         self._idle = asyncio.Event()
@@ -235,6 +236,7 @@ class Proxy:
         exchange.recorded = request.method == "POST"  # GET /v1/models, /health polls are not traffic
         exchange.shape = request_shape(document)
         self.in_flight += 1
+        self.accepted += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
         try:

@@ -11,10 +11,13 @@ event the owner reads the next morning (`specd history --events`, `specd status`
     tune-stopped  clients sent requests mid-run: it stopped, put the live profile back, switched nothing
     tune-failed   anything else, with the error
 
-Clients coming back mid-run are seen on the proxy's in-flight count (`client_requests`, polled
-every POLL_S): no new bench request or switch starts, the requests already sent finish, and the
-live profile is switched back through the proxy's drain, so clients see latency, never errors.
-Without a proxy the bench's own requests cannot be told from clients', so only the idle check runs.
+Clients are seen on the proxy's counts (`clients`: requests accepted so far, requests in flight),
+which the bench's own requests never touch (they go to the server directly): the idle wait counts
+a request from when the proxy accepts it, not from when its traffic row is written; and mid-run,
+polled every POLL_S, the first client request stops the run: no new bench request or switch
+starts, the requests already sent finish, and the live profile is switched back through the
+proxy's drain, so clients see latency, never errors. Without a proxy the bench's own requests
+cannot be told from clients', so only the idle check (on the sampled counters) runs.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05  # how often the run looks at the proxy for client requests
 IDLE_POLL_S = 5.0  # how often the idle wait looks again
 
-ClientRequests = Callable[[], int]  # client requests in flight through the proxy right now
+ClientActivity = Callable[[], tuple[int, int]]  # the proxy's client requests: (accepted so far, in flight now)
+SETTLE_S = 1.0  # an idle verdict is confirmed this much later: a request just answered has its row written by then
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,9 @@ class Clock:
 class TrafficWatch:
     """Polls the proxy on a thread while the run benches; `arrived` is set at the first client request."""
 
-    def __init__(self, client_requests: ClientRequests, clock: Clock, poll_s: float = POLL_S) -> None:
-        self.client_requests, self.clock, self.poll_s = client_requests, clock, poll_s
+    def __init__(self, clients: ClientActivity, clock: Clock, poll_s: float = POLL_S) -> None:
+        self.clients, self.clock, self.poll_s = clients, clock, poll_s
+        self.baseline = clients()[0]
         self.arrived = threading.Event()
         self.seen_at: float | None = None
         self._done = threading.Event()
@@ -65,7 +70,8 @@ class TrafficWatch:
 
     def _run(self) -> None:
         while not self._done.wait(self.poll_s):
-            if self.client_requests() > 0:
+            accepted, in_flight = self.clients()
+            if accepted > self.baseline or in_flight > 0:
                 self.seen_at = self.clock.monotonic()
                 self.arrived.set()
                 return
@@ -103,19 +109,29 @@ class IdleWait:
     last_age_s: float | None = None  # when it gave up: how long ago the last request ended
 
 
-def wait_for_idle(deployment: Deployment, idle_s: float, deadline: float, client_requests: ClientRequests | None,
+def wait_for_idle(deployment: Deployment, idle_s: float, deadline: float, clients: ClientActivity | None,
                   clock: Clock) -> IdleWait:
     """Wait until no client request for `idle_s`, giving up once that cannot happen before `deadline`."""
     started = clock.monotonic()
-    busy_at: float | None = None  # when a client was last seen in flight (its row may not be written yet)
+    busy_at: float | None = None  # when the proxy last showed a client (its row may not be written yet)
+    last_accepted: int | None = None
+    confirmed = clients is None
     while True:
-        if client_requests is not None and client_requests() > 0:
-            busy_at = clock.monotonic()
+        if clients is not None:
+            accepted, in_flight = clients()
+            if in_flight > 0 or (last_accepted is not None and accepted != last_accepted):
+                busy_at = clock.monotonic()
+            last_accepted = accepted
         recorded = last_traffic_age_s(deployment, idle_s, clock.wall())
         seen = None if busy_at is None else clock.monotonic() - busy_at
         age = min((a for a in (recorded, seen) if a is not None), default=None)
         if age is None or age >= idle_s:
-            return IdleWait(True, clock.monotonic() - started)
+            if confirmed:
+                return IdleWait(True, clock.monotonic() - started)
+            confirmed = True  # look once more, SETTLE_S later: a request accepted just now shows by then
+            clock.sleep(SETTLE_S)
+            continue
+        confirmed = False
         need = idle_s - age
         if clock.monotonic() + need > deadline:
             return IdleWait(False, clock.monotonic() - started, age)
@@ -140,7 +156,7 @@ class Night:
             history.close()
 
 
-def nightly(config: Config, deployment: Deployment, *, client_requests: ClientRequests | None = None,
+def nightly(config: Config, deployment: Deployment, *, clients: ClientActivity | None = None,
             clock: Clock | None = None) -> Decision | None:
     """The daemon's cron job; returns the decision, or None when it did not decide (history says why)."""
     tuner = config.tuner
@@ -154,7 +170,7 @@ def nightly(config: Config, deployment: Deployment, *, client_requests: ClientRe
     if pin is not None:
         night.event(deployment, "tune-skip", f"pinned to {pin.profile}")
         return None
-    wait = wait_for_idle(deployment, tuner.idle_minutes * 60.0, deadline, client_requests, clock)
+    wait = wait_for_idle(deployment, tuner.idle_minutes * 60.0, deadline, clients, clock)
     night.numbers["waited_idle_s"] = round(wait.waited_s, 1)
     if not wait.idle:
         age = wait.last_age_s or 0.0
@@ -168,7 +184,7 @@ def nightly(config: Config, deployment: Deployment, *, client_requests: ClientRe
         night.event(deployment, "tune-failed", str(exc).splitlines()[0])
         raise
     live = switcher_for(deployment, trigger="tuner").active_profile()
-    watch = TrafficWatch(client_requests or (lambda: 0), clock)
+    watch = TrafficWatch(clients or (lambda: (0, 0)), clock)
     try:
         with watch:
             result = tune_deployment(config, deployment, workload=workload, deadline=deadline, trigger="tuner",

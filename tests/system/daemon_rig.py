@@ -69,12 +69,13 @@ class RunningDaemon:
         return int(out or 0)
 
 
-def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
+def write_config(box: Box, proxy_port: int, *, grace_s: float, proxy: str = "", tuner: str = "enabled = false\n") -> None:
+    """`proxy` and `tuner`: more lines for those tables (the night's tests turn the tuner on)."""
     box.config_path.write_text(
         f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
-        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n\n'
+        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n{proxy}\n'
         f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n\n"
-        "[tuner]\nenabled = false\n"
+        f"[tuner]\n{tuner}"
     )
 
 
@@ -82,9 +83,9 @@ def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
 def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
     started: list[RunningDaemon] = []
 
-    def start(*, grace_s: float = 0.0) -> RunningDaemon:
+    def start(*, grace_s: float = 0.0, proxy: str = "", tuner: str = "enabled = false\n") -> RunningDaemon:
         proxy_port = free_port()
-        write_config(box, proxy_port, grace_s=grace_s)
+        write_config(box, proxy_port, grace_s=grace_s, proxy=proxy, tuner=tuner)
         name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
         log_path = box.root / "daemon.log"
         environment = " ".join(

@@ -71,23 +71,26 @@ def test_the_cron_takes_five_fields_or_six_with_seconds_and_names_the_file_when_
 def test_the_run_waits_for_the_idle_window_when_traffic_ended_recently(deployment: Deployment) -> None:
     virtual = VirtualClock()
     ended(20.0, virtual.start)
-    wait = wait_for_idle(deployment, 60.0, deadline=600.0, client_requests=lambda: 0, clock=virtual.clock())
-    assert wait.idle and 39.0 <= wait.waited_s <= 45.0 and sum(virtual.slept) == wait.waited_s
+    wait = wait_for_idle(deployment, 60.0, deadline=600.0, clients=lambda: (5, 0), clock=virtual.clock())
+    assert wait.idle and 40.0 <= wait.waited_s <= 46.0 and sum(virtual.slept) == wait.waited_s
 
 
-def test_a_client_in_flight_keeps_it_waiting_and_it_gives_up_when_the_budget_cannot_hold_the_window(
-        deployment: Deployment) -> None:
+def test_clients_seen_on_the_proxy_keep_it_waiting_before_their_rows_are_written(deployment: Deployment) -> None:
+    """No traffic rows at all: what the proxy shows (a request in flight, then one more accepted) is enough."""
     virtual = VirtualClock()
-    busy = [3]
+    looks = iter([(10, 1), (10, 1), (11, 0)])
 
-    def in_flight() -> int:
-        busy[0] = max(busy[0] - 1, 0)  # the clients leave after a few looks
-        return busy[0]
+    def clients() -> tuple[int, int]:
+        return next(looks, (11, 0))  # two looks with one in flight, then one more accepted and answered
 
-    wait = wait_for_idle(deployment, 30.0, deadline=600.0, client_requests=in_flight, clock=virtual.clock())
-    assert wait.idle and wait.waited_s >= 30.0
+    wait = wait_for_idle(deployment, 30.0, deadline=600.0, clients=clients, clock=virtual.clock())
+    assert wait.idle and wait.waited_s >= 30.0 + 2 * 5.0
+
+
+def test_it_gives_up_when_the_budget_cannot_hold_the_idle_window(deployment: Deployment) -> None:
+    virtual = VirtualClock()
     ended(5.0, virtual.start + virtual.offset)
-    gave_up = wait_for_idle(deployment, 30.0, deadline=virtual.offset + 10.0, client_requests=lambda: 0,
+    gave_up = wait_for_idle(deployment, 30.0, deadline=virtual.offset + 10.0, clients=lambda: (0, 0),
                             clock=virtual.clock())
     assert not gave_up.idle and gave_up.last_age_s is not None and gave_up.last_age_s < 30.0
     assert gave_up.waited_s == 0.0, "it does not sleep when the window cannot fit in what is left"
@@ -97,7 +100,7 @@ def test_the_night_records_why_it_skipped(deployment: Deployment) -> None:
     config = Config(path=None, deployments=(deployment,), tuner=TunerConfig(idle_minutes=30.0, budget_minutes=10.0))
     virtual = VirtualClock()
     ended(60.0, virtual.start)
-    assert nightly(config, deployment, client_requests=lambda: 0, clock=virtual.clock()) is None
+    assert nightly(config, deployment, clients=lambda: (0, 0), clock=virtual.clock()) is None
     event = History().events(UNIT)[0]
     sentence, numbers = event["detail"].split(" | ")
     assert event["kind"] == "tune-skip" and sentence.startswith("no idle window within the budget: the last "
@@ -108,11 +111,12 @@ def test_the_night_records_why_it_skipped(deployment: Deployment) -> None:
     assert History().events(UNIT)[0]["detail"].startswith("pinned to plain")
 
 
-def test_the_watch_sees_the_first_client_request() -> None:
-    count = [0]
-    with TrafficWatch(lambda: count[0], Clock(), poll_s=0.01) as watch:
+@pytest.mark.parametrize("arrival", [(8, 1), (9, 0)], ids=["in-flight", "already-answered"])
+def test_the_watch_sees_the_first_client_request(arrival: tuple[int, int]) -> None:
+    now = [(8, 0)]
+    with TrafficWatch(lambda: now[0], Clock(), poll_s=0.01) as watch:
         assert not watch.arrived.wait(0.1)
-        count[0] = 1
+        now[0] = arrival
         assert watch.arrived.wait(5.0) and watch.seen_at is not None
 
 
