@@ -51,7 +51,7 @@ class Settings:
     max_tokens: int | None = None  # caps every request's max_tokens (short smoke benches)
     seed: int = SEED
     early_stop: bool = True
-    deadline: float | None = None  # time.monotonic() after which no new round starts
+    deadline: float | None = None  # time.monotonic() after which no new request starts
     concurrency: int | None = None  # every request at this level; default: each request's own (the traffic's)
     per_round: int | None = None  # requests per profile per round; default: see round_size
     cache_reuse: bool | None = None  # cache_prompt on; default: when the traffic continues conversations
@@ -302,14 +302,17 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
     def body_of(request: WorkloadRequest) -> dict[str, Any]:
         return request_body(request, settings, cache_reuse)
 
+    def spent() -> bool:
+        return settings.deadline is not None and time.monotonic() > settings.deadline
+
+    cut = False  # a round the deadline ended before all its requests ran
+
     for number, items in enumerate(rounds):
-        if not rotation:
-            break
-        if settings.deadline is not None and time.monotonic() > settings.deadline:
-            if number:
-                report.notes.append(f"time budget spent after {number} of {len(rounds)} rounds")
+        if not rotation or spent():
             break
         for profile in rotation if number % 2 == 0 else list(reversed(rotation)):
+            if spent():
+                break
             try:
                 if profile != current:
                     current = None
@@ -318,7 +321,9 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
                     report.switches += 1
                     for index in range(settings.warmup):
                         target.complete(warmup_body(workload.requests[index % len(workload.requests)], settings))
-                done = replay_round(target, items, body_of, settings.concurrency, arrivals=arrivals)
+                done = replay_round(target, items, body_of, settings.concurrency, arrivals=arrivals,
+                                    deadline=settings.deadline)
+                cut = cut or len(done) < len(items)
             except Interrupted:
                 raise
             except SpecdError as exc:
@@ -331,6 +336,9 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
             if progress is not None:
                 progress(profile, len(rows), settings.n)
         report.rounds = number + 1
+        if spent() and (cut or number + 1 < len(rounds)):
+            report.notes.append(f"time budget spent in round {number + 1} of {len(rounds)}")
+            break
         if settings.early_stop and number + 1 < len(rounds):
             for profile in _leavers(report, rotation, settings.floor):
                 report.stopped_early[profile] = True

@@ -121,9 +121,11 @@ def _levels(items: Sequence[Item], concurrency: int | None, arrivals: bool) -> l
 
 
 def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[WorkloadRequest], dict[str, Any]],
-                 concurrency: int | None = None, *, arrivals: bool = False) -> list[Done]:
+                 concurrency: int | None = None, *, arrivals: bool = False,
+                 deadline: float | None = None) -> list[Done]:
     """Send one round; results come back in the round's order. The first error propagates once the
-    requests already sent have finished; no request starts after it.
+    requests already sent have finished; no request starts after it, nor after `deadline`
+    (time.monotonic(); the round then returns the requests that ran).
 
     Requests start in the round's order (by arrival offset in open loop), each once its
     conversation's previous turn has been answered and fewer than its level are in flight: at a
@@ -135,11 +137,13 @@ def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[Workl
         answers: dict[str, str] = {}
         done = []
         for position, item in enumerate(items):
+            if deadline is not None and time.monotonic() > deadline:
+                break
             reply = target.complete(_live_history(body_of(item.request), answers), in_flight=levels[position])
             _remember(items, position, reply, answers)
             done.append(Done(item, reply, levels[position]))
         return done
-    return _Dispatcher(target, items, body_of, levels, arrivals).run()
+    return _Dispatcher(target, items, body_of, levels, arrivals, deadline).run()
 
 
 def _remember(items: Sequence[Item], position: int, reply: Reply, answers: dict[str, str]) -> None:
@@ -152,8 +156,9 @@ class _Dispatcher:
     """One round against a concurrent target: the calling thread starts requests, a pool sends them."""
 
     def __init__(self, target: Target, items: Sequence[Item], body_of: Callable[[WorkloadRequest], dict[str, Any]],
-                 levels: Sequence[int], arrivals: bool) -> None:
+                 levels: Sequence[int], arrivals: bool, deadline: float | None) -> None:
         self.target, self.items, self.body_of, self.levels = target, items, body_of, levels
+        self.deadline = deadline
         first = min((i.request.arrival_s or 0.0 for i in items), default=0.0)
         self.offsets = [(i.request.arrival_s or 0.0) - first if arrivals else 0.0 for i in items]
         self.order = sorted(range(len(items)), key=lambda k: (self.offsets[k], k))
@@ -174,10 +179,15 @@ class _Dispatcher:
         waiting = list(self.order)
         with ThreadPoolExecutor(max_workers=min(max(self.levels), len(self.items))) as pool, self.cond:
             while waiting and self.failure is None:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    break
                 head = self._ready(waiting)
                 delay = 0.0 if head is None else self.offsets[head] - (time.monotonic() - started_at)
                 if head is None or self.running >= self.levels[head] or delay > 0:
-                    self.cond.wait(delay if head is not None and delay > 0 else None)
+                    until_deadline = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+                    waits = [w for w in (delay if head is not None and delay > 0 else None, until_deadline)
+                             if w is not None]
+                    self.cond.wait(min(waits) if waits else None)
                     continue
                 waiting.remove(head)
                 self.running += 1
@@ -187,7 +197,7 @@ class _Dispatcher:
                 self.cond.wait()
         if self.failure is not None:
             raise self.failure
-        return [self.results[k] for k in range(len(self.items))]
+        return [self.results[k] for k in range(len(self.items)) if k in self.results]
 
     def _send(self, position: int, body: dict[str, Any], in_flight: int) -> None:
         try:

@@ -215,7 +215,7 @@ def record(deployment: Deployment, decision: Decision, trigger: str, extra: Mapp
                "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
                              for e in decision.estimates},
-               **(extra or {}), "traffic": dict(decision.traffic)}
+               "notes": list(decision.notes), **(extra or {}), "traffic": dict(decision.traffic)}
     detail = f"{decision.reason} | {json.dumps(numbers, separators=(',', ':'))}"
     history = History()
     try:

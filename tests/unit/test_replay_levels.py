@@ -83,3 +83,12 @@ def test_the_model_target_is_told_each_requests_level() -> None:
                        Settings(n=4, early_stop=False, concurrency=2))
     assert {r.concurrency for r in forced.results["plain"]} == {2}
     assert forced.traffic["concurrency"] == 2 and forced.traffic["arrival"] == "closed-loop"
+
+
+def test_no_request_starts_after_the_deadline() -> None:
+    target = Recording(seconds=0.05)
+    report = run_bench(target, ["x"], traffic([1] * 40), Settings(n=40, per_round=40, early_stop=False,
+                                                                    deadline=time.monotonic() + 0.3))
+    ran = len(report.results["x"])
+    assert 2 <= ran < 20 and len(target.started) == ran + 1  # and the warm-up
+    assert report.notes == ["time budget spent in round 1 of 1"]
