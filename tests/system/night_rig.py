@@ -45,6 +45,21 @@ class Sent:
     ended_at: float = 0.0
 
 
+SAMPLING = (("temperature", 0.7), ("top_p", 0.9))
+
+
+def tiny_mix() -> list[Conversation]:
+    """14 requests: code, factual and creative asks and one two-turn conversation, sampled at 0.7 / 0.9."""
+    code = [f"Write a Python function that {what}." for what in (
+        "reverses a list", "adds two numbers", "counts vowels", "checks for a palindrome", "sums a list",
+        "returns the maximum")]
+    factual = ["What is the capital of France?", "What is the boiling point of water?", "Who wrote Hamlet?"]
+    creative = ["Write a short poem about the sea.", "Write a short story about a cat.", "Write a haiku about rain."]
+    single = [Conversation((ask,), 24, SAMPLING) for ask in (*code, *factual, *creative)]
+    return [*single, Conversation(("What is the largest planet?", "And the smallest one?"), 24, SAMPLING,
+                                  system="Answer in one sentence.")]
+
+
 def expected_mix(conversations: list[Conversation]) -> Counter[str]:
     """The task class of every request the mix sends, as the proxy's classifier sees it."""
     mix: Counter[str] = Counter()

@@ -180,6 +180,10 @@ def test_bench_cli_measures_stores_plots_and_restores(box: Box, tmp_path: Path) 
                        "--plot", str(plot), check=True)
     data = json.loads(result.stdout)
     assert data["profiles"] == ["plain", "mtp"]
+    traffic = data["traffic"]  # what was replayed, and how
+    assert (traffic["source"], traffic["path"], traffic["size"], traffic["class_mix"]) == (
+        "file", str(workload), 4, {"code": 4})
+    assert (traffic["concurrency"], traffic["cache_reuse"], traffic["sampling"]) == (1, False, {"server defaults": 4})
     plain, mtp = data["cells"]["plain"], data["cells"]["mtp"]
     assert 3 <= plain["n"] == mtp["n"] <= 6 and data["rounds"] >= 2  # interleaved: A B | B A | ...
     assert mtp["wall_ms"]["median"] < plain["wall_ms"]["median"]  # seed 004: MTP wins on code

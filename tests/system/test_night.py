@@ -30,25 +30,13 @@ from tests.system.night_rig import (
     expected_mix,
     generations,
     send_mix,
+    tiny_mix,
     tuner_table,
     wait_for_night,
 )
 from tests.system.test_bench import CODE_ASK, emulated_profiles
 
-SAMPLING = (("temperature", 0.7), ("top_p", 0.9))
-LABEL = "temperature=0.7,top_p=0.9"
-
-
-def tiny_mix() -> list[Conversation]:
-    """14 requests: code, factual and creative asks and one two-turn conversation, sampled at 0.7 / 0.9."""
-    code = [f"Write a Python function that {what}." for what in (
-        "reverses a list", "adds two numbers", "counts vowels", "checks for a palindrome", "sums a list",
-        "returns the maximum")]
-    factual = ["What is the capital of France?", "What is the boiling point of water?", "Who wrote Hamlet?"]
-    creative = ["Write a short poem about the sea.", "Write a short story about a cat.", "Write a haiku about rain."]
-    single = [Conversation((ask,), 24, SAMPLING) for ask in (*code, *factual, *creative)]
-    return [*single, Conversation(("What is the largest planet?", "And the smallest one?"), 24, SAMPLING,
-                                  system="Answer in one sentence.")]
+LABEL = "temperature=0.7,top_p=0.9"  # what tiny_mix samples with, as the history labels it
 
 
 def started_daemon(box: Box, start_daemon: Callable[..., RunningDaemon], *, capture: bool, fire_in_s: float,

@@ -124,6 +124,7 @@ def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box,
 
     dry = _tune(box, code, "--dry-run")
     assert dry["best"] == "mtp" and dry["switch"] is False and dry["final_profile"] == "plain"
+    assert dry["traffic"]["source"] == "file" and dry["traffic"]["size"] == 4 and dry["traffic"]["concurrency"] == 1
     assert _active(box) == "plain"
 
     box.specd("pin", "plain", check=True)
