@@ -189,10 +189,11 @@ def nightly(config: Config, deployment: Deployment, *, clients: ClientActivity |
         with watch:
             result = tune_deployment(config, deployment, workload=workload, deadline=deadline, trigger="tuner",
                                      stop=watch.arrived, extra=night.numbers)
-    except Interrupted:
-        _stopped(deployment, night, watch, live, workload.facts().as_json(), clock)
-        return None
     except SpecdError as exc:
+        if watch.arrived.is_set():  # stopped by clients; putting the live profile back may itself have failed
+            failed = None if isinstance(exc, Interrupted) else str(exc).splitlines()[0]
+            _stopped(deployment, night, watch, live, workload.facts().as_json(), clock, failed)
+            return None
         night.event(deployment, "tune-failed", str(exc).splitlines()[0])
         raise
     log.info("%s: %s", deployment.unit, result.decision.reason)
@@ -200,15 +201,18 @@ def nightly(config: Config, deployment: Deployment, *, clients: ClientActivity |
 
 
 def _stopped(deployment: Deployment, night: Night, watch: TrafficWatch, live: str | None,
-             traffic_facts: dict[str, Any], clock: Clock) -> None:
-    """Record a run stopped by clients: when, how long the live profile took to come back, and that nothing switched."""
+             traffic_facts: dict[str, Any], clock: Clock, failed: str | None) -> None:
+    """Record a run stopped by clients: when, how long the live profile took to come back (or why it did
+    not: `failed`, the switch's error; the switch then reverted to a healthy unit), and that nothing was decided."""
     seen = watch.seen_at if watch.seen_at is not None else clock.monotonic()
     restore_s = clock.monotonic() - seen
     now_on = switcher_for(deployment, trigger="tuner").active_profile()
     hold = deployment.proxy.hold_timeout_s if deployment.proxy is not None else None
-    back = "put back" if now_on == live else f"could not put back (now on {now_on or 'nothing'})"
+    back = (f"put back {restore_s:.1f} s later" if now_on == live and failed is None
+            else f"not put back ({failed or 'the switch did not take'}); the unit is on {now_on or 'nothing'}")
     night.event(deployment, "tune-stopped",
                 f"stopped: clients sent requests {seen - night.fired_at:.0f} s into the run; {live or 'nothing'} "
-                f"{back} {restore_s:.1f} s later; no switch",
-                live=live, now_on=now_on, restore_s=round(restore_s, 1), hold_timeout_s=hold, traffic=traffic_facts)
+                f"{back}; no decision",
+                live=live, now_on=now_on, restore_s=round(restore_s, 1), hold_timeout_s=hold, restore_error=failed,
+                traffic=traffic_facts)
     log.info("%s: nightly run stopped by client traffic; %s restored in %.1f s", deployment.unit, live, restore_s)

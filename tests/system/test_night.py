@@ -138,7 +138,7 @@ def test_clients_arriving_mid_bench_stop_the_night_and_see_latency_not_errors(
     numbers = event.numbers
     assert numbers["live"] == numbers["now_on"] == "autoregressive"
     assert numbers["restore_s"] <= numbers["hold_timeout_s"] == 120.0
-    assert event.sentence.endswith("no switch") and "put back" in event.sentence
+    assert event.sentence.endswith("no decision") and "autoregressive put back" in event.sentence
     status = json.loads(box.specd("status", "--json", check=True).stdout)
     assert status["active_profile"] == "autoregressive" and status["last_tuning"].endswith(event.sentence)
     assert max(sent.latencies_s) < 120.0 and time.time() - arrived < 180.0
