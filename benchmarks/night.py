@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> str:
     lines = [
         "# One real night: the daemon, its proxy and the tiny model, fired by the daemon's scheduler",
         "",
-        f"- command: `PYTHONPATH=. .venv/bin/python benchmarks/night.py {' '.join(sys.argv[1:])}`".rstrip(),
+        f"- command: `{' '.join(['PYTHONPATH=. .venv/bin/python benchmarks/night.py', *sys.argv[1:]])}`",
         (f"- machine: {platform.node()} ({platform.system()} {platform.release()}, {os.cpu_count()} CPUs, no GPU); "
         f"load average {load_before[0]:.1f} when the traffic started, {load_after[0]:.1f} when the night ended "
         "(the CPUs are shared with other jobs)"),

@@ -170,6 +170,8 @@ def nightly(config: Config, deployment: Deployment, *, clients: ClientActivity |
     if pin is not None:
         night.event(deployment, "tune-skip", f"pinned to {pin.profile}")
         return None
+    log.info("%s: nightly run: waiting for %g idle minutes (budget %g minutes)", deployment.unit,
+             tuner.idle_minutes, tuner.budget_minutes)
     wait = wait_for_idle(deployment, tuner.idle_minutes * 60.0, deadline, clients, clock)
     night.numbers["waited_idle_s"] = round(wait.waited_s, 1)
     if not wait.idle:
@@ -184,6 +186,9 @@ def nightly(config: Config, deployment: Deployment, *, clients: ClientActivity |
         night.event(deployment, "tune-failed", str(exc).splitlines()[0])
         raise
     live = switcher_for(deployment, trigger="tuner").active_profile()
+    facts = workload.facts()
+    log.info("%s: nightly run: idle after %.0f s; benching on %s (%d requests, %s, concurrency %d)",
+             deployment.unit, wait.waited_s, facts.source, facts.size, facts.class_mix, facts.concurrency)
     watch = TrafficWatch(clients or (lambda: (0, 0)), clock)
     try:
         with watch:
@@ -192,7 +197,7 @@ def nightly(config: Config, deployment: Deployment, *, clients: ClientActivity |
     except SpecdError as exc:
         if watch.arrived.is_set():  # stopped by clients; putting the live profile back may itself have failed
             failed = None if isinstance(exc, Interrupted) else str(exc).splitlines()[0]
-            _stopped(deployment, night, watch, live, workload.facts().as_json(), clock, failed)
+            _stopped(deployment, night, watch, live, facts.as_json(), clock, failed)
             return None
         night.event(deployment, "tune-failed", str(exc).splitlines()[0])
         raise
