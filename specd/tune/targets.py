@@ -171,7 +171,11 @@ class Interruptible:
         return self.inner.active()
 
     def activate(self, profile: str) -> None:
+        """Once stopped, any switch but the one to the live profile puts the live profile back instead
+        (also the tuner's switch to a winner it decided on just before the clients came)."""
         if self.stop.is_set() and profile != self.live:
+            if self.live is not None and self.inner.active() != self.live:
+                self.inner.activate(self.live)
             raise self._refuse()
         self.inner.activate(profile)
 

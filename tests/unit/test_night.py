@@ -146,3 +146,16 @@ def test_a_stopped_bench_sends_nothing_more_and_ends_on_the_live_profile() -> No
         tune(Interruptible(inner, stop), ["plain", "mtp"], load_workload("code"), Settings(n=12, per_round=3))
     assert inner.sent == 5, "no request after the stop"
     assert inner.active() == "plain" and inner.activated[-1] == "plain"
+
+
+def test_a_switch_asked_for_after_the_stop_puts_the_live_profile_back_instead() -> None:
+    stop = threading.Event()
+    inner = StoppedMidBench(stop, after=0)
+    target = Interruptible(inner, stop)
+    target.activate("mtp")  # the bench's switch, before the clients came
+    stop.set()
+    with pytest.raises(Interrupted):
+        target.activate("mtp")  # e.g. the switch to a winner decided a moment before
+    assert inner.active() == "plain" and inner.activated == ["mtp", "plain"]
+    with pytest.raises(Interrupted):
+        target.complete({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
