@@ -19,6 +19,7 @@ from pathlib import Path
 
 import tomlkit
 
+from specd.context import seams_for
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port, start_private_systemd
 from specd.tune.bench import DeploymentTarget, Report, Settings, run_bench
@@ -81,7 +82,7 @@ def main() -> None:
             (profiles / f"{name}.toml").write_text(f'inherits = "base"\nparallel = 8\nctx_size = 8192\n{spec}')
         config = root / "specd.toml"
         config.write_text(f'unit = "conc-llama.service"\nscope = "user"\nprofiles_dir = "{profiles}"\n')
-        target = DeploymentTarget(load_config(config).deployment())
+        target = DeploymentTarget(load_config(config).deployment(), seams=seams_for)
         target.activate("plain-np8")
         lines = ["| concurrency | cache reuse | rank 1 | rank 2 | ngram/plain |", "|---|---|---|---|---|"]
         try:

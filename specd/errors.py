@@ -12,7 +12,7 @@
     ├── SwitchFailed           a switch or rollback failed; says what state the box is in
     ├── StateDbError           the state database is locked too long or is not a database
     ├── FidelityError          a profile answers structured prompts differently from the reference
-    └── Abandoned              a bench request not sent because another of its round failed
+    └── Interrupted            the nightly run stopped because clients sent requests
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ class SwitchFailed(SpecdError):
         self.journal = journal
 
 
-class Abandoned(SpecdError):
-    """A request not sent because another one of its round had failed."""
+class Interrupted(SpecdError):
+    """The nightly run stopped (and put the live profile back) because clients sent requests."""
 
 
 class FidelityError(SpecdError):

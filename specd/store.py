@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from specd import paths
@@ -55,3 +56,11 @@ def ensure_schema(conn: sqlite3.Connection, ddl: str) -> None:
             f"state database cannot be used: {exc}",
             hint="move it aside; the unit can still be rolled back from its .pre-* backups",
         ) from exc
+
+
+def add_columns(conn: sqlite3.Connection, table: str, columns: Sequence[tuple[str, str]]) -> None:
+    """Add the (name, SQL type) columns `table` lacks: a database made by an older specd gains them on first use."""
+    have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    for name, ddl in columns:
+        if name not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}")

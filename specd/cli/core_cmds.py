@@ -122,10 +122,13 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
         print_json(report.as_dict() | facts_of(cfg, deployment))
     else:
         table = Table(show_header=False, box=None)
+        daemon = report.daemon
+        next_run = f"; next tuning {daemon['next_tuning'][:16].replace('T', ' ')}" if daemon.get("next_tuning") else ""
         rows = [("unit", report.unit), ("active profile", report.active_profile), ("state", report.state),
-                ("unit state", report.unit_state), ("endpoint", report.endpoint), ("health", report.health), ("vram", report.vram),
-                ("generation", report.generation), ("history", report.history_problem),
-                ("pending", report.pending), ("daemon", report.daemon.get("detail", ""))]
+                ("unit state", report.unit_state), ("endpoint", report.endpoint), ("health", report.health),
+                ("vram", report.vram), ("generation", report.generation), ("history", report.history_problem),
+                ("last tuning", report.last_tuning), ("pending", report.pending),
+                ("daemon", str(daemon.get("detail", "")) + next_run)]
         for label, value in rows:
             if value not in (None, ""):
                 table.add_row(label, str(value))

@@ -15,17 +15,19 @@ from rich.table import Table
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.context import switcher_for
+from specd.context import seams_for, switcher_for
 from specd.deploy.history import now_iso
 from specd.errors import FidelityError, ProfileError, UsageError
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
-from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
+from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench
 from specd.tune.bench import Progress as ProgressFn
+from specd.tune.benchstore import save_report
 from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
-from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
+from specd.tune.recent import captured_bodies, resolve_workload
+from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
     reference_profile,
@@ -33,15 +35,22 @@ from specd.tune.verify import (
     traffic_probes,
     verify_profiles,
 )
+from specd.tune.workloads import Period
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
 NOption = Annotated[int | None, typer.Option("--n", min=1, help="requests per profile (default: [tuner] n in specd.toml, else 10)")]
 MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", min=1, help="cap every request's max_tokens")]
 ConcurrencyOption = Annotated[int | None, typer.Option(
-    "--concurrency", "-c", help="requests in flight during replay (default: the workload's, or recorded traffic's)")]
-CacheReuseOption = Annotated[bool, typer.Option(
-    "--cache-reuse", help="keep the prompt cache on: conversations replay turn by turn (timings.cache_n)")]
+    "--concurrency", "-c",
+    help="replay every request at this many in flight (default: each at the level it met in the traffic)")]
+CacheReuseOption = Annotated[bool | None, typer.Option(
+    "--cache-reuse/--no-cache-reuse",
+    help="prompt cache on or off (default: on when the traffic continues conversations)")]
+TemperatureOption = Annotated[float | None, typer.Option(
+    "--temperature", help="force this temperature, e.g. 0 for greedy (default: each request's own sampling)")]
+PeriodOption = Annotated[Period | None, typer.Option(
+    "--period", help="with --workload recent: only the traffic of this time of day")]
 
 
 @contextmanager
@@ -93,7 +102,9 @@ def bench(
     n: NOption = None,
     max_tokens: MaxTokensOption = None,
     concurrency: ConcurrencyOption = None,
-    cache_reuse: CacheReuseOption = False,
+    cache_reuse: CacheReuseOption = None,
+    temperature: TemperatureOption = None,
+    period: PeriodOption = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="write the wall-clock vs output-length chart (PNG)")]
     = None,
     config: ConfigOption = None,
@@ -102,12 +113,13 @@ def bench(
 ) -> None:
     """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end."""
     cfg, deployment = deployment_of(config, unit)
-    settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse)
-    chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n)
+    settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse,
+                        temperature=temperature)
+    chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n, period)
     names = candidate_profiles(cfg, deployment, profiles or ())
     for name in names:
         load_profile(deployment.profiles_dir, name)
-    target = DeploymentTarget(deployment, trigger="bench")
+    target = DeploymentTarget(deployment, seams=seams_for, trigger="bench")
     try:
         with _progress(not json_out) as progress:
             report = run_bench(target, names, chosen, settings, progress)
@@ -124,10 +136,18 @@ def bench(
     console.print(_bench_table(report))
     for note in report.notes:
         console.print(f"[dim]note:[/] {note}", highlight=False)
-    console.print(f"bench run {report.run_id}: workload {chosen.name}, concurrency {report.concurrency}, "
-                  f"cache reuse {'on' if report.cache_reuse else 'off'}, {report.rounds} rounds, "
+    console.print(f"bench run {report.run_id}: {traffic_line(report.traffic)}; {report.rounds} rounds, "
                   f"{report.switches} switches, {report.elapsed_s:.0f} s; back on {target.active() or 'nothing'}",
                   highlight=False)
+
+
+def traffic_line(traffic: dict[str, Any]) -> str:
+    """What a bench replayed, in one line: source, size, mix, concurrency, cache reuse, sampling."""
+    mix = ", ".join(f"{name} {count}" for name, count in traffic["class_mix"].items())
+    sampling = "; ".join(f"{label} x{count}" for label, count in traffic["sampling"].items())
+    return (f"workload {traffic['name']} ({traffic['source']}, {traffic['size']} requests: {mix}), "
+            f"concurrency {traffic['concurrency']}, cache reuse {'on' if traffic['cache_reuse'] else 'off'} "
+            f"({traffic['follow_ups']} follow-up turns), sampling {sampling}")
 
 
 def _decision_table(decision: Decision) -> Table:
@@ -146,7 +166,9 @@ def tune(
     n: NOption = None,
     max_tokens: MaxTokensOption = None,
     concurrency: ConcurrencyOption = None,
-    cache_reuse: CacheReuseOption = False,
+    cache_reuse: CacheReuseOption = None,
+    temperature: TemperatureOption = None,
+    period: PeriodOption = None,
     verify: Annotated[bool, typer.Option("--verify/--no-verify",
                                          help="gate the switch on `specd verify` (default on)")] = True,
     margin: Annotated[float | None, typer.Option("--margin", help="required gain, 0.05 = 5% (default: [tuner] margin in specd.toml, else 0.05)")]
@@ -164,9 +186,10 @@ def tune(
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
     with _progress(not json_out) as progress:
-        result = tune_deployment(cfg, deployment, workload=workload, n=n, margin=margin, dry_run=dry_run,
+        result = tune_deployment(cfg, deployment, seams=seams_for, workload=workload, n=n, margin=margin, dry_run=dry_run,
                                  candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
-                                 progress=progress, concurrency=concurrency, cache_reuse=cache_reuse, verify=verify)
+                                 progress=progress, concurrency=concurrency, cache_reuse=cache_reuse,
+                                 temperature=temperature, period=period, verify=verify)
     decision = result.decision
     if json_out:
         print_json(tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id))
@@ -174,6 +197,7 @@ def tune(
     console.print(_decision_table(decision))
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
+    console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
     console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
                   f"{result.final_profile or 'nothing'})", highlight=False)
 
@@ -220,7 +244,11 @@ def verify_cmd(
     unit: UnitOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Compare PROFILE's answers with the reference's at temperature 0: tool calls, JSON, one-token, prose."""
+    """Compare PROFILE's answers with the reference's at temperature 0: tool calls, JSON, one-token, prose.
+
+    Greedy on purpose, unlike bench and tune (which sample as the traffic does): at temperature 0 a
+    faithful speculative profile answers exactly as the reference does.
+    """
     _, deployment = deployment_of(config, unit)
     reference = against or reference_profile(deployment)
     if reference is None:
@@ -229,7 +257,7 @@ def verify_cmd(
     for name in (profile, reference):
         load_profile(deployment.profiles_dir, name)
     probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
-    target = DeploymentTarget(deployment, trigger="verify")
+    target = DeploymentTarget(deployment, seams=seams_for, trigger="verify")
     try:
         with restoring(target):
             result = verify_profiles(target, profile, reference, probes)

@@ -20,7 +20,6 @@ import contextlib
 import fcntl
 import functools
 import gc
-import importlib
 import json
 import logging
 import os
@@ -35,13 +34,13 @@ from typing import Any, Protocol
 
 import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.cron import CronTrigger
 
 from specd.daemon import control, service
 from specd.daemon.control import daemon_status
 from specd.daemon.crashes import Crash
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
+from specd.daemon.nightly import cron_trigger, nightly_job
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
@@ -49,7 +48,7 @@ from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_serve
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
-from specd.deploy.seams import Seams
+from specd.deploy.seams import SeamsFactory
 from specd.deploy.unitfiles import prune_backups, read_text
 from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
 from specd.paths import StateDir
@@ -110,7 +109,6 @@ class Runtime:
     last_outcome: str = ""  # of last_generation: a pending switch is seen again when it finishes
 
 
-SeamsFactory = Callable[[Deployment], Seams]  # specd.context.seams_for: one set per thread that uses it
 
 
 class Daemon:
@@ -202,16 +200,12 @@ class Daemon:
                                        seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=_now())
         self.scheduler.add_job(self._job("housekeeping", self._housekeeping), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")
-        tuner = self.config.tuner
-        nightly = _tuner_entry()
-        if tuner.enabled and nightly is not None:
-            try:
-                trigger = CronTrigger.from_crontab(tuner.cron)
-            except ValueError as exc:
-                raise ConfigError(f"{self.config.path}: [tuner] cron {tuner.cron!r}: {exc}") from exc
-            for deployment in self.deployments:
-                job = self._job(f"tune {deployment.unit}", partial(nightly, self.config, deployment))
-                self.scheduler.add_job(job, trigger, id=f"tune:{deployment.unit}")
+        if self.config.tuner.enabled:
+            trigger = cron_trigger(self.config.tuner.cron, self.config.path)
+            for unit, runtime in self.runtimes.items():
+                nightly = nightly_job(self.config, runtime.deployment, runtime.proxy, self._make_seams)
+                if nightly is not None:
+                    self.scheduler.add_job(self._job(f"tune {unit}", nightly), trigger, id=f"tune:{unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -456,17 +450,6 @@ class Daemon:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _tuner_entry() -> Callable[[Config, Deployment], object] | None:
-    try:
-        module = importlib.import_module("specd.tune.tuner")
-    except ModuleNotFoundError as exc:
-        if exc.name != "specd.tune.tuner":
-            raise
-        return None
-    entry = getattr(module, "nightly", None)
-    return entry if callable(entry) else None
 
 
 def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,

@@ -18,6 +18,7 @@ from typing import Any
 
 from specd.daemon.metrics import SpecdMetrics, route_label
 from specd.traffic.records import Recorder, TrafficRecord
+from specd.traffic.shape import request_shape
 from specd.traffic.taskclass import classify
 
 log = logging.getLogger(__name__)
@@ -29,12 +30,14 @@ CLASSIFY_CHARS = 4096
 class Exchange:
     """One request's shape, filled in as it goes; `finish` reports it exactly once."""
 
-    def __init__(self, endpoint: str, stream: bool, messages: list[Any] | None, in_flight: int,
+    def __init__(self, endpoint: str, stream: bool, document: dict[str, Any] | None, in_flight: int,
                  on_finish: Callable[[Exchange, int, float, str | None], None]) -> None:
         self.started = time.perf_counter()
         self.ts = time.time()
         self.endpoint, self.stream, self.in_flight = endpoint, stream, in_flight
-        self.messages = messages  # classified when the row is made, not before the request is forwarded
+        # The request body: its task class and shape (specd.traffic.shape) are judged when the row is
+        # made, after the answer, not before the request is forwarded.
+        self.document = document
         self._on_finish = on_finish
         self.held_ms = 0.0
         self.ttft_ms: float | None = None
@@ -53,9 +56,8 @@ class Exchange:
                    on_finish: Callable[[Exchange, int, float, str | None], None]) -> tuple[Exchange, dict[str, Any] | None]:
         """The exchange a request starts, and its body as a JSON object when it is one."""
         document = json_object(body) if method == "POST" and body else None
-        messages = document.get("messages") if document is not None else None
         stream = bool(document is not None and document.get("stream") is True)
-        exchange = cls(endpoint, stream, messages if isinstance(messages, list) else None, in_flight, on_finish)
+        exchange = cls(endpoint, stream, document, in_flight, on_finish)
         exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
         return exchange, document
 
@@ -83,16 +85,18 @@ class Exchange:
         completion = _int(usage.get("completion_tokens"))
         if completion is None and self.stream and self.events:
             completion = _int(timings.get("predicted_n")) or self.events
+        messages = self.document.get("messages") if self.document is not None else None
+        shape = request_shape(self.document)
         return TrafficRecord(
             ts=self.ts, endpoint=self.endpoint, stream=self.stream, status=status, total_ms=1000.0 * total_s,
             unit=unit, profile=self.profile, in_flight=self.in_flight,
-            task_class=task_class_of(self.messages) if self.messages is not None else None,
+            task_class=task_class_of(messages) if isinstance(messages, list) else None,
             prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=completion,
             ttft_ms=self.ttft_ms, held_ms=self.held_ms,
             prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
             predicted_n=_int(timings.get("predicted_n")), predicted_ms=_float(timings.get("predicted_ms")),
             draft_n=_int(timings.get("draft_n")), draft_n_accepted=_int(timings.get("draft_n_accepted")),
-            error=error,
+            error=error, sampling=shape.sampling, conversation=shape.conversation, turn=shape.turn,
         )
 
     def finish(self, status: int, error: str | None = None) -> None:

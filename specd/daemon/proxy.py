@@ -96,6 +96,7 @@ class Proxy:
         self._crashes = CrashWatch(lambda: answers_health_now(self.backend.url), self.mark_unhealthy, on_crash)
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
+        self.accepted = 0       # requests accepted since start (the nightly run watches for clients)
         self.active = 0         # requests past the gate, talking to the backend
         self.gate = BackendGate(self._probe_backend, poll_s=settings.health_poll_s)
         self._idle = asyncio.Event()
@@ -209,8 +210,9 @@ class Proxy:
             return
         exchange, document = Exchange.of_request(scope["method"], scope["path"], body, self.in_flight, self._finished)
         if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
-            self._capture.submit(document)
+            self._capture.submit(document, in_flight=self.in_flight)
         self.in_flight += 1
+        self.accepted += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
         watch = ClientWatch(receive)

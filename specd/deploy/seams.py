@@ -64,3 +64,7 @@ class Seams:
 
     def close(self) -> None:
         self.history.close()
+
+
+SeamsFactory = Callable[[Deployment], Seams]
+"""specd.context.seams_for: builds a deployment's real seams; one set per thread that uses them."""

@@ -21,6 +21,8 @@ from specd.unit.render import profile_of_unit
 
 # Daemon events that change what the deployment *is*, newest wins (recorded by the health monitor).
 STATE_EVENTS = {"monitor-failed": "failed", "owner-stopped": "stopped by its owner", "owner-started": "running"}
+# What the tuner's runs record (specd.tune.night): the newest says how the last night went.
+TUNING_EVENTS = ("tune", "tune-skip", "tune-stopped", "tune-failed")
 PROBE_TIMEOUT_S = 3.0
 
 
@@ -43,6 +45,7 @@ class StatusReport:
     state: str | None = None  # "failed: why" or "stopped by its owner: when" (the monitor's mark)
     pending: str | None = None  # an interrupted switch or rollback awaiting `specd recover`
     history_problem: str | None = None  # the state database could not be read
+    last_tuning: str | None = None  # '<UTC time> <kind>: <sentence>' of the newest tuning run
     vram: str | None = None  # the server's VRAM per GPU, one line ("GPU0 7.1 GiB")
     vram_bytes: int | None = None
     vram_by_gpu: dict[str, int] | None = None  # GPU index -> bytes
@@ -69,6 +72,15 @@ def deployment_state(history: History, unit: str) -> str | None:
         label = STATE_EVENTS.get(event["kind"])
         if label is not None:
             return None if event["kind"] == "owner-started" else f"{label}: {event['detail']}"
+    return None
+
+
+def last_tuning(history: History, unit: str) -> str | None:
+    """'<UTC time> <kind>: <sentence>' of the newest tuning run (its numbers are in `history --events`)."""
+    for event in history.events(unit, limit=200):
+        if event["kind"] in TUNING_EVENTS:
+            sentence = str(event["detail"]).split(" | ", 1)[0]
+            return f"{str(event['at'])[:19].replace('T', ' ')} UTC {event['kind']}: {sentence}"
     return None
 
 
@@ -115,11 +127,12 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
             health, healthy = ("healthy", True) if probe.ok else (f"unhealthy: {probe.detail}", False)
         except UsageError as exc:
             health = f"unknown ({exc.message})"
-    generation = marked = problem = None
+    generation = marked = problem = tuning = None
     try:
         active = seams.history.active(deployment.unit)
         generation = active.id if active else None
         marked = deployment_state(seams.history, deployment.unit)
+        tuning = last_tuning(seams.history, deployment.unit)
     except SpecdError as exc:
         problem = exc.message
     vram = vram_of_server(main_pid, seams.nvml) if main_pid else {}
@@ -128,4 +141,4 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
         active_profile=profile_of_unit(text) if text else None, managed=bool(text and profile_of_unit(text)),
         unit_state=unit_state, main_pid=main_pid, n_restarts=n_restarts, endpoint=endpoint, alias=alias,
         health=health, healthy=healthy, generation=generation, daemon=daemon, state=marked,
-        pending=pending_note(seams), history_problem=problem, **vram)
+        pending=pending_note(seams), history_problem=problem, last_tuning=tuning, **vram)

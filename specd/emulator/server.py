@@ -3,21 +3,19 @@
 It takes llama-server's command line (so a specd profile can name it as its `binary`), answers
 llama-server's endpoints in llama-server's shapes, and takes as long as the performance model in
 specd.emulator.model says the modelled GPU would, times --emulator-time-scale. That lets switch,
-daemon, bench and tuner be exercised end to end on a box without a GPU or a model.
+daemon, bench and tuner be exercised end to end on a box without a GPU or a model. This module is
+the command line and the HTTP side; the modelled state (slots, batching) is specd.emulator.engine.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import os
-import random
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import uvicorn
@@ -26,48 +24,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from specd.emulator.engine import Emulator, Plan, ServerOptions, log
 from specd.emulator.model import (
     OPTIONS_BY_NAME,
-    EmulatorModel,
-    ModeModel,
-    RequestTiming,
-    asks_to_repeat,
     help_text,
     load_model,
     mode_for_spec_types,
     output_pieces,
-    plan_request,
-    prometheus_text,
     prompt_text,
     requested_tokens,
     timings_json,
 )
 from specd.errors import SpecdError, UsageError
-from specd.traffic.taskclass import TaskClass, classify, last_user_text
 
 VERSION_TEXT = ("version: 0 (emulator)\n"
                 "built as specd-emulator, a llama-server performance emulator (not a real server)")
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """What the command line asked for; flags with no modelled effect are accepted and dropped."""
-
-    model_path: str = "emulated-model.gguf"
-    aliases: tuple[str, ...] = ()
-    host: str = "127.0.0.1"
-    port: int = 8080
-    ctx_size: int = 131072
-    parallel: int = 4
-    mode: str = "none"
-    draft_n_max: int | None = None
-    metrics: bool = False
-    api_key: str | None = None
-    seed: int = -1
-    emulator_config: str | None = None
-    time_scale: float = 1.0
-    show_help: bool = False
-    show_version: bool = False
 
 
 def _int(flag: str, value: str, minimum: int | None = None) -> int:
@@ -130,122 +101,8 @@ def parse_args(argv: Sequence[str]) -> ServerOptions:
     )
 
 
-def log(message: str) -> None:
-    print(f"specd-emulator: {message}", file=sys.stderr, flush=True)
-
-
 def _error(code: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, "type": kind}}, status_code=code)
-
-
-@dataclass
-class Slot:
-    """One llama-server slot; its cached text is what the next request can reuse."""
-
-    id: int
-    text: str = ""
-    busy: bool = False
-    last_used: float = 0.0
-
-
-@dataclass(frozen=True)
-class Plan:
-    task_class: TaskClass
-    timing: RequestTiming
-    slot: Slot
-    in_flight: int
-
-
-class Emulator:
-    """Server state: the modelled mode, the slots, /metrics counters and the seeded timing noise."""
-
-    def __init__(self, options: ServerOptions, model: EmulatorModel, mode: ModeModel) -> None:
-        self.options = options
-        self.model = model
-        self.mode = mode
-        self.ready_at = time.monotonic() + mode.load_time_s * options.time_scale
-        self.rng = random.Random(options.seed if options.seed >= 0 else model.seed)
-        self.slots = [Slot(i) for i in range(options.parallel)]
-        self.slot_free = asyncio.Condition()
-        self.counters: dict[str, float] = dict.fromkeys(
-            ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total",
-             "tokens_predicted_total", "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max",
-             "spec_decode_num_draft_tokens_total",
-             "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total"), 0.0)
-        self.deferred = 0
-
-    def loading(self) -> bool:
-        return time.monotonic() < self.ready_at
-
-    def noise(self) -> float:
-        sigma = self.model.noise_sigma
-        return math.exp(self.rng.gauss(0.0, sigma)) if sigma > 0 else 1.0
-
-    async def acquire(self, prompt: str) -> Slot:
-        """The free slot sharing the longest prefix with `prompt` (ties: least recently used)."""
-        async with self.slot_free:
-            if all(s.busy for s in self.slots):
-                self.deferred += 1
-                await self.slot_free.wait_for(lambda: not all(s.busy for s in self.slots))
-                self.deferred -= 1
-            free = [s for s in self.slots if not s.busy]
-            slot = max(free, key=lambda s: (len(os.path.commonprefix([s.text, prompt])), -s.last_used))
-            slot.busy = True
-            return slot
-
-    async def release(self, slot: Slot) -> None:
-        async with self.slot_free:
-            slot.busy = False
-            slot.last_used = time.monotonic()
-            self.slot_free.notify_all()
-
-    def plan(self, slot: Slot, messages: list[dict[str, Any]], prompt: str, max_tokens: int,
-             cache_prompt: bool = True) -> Plan:
-        task_class = classify(messages)
-        cpt = self.model.chars_per_token
-        in_flight = sum(s.busy for s in self.slots)
-        timing = plan_request(
-            self.mode, prompt_tokens=max(1, math.ceil(len(prompt) / cpt)),
-            cache_n=int(len(os.path.commonprefix([slot.text, prompt])) / cpt) if cache_prompt else 0,
-            output_tokens=max_tokens,
-            task_class=task_class, in_flight=in_flight,
-            repeats_input=asks_to_repeat(last_user_text(messages)),
-            draft_n_max=self.options.draft_n_max, prefill_noise=self.noise(), decode_noise=self.noise(),
-        )
-        return Plan(task_class, timing, slot, in_flight)
-
-    def record(self, plan: Plan, prompt: str, output: str) -> None:
-        t, c = plan.timing, self.counters
-        c["prompt_tokens_total"] += t.prompt_n
-        c["prompt_tokens_cached_total"] += t.cache_n
-        c["prompt_seconds_total"] += t.prompt_ms / 1000.0
-        c["tokens_predicted_total"] += t.predicted_n
-        c["tokens_predicted_seconds_total"] += t.predicted_ms / 1000.0
-        c["n_tokens_max"] = max(c["n_tokens_max"], t.prompt_n + t.cache_n + t.predicted_n)
-        accepted = t.draft_n_accepted or 0
-        c["n_decode_total"] += 1 + t.predicted_n - accepted
-        if t.draft_n:
-            c["spec_decode_num_draft_tokens_total"] += t.draft_n
-            c["spec_decode_num_accepted_tokens_total"] += accepted
-            c["spec_decode_num_drafts_total"] += t.predicted_n - accepted
-        plan.slot.text = prompt + output
-        log(f"slot {plan.slot.id} | class={plan.task_class} in_flight={plan.in_flight} prompt_n={t.prompt_n} "
-            f"cache_n={t.cache_n} predicted_n={t.predicted_n} modelled_ms={t.wall_ms:.0f}")
-
-    async def sleep_ms(self, modelled_ms: float) -> None:
-        if self.options.time_scale > 0 and modelled_ms > 0:
-            await asyncio.sleep(modelled_ms / 1000.0 * self.options.time_scale)
-
-    def metrics_text(self) -> str:
-        c = self.counters
-        gauges = {
-            "prompt_tokens_seconds": c["prompt_tokens_total"] / (c["prompt_seconds_total"] or math.inf),
-            "predicted_tokens_seconds":
-                c["tokens_predicted_total"] / (c["tokens_predicted_seconds_total"] or math.inf),
-            "requests_processing": float(sum(s.busy for s in self.slots)),
-            "requests_deferred": float(self.deferred),
-        }
-        return prometheus_text(c, gauges)
 
 
 def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the complexity gate; split when next changed
@@ -322,7 +179,11 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
                  "total_tokens": prompt_tokens + max_tokens}
         if not body.get("stream"):
             try:
-                await emulator.sleep_ms(plan.timing.wall_ms)
+                await emulator.sleep_ms(plan.timing.prompt_ms)
+                decoded_ms = 0.0
+                async for step in emulator.decode(plan, time.monotonic()):
+                    decoded_ms = step[2]
+                plan = replace(plan, timing=replace(plan.timing, predicted_ms=decoded_ms))
                 emulator.record(plan, prompt, "".join(pieces))
             finally:
                 await emulator.release(slot)
@@ -342,13 +203,12 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
         try:
             await emulator.sleep_ms(plan.timing.prompt_ms)
             yield event({"finish_reason": None, "delta": {"role": "assistant", "content": None}})
-            per_token_s = plan.timing.predicted_ms / max(len(pieces), 1) / 1000.0 * options.time_scale
-            start = time.monotonic()
-            for index, piece in enumerate(pieces):
-                delay = start + (index + 1) * per_token_s - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                yield event({"finish_reason": None, "delta": {"content": piece}})
+            decoded_ms = 0.0
+            async for first, end, modelled_ms in emulator.decode(plan, time.monotonic()):
+                for piece in pieces[first:end]:
+                    yield event({"finish_reason": None, "delta": {"content": piece}})
+                decoded_ms = modelled_ms
+            plan = replace(plan, timing=replace(plan.timing, predicted_ms=decoded_ms))
             emulator.record(plan, prompt, "".join(pieces))
             final = {"finish_reason": finish, "delta": {}}
             yield event(final, usage=usage, timings=timings_json(plan.timing))

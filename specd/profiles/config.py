@@ -58,7 +58,7 @@ CONFIG_SCHEMA = Table(
         }),
         "tuner": Table(keys={
             "enabled": Key(bool, doc="run the nightly tuning job"),
-            "cron": Key(str, doc="when, as a crontab line"),
+            "cron": Key(str, doc="when, as a crontab line (a sixth, leading field gives the second)"),
             "idle_minutes": Key(float, in_range(0, 10000), "only after this long without traffic"),
             "budget_minutes": Key(float, in_range(1, 10000), "the most a run may take"),
             "margin": Key(float, in_range(0, 10), "the wall-clock gain a switch needs, 0.05 = 5%"),

@@ -6,6 +6,10 @@ Each body is one JSON line written with a single `write` on an O_APPEND descript
 leaves whole lines; headers (and so API keys) are never part of it. The proxy hands bodies over
 with `submit` and a writer thread writes them (specd.traffic.offpath): a request never waits
 for the disk; `close` writes what is pending.
+
+A line is a workload line (specd.tune.workloads): the body, plus a `specd` object saying when the
+proxy saw it (`recorded_at`, unix time) and how many requests were in flight then, itself included
+(`concurrency`), so a replay keeps the recorded concurrency and order, not only the bodies.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +41,10 @@ class BodyCapture:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(directory, 0o700)
 
-    def submit(self, body: dict[str, Any]) -> None:
-        """Hand a body to the writer thread (started on first use); the caller never waits."""
-        self._writer.submit(body)
+    def submit(self, body: dict[str, Any], *, in_flight: int = 0) -> None:
+        """Hand a body to the writer thread (started on first use); the caller never waits.
+        `in_flight`: the other requests in flight as it arrived."""
+        self._writer.submit((body, in_flight, time.time()))
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until every submitted body is written or skipped."""
@@ -47,10 +53,13 @@ class BodyCapture:
     def close(self, timeout_s: float = 10.0) -> None:
         self._writer.close(timeout_s)
 
-    def write(self, body: dict[str, Any]) -> bool:
-        """Append one body; False (and counted) when it alone is over the per-file budget."""
+    def write(self, body: dict[str, Any], *, in_flight: int = 0, recorded_at: float | None = None) -> bool:
+        """Append one body (`in_flight`: the other requests in flight as it arrived, at `recorded_at`,
+        default now); False (and counted) when it alone is over the per-file budget."""
+        meta = {"recorded_at": round(time.time() if recorded_at is None else recorded_at, 3),
+                "concurrency": in_flight + 1}
         try:
-            line = (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+            line = (json.dumps({**body, "specd": meta}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         except (ValueError, RecursionError):  # nested too deep to write back out: not worth keeping
             self.skipped += 1
             return False
@@ -94,17 +103,20 @@ class BodyCapture:
         return bodies
 
 
-class _CaptureWriter(OffPathWriter[dict[str, Any]]):
+_Submitted = tuple[dict[str, Any], int, float]  # a body, the requests in flight beside it, when it came
+
+
+class _CaptureWriter(OffPathWriter[_Submitted]):
     def __init__(self, capture: BodyCapture, interval_s: float) -> None:
         super().__init__("specd-capture-writer", max_pending=10_000, interval_s=interval_s)
         self._capture = capture
         self._started = False
 
-    def submit(self, item: dict[str, Any]) -> None:
+    def submit(self, item: _Submitted) -> None:
         if not self._started:
             self._started = True
             self.start()
         super().submit(item)
 
-    def _write_batch(self, batch: list[dict[str, Any]]) -> int:
-        return sum(self._capture.write(body) for body in batch)
+    def _write_batch(self, batch: list[_Submitted]) -> int:
+        return sum(self._capture.write(body, in_flight=in_flight, recorded_at=at) for body, in_flight, at in batch)

@@ -51,7 +51,10 @@ CREATE TABLE IF NOT EXISTS traffic (
   predicted_ms REAL,
   draft_n INTEGER,
   draft_n_accepted INTEGER,
-  error TEXT
+  error TEXT,
+  sampling TEXT,
+  conversation TEXT,
+  turn INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS traffic_ts ON traffic(ts);
 CREATE TABLE IF NOT EXISTS traffic_metrics_samples (
@@ -108,8 +111,13 @@ class TrafficRecord:
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     error: str | None = None
+    sampling: str | None = None  # specd.traffic.shape.RequestShape: the sampling keys sent, as JSON
+    conversation: str | None = None  # ... a hash of the conversation's opening
+    turn: int = 1  # ... user messages so far
 
 
+# Columns added after the first release: added to older databases on first use.
+_ADDED_COLUMNS = (("sampling", "TEXT"), ("conversation", "TEXT"), ("turn", "INTEGER NOT NULL DEFAULT 1"))
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(TrafficRecord))
 _INSERT = (
     f"INSERT INTO traffic ({', '.join(_RECORD_FIELDS)}) "
@@ -120,6 +128,7 @@ _INSERT = (
 def open_db(db_path: Path | None = None) -> sqlite3.Connection:
     conn = store.connect(db_path)
     store.ensure_schema(conn, SCHEMA)
+    store.add_columns(conn, "traffic", _ADDED_COLUMNS)
     return conn
 
 

@@ -2,9 +2,12 @@
 
 A bench drives a `Target` (specd.tune.targets): the real one switches the deployment's unit and posts
 to the active llama-server; `ModelTarget` answers from the emulator's performance model in-process.
-Every request is sent at temperature 0 with a fixed seed; `cache_prompt` is off (each sample pays
-its own prefill) unless the bench measures prompt-cache reuse, where conversations run turn after
-turn as in production and each result carries `cache_n`.
+Every request is sent with the traffic's own sampling settings (temperature, top_p, ...: what the
+client sent, server defaults where it sent none), as production runs them, and a fixed seed per
+request, so every profile draws from the same distribution; `--temperature 0` forces greedy
+decoding instead. The prompt cache is on when the traffic continues conversations (production
+reuses their prefixes; each result carries `cache_n`) and off otherwise, so a request repeated
+across rounds pays its own prefill.
 
 Sampling (seed 002: single runs misled by 1.5x-4x): profiles are interleaved round by round
 (A B | B A | A B, see specd.tune.replay), so a machine-load drift between blocks cannot flip the pick;
@@ -17,15 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specd import store
-from specd.errors import SpecdError, UsageError
+from specd.errors import Interrupted, SpecdError, UsageError
 from specd.traffic.taskclass import TaskClass
 from specd.tune.perfmodel import Sample
 from specd.tune.replay import Done, plan_rounds, replay_round
@@ -34,41 +36,9 @@ from specd.tune.targets import DeploymentTarget, ModelTarget, Reply, Target
 from specd.tune.workloads import Workload, WorkloadRequest
 
 __all__ = ["DeploymentTarget", "ModelTarget", "Reply", "Report", "Result", "Settings", "Target", "bench_profiles",
-           "measure", "request_body", "restoring", "run_bench", "save_report"]
+           "bench_traffic", "measure", "request_body", "restoring", "run_bench"]
 
 SEED = 42
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS bench_runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    unit TEXT NOT NULL,
-    at REAL NOT NULL,
-    workload TEXT NOT NULL,
-    profiles TEXT NOT NULL,
-    settings TEXT NOT NULL,
-    summary TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS bench_samples (
-    run_id INTEGER NOT NULL REFERENCES bench_runs(id) ON DELETE CASCADE,
-    profile TEXT NOT NULL,
-    request_index INTEGER NOT NULL,
-    task_class TEXT NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    prefill_ms REAL NOT NULL,
-    decode_ms REAL NOT NULL,
-    wall_ms REAL NOT NULL,
-    draft_n INTEGER,
-    draft_accepted INTEGER,
-    vram_bytes INTEGER
-);
-CREATE INDEX IF NOT EXISTS bench_samples_run ON bench_samples(run_id, profile);
-"""
-# Columns added after the first release: added to older databases on first use.
-_ADDED_COLUMNS = (("concurrency", "INTEGER NOT NULL DEFAULT 1"), ("cache_n", "INTEGER NOT NULL DEFAULT 0"),
-                  ("reasoning_tokens", "INTEGER"))
-_SAMPLE_COLUMNS = ("run_id", "profile", "request_index", "task_class", "prompt_tokens", "output_tokens",
-                   "prefill_ms", "decode_ms", "wall_ms", "draft_n", "draft_accepted", "vram_bytes",
-                   *(name for name, _ in _ADDED_COLUMNS))
 CHARS_PER_TOKEN = 4
 WARMUP_NOTE = {"role": "system", "content": "Warm-up request; ignore."}
 
@@ -81,16 +51,22 @@ class Settings:
     max_tokens: int | None = None  # caps every request's max_tokens (short smoke benches)
     seed: int = SEED
     early_stop: bool = True
-    deadline: float | None = None  # time.monotonic() after which no new round starts
-    concurrency: int | None = None  # default: the workload's (1 unless it says otherwise)
+    deadline: float | None = None  # time.monotonic() after which no new request starts
+    concurrency: int | None = None  # every request at this level; default: each request's own (the traffic's)
     per_round: int | None = None  # requests per profile per round; default: see round_size
-    cache_reuse: bool = False  # cache_prompt on, conversations turn after turn
+    cache_reuse: bool | None = None  # cache_prompt on; default: when the traffic continues conversations
+    temperature: float | None = None  # forced on every request; default: each request's own sampling
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise UsageError(f"--n must be at least 1, not {self.n}")
         if self.concurrency is not None and self.concurrency < 1:
             raise UsageError(f"--concurrency must be at least 1, not {self.concurrency}")
+        if self.temperature is not None and not 0.0 <= self.temperature <= 10.0:
+            raise UsageError(f"--temperature must be between 0 and 10, not {self.temperature}")
+
+    def reuses_cache(self, workload: Workload) -> bool:
+        return self.cache_reuse if self.cache_reuse is not None else workload.follow_ups > 0
         if self.per_round is not None and self.per_round < 1:
             raise UsageError(f"--per-round must be at least 1, not {self.per_round}")
 
@@ -163,6 +139,7 @@ class Report:
     cache_reuse: bool = False
     rounds: int = 0
     switches: int = 0
+    traffic: dict[str, Any] = field(default_factory=dict)  # bench_traffic: what was replayed, and how
 
     def walls(self, profile: str, k: int | None = None) -> list[float]:
         return [r.wall_ms for r in self.results.get(profile, [])[:k]]
@@ -201,16 +178,43 @@ class Report:
                 "vram_peak_bytes": max(vram) if vram else "n/a",
                 "requests": [asdict(r) for r in rows],
             }
-        return {"run_id": self.run_id, "workload": self.workload, "profiles": self.benched(),
-                "elapsed_s": self.elapsed_s, "concurrency": self.concurrency, "cache_reuse": self.cache_reuse,
-                "rounds": self.rounds, "switches": self.switches, "notes": self.notes, "cells": cells}
+        return {"run_id": self.run_id, "workload": self.workload, "traffic": self.traffic,
+                "profiles": self.benched(), "elapsed_s": self.elapsed_s, "concurrency": self.concurrency,
+                "cache_reuse": self.cache_reuse, "rounds": self.rounds, "switches": self.switches, "notes": self.notes,
+                "cells": cells}
 
 
-def request_body(request: WorkloadRequest, settings: Settings) -> dict[str, Any]:
+def bench_traffic(workload: Workload, settings: Settings) -> dict[str, Any]:
+    """The workload's facts as this bench replays them: with its concurrency, cache and sampling overrides."""
+    facts = workload.facts().as_json()
+    if settings.concurrency is not None:
+        facts.update(concurrency=settings.concurrency, concurrency_levels={str(settings.concurrency): facts["size"]},
+                     arrival="closed-loop")
+    if settings.temperature is not None:
+        facts["sampling"] = {f"temperature={settings.temperature:g} (forced)": facts["size"]}
+    facts["cache_reuse"] = settings.reuses_cache(workload)
+    return facts
+
+
+def request_seed(request: WorkloadRequest, base: int = SEED) -> int:
+    """The seed a request is sent with: its own when the client sent one, else one fixed by its body,
+    so every profile (and every bench) draws the same request the same way."""
+    own = request.body.get("seed")
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
+        return own
+    digest = zlib.crc32(json.dumps(request.body, sort_keys=True, default=str).encode())
+    return (base * 1_000_003 + digest) % 2**31
+
+
+def request_body(request: WorkloadRequest, settings: Settings, cache_reuse: bool = False) -> dict[str, Any]:
+    """The body as production sent it (sampling included), non-streamed, with its fixed seed."""
     body = dict(request.body)
     if settings.max_tokens is not None:
         body["max_tokens"] = min(int(body["max_tokens"]), settings.max_tokens)
-    body.update(temperature=0, seed=settings.seed, stream=False, cache_prompt=settings.cache_reuse)
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    body.update(seed=request_seed(request, settings.seed), stream=False, cache_prompt=cache_reuse)
+    body.pop("stream_options", None)  # only valid with stream=true
     return body
 
 
@@ -286,25 +290,29 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
     if len(set(profiles)) != len(profiles):
         raise UsageError(f"a profile is listed twice: {', '.join(profiles)}")
     started = time.monotonic()
-    concurrency = settings.concurrency or workload.concurrency
+    traffic = bench_traffic(workload, settings)
+    concurrency, cache_reuse = int(traffic["concurrency"]), bool(traffic["cache_reuse"])
     arrivals = settings.concurrency is None and workload.has_arrivals
     report = Report(workload=workload.name, profiles=list(profiles), concurrency=concurrency,
-                    cache_reuse=settings.cache_reuse)
+                    cache_reuse=cache_reuse, traffic=traffic)
     rounds = plan_rounds(workload, settings.n, settings.round_size(concurrency))
     rotation = list(profiles)
     current: str | None = None
 
     def body_of(request: WorkloadRequest) -> dict[str, Any]:
-        return request_body(request, settings)
+        return request_body(request, settings, cache_reuse)
+
+    def spent() -> bool:
+        return settings.deadline is not None and time.monotonic() > settings.deadline
+
+    cut = False  # a round the deadline ended before all its requests ran
 
     for number, items in enumerate(rounds):
-        if not rotation:
-            break
-        if settings.deadline is not None and time.monotonic() > settings.deadline:
-            if number:
-                report.notes.append(f"time budget spent after {number} of {len(rounds)} rounds")
+        if not rotation or spent():
             break
         for profile in rotation if number % 2 == 0 else list(reversed(rotation)):
+            if spent():
+                break
             try:
                 if profile != current:
                     current = None
@@ -313,7 +321,11 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
                     report.switches += 1
                     for index in range(settings.warmup):
                         target.complete(warmup_body(workload.requests[index % len(workload.requests)], settings))
-                done = replay_round(target, items, body_of, concurrency, arrivals=arrivals)
+                done = replay_round(target, items, body_of, settings.concurrency, arrivals=arrivals,
+                                    deadline=settings.deadline)
+                cut = cut or len(done) < len(items)
+            except Interrupted:
+                raise
             except SpecdError as exc:
                 report.results.pop(profile, None)
                 report.notes.append(f"{profile}: not benched: {str(exc).splitlines()[0]}")
@@ -324,6 +336,9 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
             if progress is not None:
                 progress(profile, len(rows), settings.n)
         report.rounds = number + 1
+        if spent() and (cut or number + 1 < len(rounds)):
+            report.notes.append(f"time budget spent in round {number + 1} of {len(rounds)}")
+            break
         if settings.early_stop and number + 1 < len(rounds):
             for profile in _leavers(report, rotation, settings.floor):
                 report.stopped_early[profile] = True
@@ -352,35 +367,3 @@ def run_bench(target: Target, profiles: Sequence[str], workload: Workload, setti
     """Bench every profile and restore the original one (also on Ctrl-C or failure)."""
     with restoring(target):
         return bench_profiles(target, profiles, workload, settings, progress)
-
-
-def _ensure_schema(conn: sqlite3.Connection) -> None:
-    store.ensure_schema(conn, SCHEMA)
-    have = {row[1] for row in conn.execute("PRAGMA table_info(bench_samples)")}
-    for name, ddl in _ADDED_COLUMNS:
-        if name not in have:
-            conn.execute(f"ALTER TABLE bench_samples ADD COLUMN {name} {ddl}")
-
-
-def save_report(report: Report, unit: str, settings: Settings) -> int:
-    """Store a run and its samples in the state DB; returns the run id."""
-    conn = store.connect()
-    try:
-        _ensure_schema(conn)
-        summary = {k: v for k, v in report.as_json().items() if k != "cells"}
-        config = {k: v for k, v in asdict(settings).items() if k != "deadline"}
-        cursor = conn.execute(
-            "INSERT INTO bench_runs (unit, at, workload, profiles, settings, summary) VALUES (?,?,?,?,?,?)",
-            (unit, time.time(), report.workload, json.dumps(report.benched()), json.dumps(config),
-             json.dumps(summary)))
-        run_id = int(cursor.lastrowid or 0)
-        rows = [(run_id, r.profile, r.request_index, r.task_class, r.prompt_tokens, r.output_tokens, r.prefill_ms,
-                 r.decode_ms, r.wall_ms, r.draft_n, r.draft_accepted, r.vram_bytes, r.concurrency, r.cache_n,
-                 r.reasoning_tokens)
-                for p in report.benched() for r in report.results[p]]
-        conn.executemany(f"INSERT INTO bench_samples ({', '.join(_SAMPLE_COLUMNS)}) "
-                         f"VALUES ({', '.join('?' for _ in _SAMPLE_COLUMNS)})", rows)
-    finally:
-        conn.close()
-    report.run_id = run_id
-    return run_id

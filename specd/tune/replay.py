@@ -6,7 +6,8 @@ run of whole conversations: a conversation's turns go in order, each turn only a
 one's answer, with that answer (not the recorded one) in its history when the server produced one,
 so the prompt cache (`timings.cache_n`) sees what it would see in production. Requests of different
 conversations run side by side up to the concurrency level (closed loop), or start at their
-`arrival_s` offsets (open loop) when the workload carries arrival times.
+`arrival_s` offsets (open loop) when the workload carries arrival times; recorded traffic replays
+each request once fewer than its recorded level are in flight (see `replay_round`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from specd.errors import Abandoned, UsageError
+from specd.errors import UsageError
 from specd.tune.targets import Reply, Target
 from specd.tune.workloads import Workload, WorkloadRequest
 
@@ -111,63 +112,105 @@ def _recorded_answer(items: Sequence[Item], position: int) -> str | None:
     return None
 
 
+def _levels(items: Sequence[Item], concurrency: int | None, arrivals: bool) -> list[int]:
+    """How many may be in flight when each request starts: the override, else the request's own level
+    (open-loop requests are bounded by their schedule alone)."""
+    if concurrency is not None:
+        return [concurrency] * len(items)
+    return [MAX_OPEN_LOOP_WORKERS if arrivals else max(1, i.request.concurrency) for i in items]
+
+
 def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[WorkloadRequest], dict[str, Any]],
-                 concurrency: int = 1, *, arrivals: bool = False) -> list[Done]:
-    """Send one round; results come back in the round's order. Errors propagate after the round stops."""
-    answers: dict[str, str] = {}
-    finished = [threading.Event() for _ in items]
-    lock = threading.Lock()
-    running = [0]
-    first_arrival = min((i.request.arrival_s or 0.0 for i in items), default=0.0)
-    started_at = time.monotonic()
-    failed = threading.Event()
+                 concurrency: int | None = None, *, arrivals: bool = False,
+                 deadline: float | None = None) -> list[Done]:
+    """Send one round; results come back in the round's order. The first error propagates once the
+    requests already sent have finished; no request starts after it, nor after `deadline`
+    (time.monotonic(); the round then returns the requests that ran).
 
-    def send(position: int) -> Done:
+    Requests start in the round's order (by arrival offset in open loop), each once its
+    conversation's previous turn has been answered and fewer than its level are in flight: at a
+    fixed `concurrency` that is a closed loop of that many clients; with the workload's own levels
+    it replays recorded traffic as it arrived, a burst as a burst and a lone request alone.
+    """
+    levels = _levels(items, concurrency, arrivals)
+    if not target.concurrent:  # it is told the level instead of meeting it
+        answers: dict[str, str] = {}
+        done = []
+        for position, item in enumerate(items):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            reply = target.complete(_live_history(body_of(item.request), answers), in_flight=levels[position])
+            _remember(items, position, reply, answers)
+            done.append(Done(item, reply, levels[position]))
+        return done
+    return _Dispatcher(target, items, body_of, levels, arrivals, deadline).run()
+
+
+def _remember(items: Sequence[Item], position: int, reply: Reply, answers: dict[str, str]) -> None:
+    recorded, live = _recorded_answer(items, position), answer_text(reply.payload)
+    if recorded is not None and live is not None:
+        answers[recorded] = live
+
+
+class _Dispatcher:
+    """One round against a concurrent target: the calling thread starts requests, a pool sends them."""
+
+    def __init__(self, target: Target, items: Sequence[Item], body_of: Callable[[WorkloadRequest], dict[str, Any]],
+                 levels: Sequence[int], arrivals: bool, deadline: float | None) -> None:
+        self.target, self.items, self.body_of, self.levels = target, items, body_of, levels
+        self.deadline = deadline
+        first = min((i.request.arrival_s or 0.0 for i in items), default=0.0)
+        self.offsets = [(i.request.arrival_s or 0.0) - first if arrivals else 0.0 for i in items]
+        self.order = sorted(range(len(items)), key=lambda k: (self.offsets[k], k))
+        self.cond = threading.Condition()
+        self.running = 0
+        self.finished: set[int] = set()
+        self.results: dict[int, Done] = {}
+        self.answers: dict[str, str] = {}
+        self.failure: BaseException | None = None
+
+    def _ready(self, waiting: Sequence[int]) -> int | None:
+        """The first waiting request whose conversation's previous turn has been answered."""
+        return next((k for k in waiting if self.items[k].after is None or self.items[k].after in self.finished),
+                    None)
+
+    def run(self) -> list[Done]:
+        started_at = time.monotonic()
+        waiting = list(self.order)
+        with ThreadPoolExecutor(max_workers=min(max(self.levels), len(self.items))) as pool, self.cond:
+            while waiting and self.failure is None:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    break
+                head = self._ready(waiting)
+                delay = 0.0 if head is None else self.offsets[head] - (time.monotonic() - started_at)
+                if head is None or self.running >= self.levels[head] or delay > 0:
+                    until_deadline = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+                    waits = [w for w in (delay if head is not None and delay > 0 else None, until_deadline)
+                             if w is not None]
+                    self.cond.wait(min(waits) if waits else None)
+                    continue
+                waiting.remove(head)
+                self.running += 1
+                body = _live_history(self.body_of(self.items[head].request), self.answers)
+                pool.submit(self._send, head, body, self.running)
+            while self.running:
+                self.cond.wait()
+        if self.failure is not None:
+            raise self.failure
+        return [self.results[k] for k in range(len(self.items)) if k in self.results]
+
+    def _send(self, position: int, body: dict[str, Any], in_flight: int) -> None:
         try:
-            return attempt(position)
-        finally:  # also when abandoned: the conversation's next turn must not wait forever
-            finished[position].set()
-
-    def attempt(position: int) -> Done:
-        item = items[position]
-        if item.after is not None:
-            finished[item.after].wait()
-        if failed.is_set():
-            raise Abandoned("round abandoned after an earlier request failed")
-        if arrivals and item.request.arrival_s is not None:
-            delay = item.request.arrival_s - first_arrival - (time.monotonic() - started_at)
-            if delay > 0:
-                time.sleep(delay)
-        with lock:
-            body = _live_history(body_of(item.request), answers)
-            running[0] += 1
-            in_flight = running[0]
-        try:
-            reply = target.complete(body, in_flight=in_flight if target.concurrent else concurrency)
-        except BaseException:
-            failed.set()
-            raise
-        finally:
-            with lock:
-                running[0] -= 1
-        recorded, live = _recorded_answer(items, position), answer_text(reply.payload)
-        if recorded is not None and live is not None:
-            with lock:
-                answers[recorded] = live
-        return Done(item, reply, in_flight if target.concurrent else concurrency)
-
-    if not target.concurrent or (concurrency <= 1 and not arrivals):
-        return [send(k) for k in range(len(items))]
-    workers = MAX_OPEN_LOOP_WORKERS if arrivals else concurrency
-    depth: list[int] = []
-    for item in items:
-        depth.append(0 if item.after is None else depth[item.after] + 1)
-    # First turns of every conversation first, then second turns...: workers never idle behind one conversation.
-    order = sorted(range(len(items)), key=lambda k: (depth[k], k))
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        futures = {k: pool.submit(send, k) for k in order}
-        wait(list(futures.values()))
-    problems = [exc for k in range(len(items)) if (exc := futures[k].exception()) is not None]
-    if problems:  # the request that failed, not one abandoned because of it
-        raise next((p for p in problems if not isinstance(p, Abandoned)), problems[0])
-    return [futures[k].result() for k in range(len(items))]
+            reply = self.target.complete(body, in_flight=in_flight)
+        except BaseException as exc:  # noqa: BLE001 - handed to the dispatching thread, which raises it
+            with self.cond:
+                self.failure = self.failure or exc
+                self.running -= 1
+                self.cond.notify_all()
+            return
+        with self.cond:
+            _remember(self.items, position, reply, self.answers)
+            self.results[position] = Done(self.items[position], reply, in_flight)
+            self.finished.add(position)
+            self.running -= 1
+            self.cond.notify_all()

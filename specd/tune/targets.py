@@ -5,6 +5,7 @@ active llama-server; it is safe to call `complete` from several threads at once 
 replay). `ModelTarget` answers from the emulator's performance model in-process (no server, no
 clock): it is told how many requests are in flight and models the batching penalty and a
 one-slot prompt cache, so concurrency and cache reuse can be reasoned about without a server.
+`Interruptible` wraps a target for the nightly run, which must stop when clients come back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,10 +21,11 @@ from typing import Any, Protocol
 
 import httpx
 
-from specd.context import switcher_for
 from specd.deploy.history import Trigger
+from specd.deploy.seams import SeamsFactory
+from specd.deploy.switch import Switcher
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
-from specd.errors import HealthError, UsageError
+from specd.errors import HealthError, Interrupted, SpecdError, UsageError
 from specd.gpu import nvml as gpu
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
@@ -52,13 +55,15 @@ class Target(Protocol):
 class DeploymentTarget:
     """The real thing: health-gated switches of the unit, HTTP to its llama-server.
 
-    Each activation uses a fresh Switcher (and D-Bus connection): a bench outlives connections.
+    Each activation uses fresh seams (and D-Bus connection): a bench outlives connections. `seams` is
+    the composition root's factory (specd.context.seams_for), whose restarts drain the daemon's proxy.
     """
 
     concurrent = True
 
-    def __init__(self, deployment: Deployment, *, trigger: Trigger = "bench") -> None:
+    def __init__(self, deployment: Deployment, *, seams: SeamsFactory, trigger: Trigger = "bench") -> None:
         self.deployment = deployment
+        self._seams = seams
         self.trigger = trigger
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         self.http = httpx.Client(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=5.0), limits=limits)
@@ -67,14 +72,22 @@ class DeploymentTarget:
         self._main_pid = 0
 
     def active(self) -> str | None:
-        return switcher_for(self.deployment, trigger=self.trigger).active_profile()
+        seams = self._seams(self.deployment)
+        try:
+            return Switcher(seams, trigger=self.trigger).active_profile()
+        finally:
+            seams.close()
 
     def activate(self, profile: str) -> None:
-        switcher = switcher_for(self.deployment, trigger=self.trigger)
-        switcher.switch(profile)
+        seams = self._seams(self.deployment)
+        try:
+            switcher = Switcher(seams, trigger=self.trigger)
+            switcher.switch(profile)
+            self._main_pid = switcher.systemd.unit_state(self.deployment.unit).main_pid
+        finally:
+            seams.close()
         loaded = load_profile(self.deployment.profiles_dir, profile)
         self._url, self._alias = loaded.base_url, loaded.alias or ""
-        self._main_pid = switcher.systemd.unit_state(self.deployment.unit).main_pid
 
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
         started = time.perf_counter()
@@ -149,3 +162,44 @@ class ModelTarget:
 
     def vram_bytes(self) -> int | None:
         return None
+
+
+class Interruptible:
+    """A target that refuses new work once `stop` is set, except the switch back to the live profile.
+
+    The nightly job sets `stop` when clients send requests: requests already sent finish (a round
+    waits for them), no new one starts, and the bench's `restoring` puts the live profile back.
+    """
+
+    def __init__(self, inner: Target, stop: threading.Event) -> None:
+        self.inner, self.stop = inner, stop
+        self.concurrent = inner.concurrent
+        self.live = inner.active()
+
+    def _refuse(self) -> Interrupted:
+        return Interrupted("clients sent requests during the nightly run: it stopped")
+
+    def active(self) -> str | None:
+        return self.inner.active()
+
+    def activate(self, profile: str) -> None:
+        """Once stopped, any switch but the one to the live profile puts the live profile back instead
+        (also the tuner's switch to a winner it decided on just before the clients came)."""
+        if self.stop.is_set() and profile != self.live:
+            if self.live is not None and self.inner.active() != self.live:
+                self.inner.activate(self.live)
+            raise self._refuse()
+        self.inner.activate(profile)
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        if self.stop.is_set():
+            raise self._refuse()
+        try:
+            return self.inner.complete(body, in_flight)
+        except SpecdError as exc:
+            if self.stop.is_set():
+                raise self._refuse() from exc
+            raise
+
+    def vram_bytes(self) -> int | None:
+        return self.inner.vram_bytes()

@@ -4,8 +4,9 @@
 the active profile by `margin` with 95% CIs that do not overlap (so two identical profiles never
 trigger a switch), never when the deployment is pinned, and always judges wall clock, never
 decode rate alone. `tune` runs a bench through a `Target` and leaves the box on the winner or on
-the original profile; `nightly` is the daemon's job: enabled, not pinned, traffic idle, within
-the time budget, and every decision recorded in history with its numbers.
+the original profile; `tune_deployment` resolves a deployment's candidates, workload and verify gate
+and records the decision in history with its numbers and the traffic it was measured on (the
+nightly job around it is specd.tune.night).
 """
 
 from __future__ import annotations
@@ -13,46 +14,29 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specd import paths
 from specd.deploy.history import History, Trigger
-from specd.errors import SpecdError, UsageError
+from specd.deploy.seams import SeamsFactory
+from specd.errors import UsageError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
-from specd.traffic import records as traffic
-from specd.traffic.capture import CAPTURE_NAME
-from specd.traffic.taskclass import TASK_CLASSES, TaskClass
-from specd.tune.bench import (
-    DeploymentTarget,
-    Progress,
-    Report,
-    Settings,
-    Target,
-    bench_profiles,
-    restoring,
-    save_report,
-)
+from specd.tune.bench import DeploymentTarget, Progress, Report, Settings, Target, bench_profiles, restoring
+from specd.tune.benchstore import save_report
 from specd.tune.perfmodel import MixItem, crossover_output_tokens, expected_wall_ms, fit_all
 from specd.tune.pins import get_pin
+from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.stats import Summary, cis_separated
+from specd.tune.targets import Interruptible
 from specd.tune.verify import Guard, tuner_guard
-from specd.tune.workloads import (
-    Workload,
-    concurrency_by_period,
-    concurrency_level,
-    load_workload,
-    parse_line,
-    period_note,
-    synthesize,
-)
+from specd.tune.workloads import Period, Workload, period_note
 
 log = logging.getLogger(__name__)
-RECENT_DAYS = 7.0
-DEFAULT_MAX_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -80,6 +64,7 @@ class Decision:
     notes: tuple[str, ...] = ()
     bench_s: float = 0.0
     workload: str = ""
+    traffic: Mapping[str, Any] = field(default_factory=dict)  # specd.tune.bench.bench_traffic
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -197,82 +182,21 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
         report.notes.extend(refused)
         if report.concurrency > 1:
             report.notes.append(f"replayed at concurrency {report.concurrency} (-np as each profile sets it)")
+        by_period = report.traffic.get("concurrency_by_period") or {}
+        if (note := period_note(by_period)) is not None:
+            report.notes.append(note)
         expected, crossovers = model_insights(report, decision.best) if summaries else ({}, ())
         estimates = tuple(Estimate(**{**asdict(e), "model_wall_ms": expected.get(e.profile)})
                           for e in decision.estimates)
         decision = Decision(**{**asdict(decision), "estimates": estimates, "crossovers": crossovers,
                                "notes": tuple(report.notes), "bench_s": report.elapsed_s,
-                               "workload": workload.name})
+                               "workload": workload.name, "traffic": report.traffic})
         if decision.switch:
             chosen[0] = decision.best
     return TuneResult(decision, report, final_profile=target.active())
 
 
-# -- deployments: workloads, candidates, the CLI's and the daemon's entry points -------------------------
-
-
-def captured_bodies(deployment: Deployment) -> list[dict[str, Any]]:
-    directory = paths.state_dir() / "capture" / deployment.name
-    bodies: list[dict[str, Any]] = []
-    for path in (directory / f"{CAPTURE_NAME}.1", directory / CAPTURE_NAME):
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    body = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(body, dict):
-                    bodies.append(body)
-    return bodies
-
-
-def recent_workload(deployment: Deployment, n: int, *, days: float = RECENT_DAYS) -> Workload:
-    """Captured bodies replayed when capture is on; else synthetic prompts shaped like the traffic."""
-    bodies = captured_bodies(deployment)
-    where = paths.state_dir() / "capture" / deployment.name / CAPTURE_NAME
-    requests = []
-    for number, body in enumerate(bodies[-max(n, 32):], start=1):
-        body.setdefault("max_tokens", body.pop("max_completion_tokens", DEFAULT_MAX_TOKENS))
-        try:
-            requests.append(parse_line(json.dumps(body), where, number))
-        except UsageError as exc:
-            log.info("recent workload: skipping a captured body: %s", exc.message)
-    if requests:
-        return Workload(name="recent", requests=tuple(requests), source=where)
-    conn = traffic.open_db()
-    try:
-        records = [r for r in traffic.fetch_records(conn, time.time() - days * 86400, deployment.unit)
-                   if 200 <= r.status < 300]
-    finally:
-        conn.close()
-    prompts = [p for r in records if (p := traffic.prompt_length(r))]
-    outputs = [o for r in records if (o := traffic.output_length(r))]
-    mix: dict[TaskClass, float] = {}
-    for record in records:
-        for task_class in TASK_CLASSES:
-            if record.task_class == task_class:
-                mix[task_class] = mix.get(task_class, 0.0) + 1.0
-    if not prompts or not outputs or not mix:
-        raise UsageError(f"no recorded traffic for {deployment.unit} in the last {days:g} days to build "
-                         "the 'recent' workload",
-                         hint="run the daemon with its proxy, or pass --workload NAME|FILE (e.g. code, prose)")
-    workload = synthesize(mix, prompts, outputs, n=max(n, 16), seed=0, name="recent")
-    return workload.at_concurrency(concurrency_level([r.in_flight for r in records]))
-
-
-def traffic_concurrency(deployment: Deployment, days: float = RECENT_DAYS) -> tuple[int, str | None]:
-    """The typical concurrency of recorded traffic, and a sentence when it differs by time of day."""
-    conn = traffic.open_db()
-    try:
-        records = traffic.fetch_records(conn, time.time() - days * 86400, deployment.unit)
-    finally:
-        conn.close()
-    level = concurrency_level([r.in_flight for r in records])
-    return level, period_note(concurrency_by_period([(r.ts, r.in_flight) for r in records]))
-
-
-def resolve_workload(spec: str, deployment: Deployment, n: int) -> Workload:
-    return recent_workload(deployment, n) if spec == "recent" else load_workload(spec)
+# -- deployments: candidates, the verify gate, history; the CLI's and the nightly job's entry point -------------
 
 
 def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequence[str] = ()) -> list[str]:
@@ -287,12 +211,13 @@ def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequenc
     return listing
 
 
-def record(deployment: Deployment, decision: Decision, trigger: Trigger) -> str:
-    """One history event per decision: the sentence, then the numbers as JSON."""
-    numbers = {"best": decision.best, "active": decision.active, "switched": decision.switch,
-               "margin": decision.margin, "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
+def record(deployment: Deployment, decision: Decision, trigger: Trigger, extra: Mapping[str, Any] | None = None) -> str:
+    """One history event per decision: the sentence, then the numbers (and the traffic they were measured on) as JSON."""
+    numbers = {"best": decision.best, "active": decision.active, "switched": decision.switch, "margin": decision.margin,
+               "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
-                             for e in decision.estimates}}
+                             for e in decision.estimates},
+               "notes": list(decision.notes), **(extra or {}), "traffic": dict(decision.traffic)}
     detail = f"{decision.reason} | {json.dumps(numbers, separators=(',', ':'))}"
     history = History(paths.db_path())
     try:
@@ -300,6 +225,7 @@ def record(deployment: Deployment, decision: Decision, trigger: Trigger) -> str:
     finally:
         history.close()
     return detail
+
 
 
 def parse_record(detail: str) -> tuple[str, dict[str, Any]]:
@@ -313,78 +239,46 @@ def parse_record(detail: str) -> tuple[str, dict[str, Any]]:
         return detail, {}
     return (reason, parsed) if isinstance(parsed, dict) else (detail, {})
 
+def _watched(guard: Guard, outcomes: dict[str, str]) -> Guard:
+    """The guard, noting what it said of each profile (for the history event)."""
+    def checked(profile: str) -> str | None:
+        reason = guard(profile)
+        outcomes[profile] = "ok" if reason is None else reason
+        return reason
+    return checked
 
-def tune_deployment(config: Config, deployment: Deployment, *, workload: str | None = None, n: int | None = None,
-                    margin: float | None = None, dry_run: bool = False, candidates: Sequence[str] = (),
-                    budget_s: float | None = None, trigger: Trigger = "tuner", max_tokens: int | None = None,
-                    progress: Progress | None = None, concurrency: int | None = None,
-                    cache_reuse: bool = False, verify: bool = True) -> TuneResult:
-    """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record."""
+
+def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFactory, workload: str | Workload | None = None,
+                    n: int | None = None, margin: float | None = None, dry_run: bool = False,
+                    candidates: Sequence[str] = (), budget_s: float | None = None, deadline: float | None = None,
+                    trigger: Trigger = "tuner", max_tokens: int | None = None, progress: Progress | None = None,
+                    concurrency: int | None = None, cache_reuse: bool | None = None,
+                    temperature: float | None = None, period: Period | None = None, verify: bool = True,
+                    stop: threading.Event | None = None, extra: Mapping[str, Any] | None = None) -> TuneResult:
+    """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record.
+
+    `stop` (the nightly job's): once set, no request or switch starts except the one back to the live
+    profile, and specd.errors.Interrupted propagates after it.
+    """
     settings_n = n or config.tuner.n
-    chosen = resolve_workload(workload or config.tuner.workload, deployment, settings_n)
-    deadline = time.monotonic() + budget_s if budget_s is not None else None
+    chosen = workload if isinstance(workload, Workload) else resolve_workload(
+        workload or config.tuner.workload, deployment, settings_n, period)
+    if deadline is None and budget_s is not None:
+        deadline = time.monotonic() + budget_s
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
-                        cache_reuse=cache_reuse)
+                        cache_reuse=cache_reuse, temperature=temperature)
     pin = get_pin(deployment.unit)
-    target = DeploymentTarget(deployment, trigger=trigger)
-    guard = tuner_guard(deployment, target, captured_bodies(deployment)) if verify else None
+    real = DeploymentTarget(deployment, seams=seams, trigger=trigger)
+    target: Target = real if stop is None else Interruptible(real, stop)
+    verdicts: dict[str, str] = {}
+    guard = _watched(tuner_guard(deployment, target, captured_bodies(deployment)), verdicts) if verify else None
     try:
         result = tune(target, candidate_profiles(config, deployment, candidates), chosen, settings,
                       margin=config.tuner.margin if margin is None else margin, dry_run=dry_run,
                       pinned=pin.profile if pin else None, progress=progress, guard=guard)
     finally:
-        target.close()
-    if (workload or config.tuner.workload) == "recent":
-        note = traffic_concurrency(deployment)[1]
-        if note is not None:
-            result.decision = replace(result.decision, notes=(*result.decision.notes, note))
+        real.close()
     save_report(result.report, deployment.unit, settings)
-    result.history_detail = record(deployment, result.decision, trigger)
+    result.history_detail = record(deployment, result.decision, trigger,
+                                   {**(extra or {}), **({"verify": verdicts} if verify else {})})
     return result
-
-
-def last_request_age_s(deployment: Deployment, window_s: float) -> float | None:
-    """Seconds since the last request seen (proxy rows or sampled counters), None if none in the window."""
-    now = time.time()
-    conn = traffic.open_db()
-    try:
-        records = traffic.fetch_records(conn, now - window_s, deployment.unit)
-        if records:
-            return now - max(r.ts for r in records)
-        totals = traffic.counter_totals(conn, now - window_s, deployment.unit)
-    finally:
-        conn.close()
-    busy = any(t.get("predicted_tokens", 0.0) > 0 or t.get("prompt_tokens", 0.0) > 0
-               for t in totals.by_profile.values())
-    return 0.0 if busy else None
-
-
-def nightly(config: Config, deployment: Deployment) -> Decision | None:
-    """The daemon's cron job; returns the decision, or None when it skipped (and says why in history)."""
-    tuner = config.tuner
-    if not tuner.enabled:
-        return None
-    history = History(paths.db_path())
-    try:
-        pin = get_pin(deployment.unit)
-        if pin is not None:
-            history.event(deployment.unit, "tune-skip", f"pinned to {pin.profile}")
-            return None
-        age = last_request_age_s(deployment, tuner.idle_minutes * 60.0)
-        if age is not None:
-            history.event(deployment.unit, "tune-skip", f"traffic {age / 60.0:.0f} min ago; the tuner waits for "
-                                                        f"{tuner.idle_minutes:g} idle minutes")
-            return None
-    finally:
-        history.close()
-    try:
-        result = tune_deployment(config, deployment, budget_s=tuner.budget_minutes * 60.0, trigger="tuner")
-    except SpecdError as exc:
-        failed = History(paths.db_path())
-        try:
-            failed.event(deployment.unit, "tune-failed", str(exc).splitlines()[0])
-        finally:
-            failed.close()
-        raise
-    log.info("%s: %s", deployment.unit, result.decision.reason)
-    return result.decision

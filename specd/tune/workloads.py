@@ -1,11 +1,22 @@
 """Workloads: the traffic a bench replays, as JSONL of OpenAI chat-completion bodies.
 
 Seed 002's lesson is that the winner depends on the traffic (task class, prompt length, output
-length), so a bench never uses one prompt: it replays a workload. One body per line, exactly what
-a client would POST, plus an optional `specd` object (task_class, arrival_s, concurrency,
-conversation) that specd strips before sending. Built-in sets ship in specd/data/workloads;
-`long-context` is generated (43K-token prompts do not belong in a wheel) and `synthesize` builds a
-workload from observed length distributions when no bodies were captured.
+length, concurrency), so a bench never uses one prompt: it replays a workload, and a workload is
+the one definition of "the traffic to bench on" whatever it came from: bodies the proxy captured
+(specd.tune.recent), requests synthesized from the recorded shape (same module), a built-in set or
+a user's file. One body per line, exactly what a client would POST (its sampling settings
+included), plus an optional `specd` object that specd strips before sending:
+
+- `task_class`: what kind of text it asks for (default: specd.traffic.taskclass guesses);
+- `conversation`: turns sharing a name replay in order, each after the previous answer, so the
+  prompt cache sees what production sees;
+- `concurrency`: the requests in flight when it arrived, itself included: the replay sends it
+  only once fewer than that many are in flight, in the order of the file;
+- `arrival_s`: an open-loop schedule (not sent before this many seconds into its round);
+- `recorded_at`: when the proxy saw it (unix time), for the time-of-day view.
+
+`facts` states what a workload is (its source, size, class mix, concurrency, conversations,
+sampling); bench, tune and the nightly run report exactly that.
 """
 
 from __future__ import annotations
@@ -13,20 +24,24 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from specd.errors import UsageError
+from specd.traffic.shape import sampling_of
 from specd.traffic.taskclass import TASK_CLASSES, TaskClass, classify
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "workloads"
 STORED_WORKLOADS = ("code", "factual", "analysis", "creative", "repeat-input", "prose")
 BUILTIN_WORKLOADS = (*STORED_WORKLOADS, "long-context", "multi-turn")
-_META_KEYS = {"task_class", "arrival_s", "concurrency", "conversation"}
+_META_KEYS = {"task_class", "arrival_s", "concurrency", "conversation", "recorded_at"}
+Origin = Literal["captured", "synthetic", "builtin", "file"]
+Arrival = Literal["closed-loop", "open-loop"]
 CHARS_PER_TOKEN = 4
 
 _FILLER = (
@@ -59,6 +74,7 @@ class WorkloadRequest:
     arrival_s: float | None = None
     concurrency: int = 1
     conversation: str | None = None
+    recorded_at: float | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -79,7 +95,69 @@ class WorkloadRequest:
             meta["concurrency"] = self.concurrency
         if self.conversation is not None:
             meta["conversation"] = self.conversation
+        if self.recorded_at is not None:
+            meta["recorded_at"] = self.recorded_at
         return {**self.body, "specd": meta}
+
+
+def typical_level(levels: Sequence[int]) -> int:
+    """The concurrency a request typically meets (itself included): the median level, at least 1."""
+    return max(1, round(float(np.median(np.asarray(levels, dtype=np.float64))))) if levels else 1
+
+
+Period = Literal["night", "morning", "afternoon", "evening"]
+PERIODS: tuple[tuple[Period, int, int], ...] = (("night", 0, 6), ("morning", 6, 12), ("afternoon", 12, 18),
+                                                ("evening", 18, 24))
+
+
+def period_of(ts: float) -> Period:
+    """The local time of day a unix time falls in."""
+    hour = time.localtime(ts).tm_hour
+    return next(p for p, lo, hi in PERIODS if lo <= hour < hi)
+
+
+def levels_by_period(samples: Sequence[tuple[float, int]]) -> dict[str, int]:
+    """(unix time, concurrency level) pairs -> the typical level per local time of day, where traffic was seen."""
+    by: dict[str, list[int]] = {}
+    for ts, level in samples:
+        by.setdefault(period_of(ts), []).append(level)
+    return {name: typical_level(by[name]) for name, _, _ in PERIODS if name in by}
+
+
+def period_note(levels: Mapping[str, int]) -> str | None:
+    """A sentence when traffic differs by time of day enough (2x) that one profile may not suit all of it."""
+    if len(levels) < 2 or max(levels.values()) < 2 * min(levels.values()):
+        return None
+    shown = ", ".join(f"{name} {level}" for name, level in levels.items())
+    busiest = max(levels, key=lambda k: levels[k])
+    return (f"traffic differs by time of day (typical concurrency: {shown}); speculation that wins one stream "
+            f"at a time may lose in the {busiest}: tune each period with --period NAME")
+
+
+@dataclass(frozen=True)
+class TrafficFacts:
+    """What a workload is, as bench, tune and the nightly history report it."""
+
+    name: str
+    source: Origin
+    path: str | None
+    size: int
+    class_mix: dict[str, int]
+    concurrency: int  # the typical level a request is replayed at (itself included)
+    concurrency_levels: dict[str, int]  # level -> requests
+    concurrency_by_period: dict[str, int]  # local time of day -> typical level, where recorded
+    arrival: Arrival
+    conversations: int  # conversations of more than one turn
+    follow_ups: int  # requests that continue one of them (the prompt-cache reuse production sees)
+    sampling: dict[str, int]  # the sampling settings sent ("server defaults" when none) -> requests
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sampling_label(body: Mapping[str, Any]) -> str:
+    settings = sampling_of(body)
+    return ",".join(f"{k}={v:g}" for k, v in settings.items()) if settings else "server defaults"
 
 
 @dataclass(frozen=True)
@@ -87,11 +165,36 @@ class Workload:
     name: str
     requests: tuple[WorkloadRequest, ...]
     source: Path | None = field(default=None, compare=False)
+    origin: Origin = field(default="file", compare=False)
 
     @property
     def concurrency(self) -> int:
-        """The concurrency a bench replays it at: the highest level any request asks for."""
-        return max((r.concurrency for r in self.requests), default=1)
+        """The typical level a request is replayed at (each request itself keeps its own)."""
+        return typical_level([r.concurrency for r in self.requests])
+
+    @property
+    def follow_ups(self) -> int:
+        """Requests that continue a conversation an earlier request opened."""
+        seen: set[str] = set()
+        count = 0
+        for request in self.requests:
+            if request.conversation is not None:
+                count += request.conversation in seen
+                seen.add(request.conversation)
+        return count
+
+    def facts(self) -> TrafficFacts:
+        turns = Counter(r.conversation for r in self.requests if r.conversation is not None)
+        arrival: Arrival = "open-loop" if self.has_arrivals else "closed-loop"
+        return TrafficFacts(
+            name=self.name, source=self.origin, path=None if self.source is None else str(self.source),
+            size=len(self.requests), class_mix=dict(Counter(r.task_class for r in self.requests)),
+            concurrency=self.concurrency,
+            concurrency_levels={str(k): v for k, v in sorted(Counter(r.concurrency for r in self.requests).items())},
+            concurrency_by_period=levels_by_period([(r.recorded_at, r.concurrency) for r in self.requests
+                                                    if r.recorded_at is not None]),
+            arrival=arrival, conversations=sum(1 for t in turns.values() if t > 1), follow_ups=self.follow_ups,
+            sampling=dict(Counter(_sampling_label(r.body) for r in self.requests).most_common()))
 
     @property
     def has_arrivals(self) -> bool:
@@ -101,7 +204,7 @@ class Workload:
     def at_concurrency(self, level: int) -> Workload:
         """The same requests, replayed `level` at a time."""
         return Workload(self.name, tuple(replace(r, concurrency=level, arrival_s=None) for r in self.requests),
-                        self.source)
+                        self.source, self.origin)
 
 
 def _line_error(path: Path, line: int, problem: str) -> UsageError:
@@ -147,12 +250,16 @@ def parse_line(text: str, path: Path, line: int) -> WorkloadRequest:  # noqa: C9
     conversation = meta.get("conversation")
     if conversation is not None and not isinstance(conversation, str):
         raise _line_error(path, line, "specd.conversation must be a string")
+    recorded = meta.get("recorded_at")
+    if recorded is not None and (isinstance(recorded, bool) or not isinstance(recorded, (int, float))):
+        raise _line_error(path, line, "specd.recorded_at must be a unix time")
     return WorkloadRequest(body=body, task_class=task_class,
                            arrival_s=None if arrival is None else float(arrival),
-                           concurrency=concurrency, conversation=conversation)
+                           concurrency=concurrency, conversation=conversation,
+                           recorded_at=None if recorded is None else float(recorded))
 
 
-def read_workload(path: Path, name: str | None = None) -> Workload:
+def read_workload(path: Path, name: str | None = None, origin: Origin = "file") -> Workload:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -161,7 +268,7 @@ def read_workload(path: Path, name: str | None = None) -> Workload:
                      if raw.strip())
     if not requests:
         raise UsageError(f"{path}: the workload has no requests")
-    return Workload(name=name or path.stem, requests=requests, source=path)
+    return Workload(name=name or path.stem, requests=requests, source=path, origin=origin)
 
 
 def load_workload(name_or_path: str | Path) -> Workload:
@@ -170,7 +277,7 @@ def load_workload(name_or_path: str | Path) -> Workload:
     if key in GENERATED:
         return GENERATED[key]()
     if key in STORED_WORKLOADS:
-        return read_workload(DATA_DIR / f"{key}.jsonl", key)
+        return read_workload(DATA_DIR / f"{key}.jsonl", key, "builtin")
     path = Path(name_or_path).expanduser()
     if not path.exists():
         raise UsageError(f"no workload named {key!r} and no such file",
@@ -202,36 +309,22 @@ def filler_text(tokens: int, seed: int) -> str:
     return "".join(parts)[: tokens * CHARS_PER_TOKEN]
 
 
-def _request(task_class: TaskClass, prompt_tokens: int, max_tokens: int, seed: int, question_index: int,
-             conversation: str | None = None) -> WorkloadRequest:
-    question = _QUESTIONS[task_class][question_index % len(_QUESTIONS[task_class])]
-    context = filler_text(max(prompt_tokens - len(question) // CHARS_PER_TOKEN, 1), seed)
-    body = {"messages": [{"role": "system", "content": f"Reference material:\n{context}"},
-                         {"role": "user", "content": question}], "max_tokens": max_tokens}
+def question(task_class: TaskClass, index: int) -> str:
+    """A question of the class about the filler ledger (the classifier puts it in that class)."""
+    return _QUESTIONS[task_class][index % len(_QUESTIONS[task_class])]
+
+
+def opening(task_class: TaskClass, prompt_tokens: int, seed: int, question_index: int) -> list[dict[str, str]]:
+    """A reference context then a question of the class: about `prompt_tokens` tokens in all."""
+    asked = question(task_class, question_index)
+    context = filler_text(max(prompt_tokens - len(asked) // CHARS_PER_TOKEN, 1), seed)
+    return [{"role": "system", "content": f"Reference material:\n{context}"}, {"role": "user", "content": asked}]
+
+
+def ask(task_class: TaskClass, prompt_tokens: int, max_tokens: int, seed: int, question_index: int,
+        conversation: str | None = None) -> WorkloadRequest:
+    body = {"messages": opening(task_class, prompt_tokens, seed, question_index), "max_tokens": max_tokens}
     return WorkloadRequest(body=body, task_class=task_class, conversation=conversation)
-
-
-def synthesize(class_mix: Mapping[TaskClass, float], prompt_len_samples: Sequence[int],
-               output_len_samples: Sequence[int], n: int, seed: int = 0, name: str = "synthetic") -> Workload:
-    """A workload whose class mix and length distributions follow observed traffic (resampled)."""
-    classes = [c for c in TASK_CLASSES if class_mix.get(c, 0.0) > 0]
-    if not classes or any(w < 0 for w in class_mix.values()):
-        raise UsageError("class_mix needs at least one class with a positive weight and no negative ones")
-    if not prompt_len_samples or not output_len_samples:
-        raise UsageError("synthesize needs observed prompt and output lengths to draw from")
-    if n < 1:
-        raise UsageError(f"a workload needs at least one request, not {n}")
-    rng = np.random.default_rng(seed)
-    weights = np.array([class_mix[c] for c in classes], dtype=np.float64)
-    picks = rng.choice(len(classes), size=n, p=weights / weights.sum())
-    prompts = rng.choice(np.asarray(prompt_len_samples), size=n)
-    outputs = rng.choice(np.asarray(output_len_samples), size=n)
-    requests = tuple(
-        _request(classes[int(picks[i])], max(int(prompts[i]), 8), max(int(outputs[i]), 1),
-                 seed * 100_003 + i, i)
-        for i in range(n)
-    )
-    return Workload(name=name, requests=requests)
 
 
 def long_context(n: int = 12, seed: int = 0) -> Workload:
@@ -239,11 +332,11 @@ def long_context(n: int = 12, seed: int = 0) -> Workload:
     lengths = (4096, 8192, 16384, 32768, 43000)
     outputs = (64, 256, 1024)
     requests = tuple(
-        _request(TASK_CLASSES[i % len(TASK_CLASSES)], lengths[i % len(lengths)], outputs[i % len(outputs)],
-                 seed * 1000 + i, i // len(TASK_CLASSES), conversation=f"long-context-{i}")
+        ask(TASK_CLASSES[i % len(TASK_CLASSES)], lengths[i % len(lengths)], outputs[i % len(outputs)],
+            seed * 1000 + i, i // len(TASK_CLASSES), conversation=f"long-context-{i}")
         for i in range(n)
     )
-    return Workload(name="long-context", requests=requests)
+    return Workload(name="long-context", requests=requests, origin="builtin")
 
 
 _TURNS = ("Summarise the ledger in two sentences.", "Which entry has the most rope?",
@@ -266,37 +359,7 @@ def multi_turn(conversations: int = 4, turns: int = 3, context_tokens: int = 400
             requests.append(WorkloadRequest(body={"messages": sent, "max_tokens": max_tokens},
                                             task_class=classify(sent), conversation=f"chat-{c}"))
             messages.append({"role": "assistant", "content": f"(answer {c}.{t})"})
-    return Workload(name="multi-turn", requests=tuple(requests))
-
-
-def concurrency_level(in_flight_at_start: Sequence[int]) -> int:
-    """The typical concurrency a request meets: the median of (others in flight + itself), at least 1."""
-    if not in_flight_at_start:
-        return 1
-    return max(1, round(float(np.median(np.asarray(in_flight_at_start, dtype=np.float64) + 1.0))))
-
-
-PERIODS = (("night", 0, 6), ("morning", 6, 12), ("afternoon", 12, 18), ("evening", 18, 24))
-
-
-def concurrency_by_period(samples: Sequence[tuple[float, int]]) -> dict[str, int]:
-    """(timestamp, in flight at start) pairs -> typical concurrency per local time of day, where traffic was seen."""
-    by: dict[str, list[int]] = {}
-    for ts, in_flight in samples:
-        hour = time.localtime(ts).tm_hour
-        name = next(p for p, lo, hi in PERIODS if lo <= hour < hi)
-        by.setdefault(name, []).append(in_flight)
-    return {name: concurrency_level(by[name]) for name, _, _ in PERIODS if name in by}
-
-
-def period_note(levels: Mapping[str, int]) -> str | None:
-    """A sentence when traffic differs by time of day enough (2x) that one profile may not suit all of it."""
-    if len(levels) < 2 or max(levels.values()) < 2 * min(levels.values()):
-        return None
-    shown = ", ".join(f"{name} {level}" for name, level in levels.items())
-    busiest = max(levels, key=lambda k: levels[k])
-    return (f"traffic differs by time of day (typical concurrency: {shown}); speculation that wins one stream "
-            f"at a time may lose in the {busiest}: tune each period with --concurrency N")
+    return Workload(name="multi-turn", requests=tuple(requests), origin="builtin")
 
 
 GENERATED: dict[str, Callable[[], Workload]] = {"long-context": long_context, "multi-turn": multi_turn}

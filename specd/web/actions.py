@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from specd.context import switcher_for
+from specd.context import seams_for, switcher_for
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import load_profile
@@ -50,7 +50,7 @@ def bench_now(config: Config, deployment: Deployment) -> str:
     """The tuner's bench and decision, without switching (a dry run): the page shows the result."""
     from specd.tune.tuner import tune_deployment
 
-    result = tune_deployment(config, deployment, dry_run=True, trigger="web",
+    result = tune_deployment(config, deployment, seams=seams_for, dry_run=True, trigger="web",
                              budget_s=config.tuner.budget_minutes * 60.0)
     return result.decision.reason
 

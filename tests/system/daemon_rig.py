@@ -94,11 +94,12 @@ def shipped_restart_policy() -> str:
 
 
 def write_config(box: Box, proxy_port: int, *, grace_s: float, daemon_extra: str = "",
-                 tuner: str = "enabled = false\n", extra: str = "", capture: bool = False) -> None:
-    """`daemon_extra` adds lines to [daemon], `tuner` replaces [tuner]'s body, `extra` appends tables."""
+                 tuner: str = "enabled = false\n", extra: str = "", capture: bool = False, proxy: str = "") -> None:
+    """`daemon_extra` adds lines to [daemon], `proxy` to [proxy], `tuner` replaces [tuner]'s body, `extra`
+    appends tables."""
     box.config_path.write_text(
         f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
-        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\ncapture_bodies = {str(capture).lower()}\n\n'
+        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\ncapture_bodies = {str(capture).lower()}\n{proxy}\n'
         f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n"
         f"{daemon_extra}\n[tuner]\n{tuner}\n{extra}"
     )
@@ -109,10 +110,11 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
     started: list[RunningDaemon] = []
 
     def start(*, grace_s: float = 0.0, daemon_extra: str = "", tuner: str = "enabled = false\n",
-              extra: str = "", restart_as_shipped: bool = False, capture: bool = False) -> RunningDaemon:
+              extra: str = "", restart_as_shipped: bool = False, capture: bool = False,
+              proxy: str = "") -> RunningDaemon:
         proxy_port = free_port()
         write_config(box, proxy_port, grace_s=grace_s, daemon_extra=daemon_extra, tuner=tuner, extra=extra,
-                     capture=capture)
+                     capture=capture, proxy=proxy)
         name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
         log_path = box.root / "daemon.log"
         environment = " ".join(

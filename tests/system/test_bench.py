@@ -54,11 +54,21 @@ def shaped(ask: str, prompt_tokens: int, output_tokens: int, count: int = 4, nam
 # --- pure pieces and the sampling loop, on the model target (no server) ----------------------------
 
 
-def test_request_body_is_deterministic_and_capped() -> None:
-    request = shaped(CODE_ASK, 50, 500).requests[0]
-    body = request_body(request, Settings(max_tokens=64))
-    assert body["max_tokens"] == 64 and body["temperature"] == 0 and body["seed"] == 42
-    assert body["cache_prompt"] is False and body["stream"] is False and "specd" not in body
+def test_request_body_keeps_the_traffics_sampling_with_a_fixed_seed_per_request() -> None:
+    first, second = shaped(CODE_ASK, 50, 500, count=2).requests
+    sampled = WorkloadRequest(body={**first.body, "temperature": 0.7, "top_p": 0.9, "stream": True,
+                                    "stream_options": {"include_usage": True}}, task_class="code")
+    body = request_body(sampled, Settings(max_tokens=64))
+    assert body["max_tokens"] == 64 and body["temperature"] == 0.7 and body["top_p"] == 0.9
+    assert body["cache_prompt"] is False and body["stream"] is False and "stream_options" not in body
+    assert "specd" not in body
+    again = request_body(sampled, Settings())
+    assert again["seed"] == body["seed"], "the same request draws with the same seed every time"
+    assert request_body(first, Settings())["seed"] != request_body(second, Settings())["seed"]
+    assert "temperature" not in request_body(first, Settings())  # none sent: the server's default, as in production
+    assert request_body(sampled, Settings(temperature=0.0))["temperature"] == 0.0  # greedy stays an option
+    own = WorkloadRequest(body={**first.body, "seed": 7}, task_class="code")
+    assert request_body(own, Settings())["seed"] == 7
 
 
 def test_measure_reads_timings_and_tolerates_missing_fields() -> None:
@@ -170,6 +180,10 @@ def test_bench_cli_measures_stores_plots_and_restores(box: Box, tmp_path: Path) 
                        "--plot", str(plot), check=True)
     data = json.loads(result.stdout)
     assert data["profiles"] == ["plain", "mtp"]
+    traffic = data["traffic"]  # what was replayed, and how
+    assert (traffic["source"], traffic["path"], traffic["size"], traffic["class_mix"]) == (
+        "file", str(workload), 4, {"code": 4})
+    assert (traffic["concurrency"], traffic["cache_reuse"], traffic["sampling"]) == (1, False, {"server defaults": 4})
     plain, mtp = data["cells"]["plain"], data["cells"]["mtp"]
     assert 3 <= plain["n"] == mtp["n"] <= 6 and data["rounds"] >= 2  # interleaved: A B | B A | ...
     assert mtp["wall_ms"]["median"] < plain["wall_ms"]["median"]  # seed 004: MTP wins on code

@@ -12,19 +12,17 @@ from typing import Any
 import pytest
 
 from specd.errors import HealthError
-from specd.profiles.config import Deployment
-from specd.traffic import records as traffic
 from specd.tune.bench import ModelTarget, Settings, measure, run_bench
 from specd.tune.replay import plan_rounds, replay_round
 from specd.tune.targets import Reply
-from specd.tune.tuner import recent_workload, tune
+from specd.tune.tuner import tune
 from specd.tune.workloads import (
     Workload,
-    concurrency_by_period,
-    concurrency_level,
+    levels_by_period,
     multi_turn,
     period_note,
     save_workload,
+    typical_level,
 )
 from tests.conftest import Box
 from tests.system.test_bench import CODE_ASK, SEEDS, shaped
@@ -109,28 +107,16 @@ def test_a_failed_request_in_a_concurrent_round_is_the_error_reported() -> None:
 
 
 def test_concurrency_levels_from_traffic_and_time_of_day() -> None:
-    assert concurrency_level([]) == 1 and concurrency_level([0, 0, 1]) == 1 and concurrency_level([7, 7, 6]) == 8
+    assert typical_level([]) == 1 and typical_level([1, 1, 2]) == 1 and typical_level([8, 8, 7]) == 8
     night = time.mktime((2026, 1, 5, 2, 0, 0, 0, 0, -1))
     day = time.mktime((2026, 1, 5, 14, 0, 0, 0, 0, -1))
-    levels = concurrency_by_period([(night, 7)] * 5 + [(day, 0)] * 5)
+    levels = levels_by_period([(night, 8)] * 5 + [(day, 1)] * 5)
     assert levels == {"night": 8, "afternoon": 1}
     note = period_note(levels)
-    assert note is not None and "night" in note and "--concurrency" in note
+    assert note is not None and "night" in note and "--period" in note
     assert period_note({"night": 2, "afternoon": 1.5}) is None  # type: ignore[dict-item]
     workload = shaped(CODE_ASK, 50, 8).at_concurrency(8)
     assert workload.concurrency == 8 and not workload.has_arrivals
-
-
-def test_recent_workload_carries_the_recorded_concurrency(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    conn = traffic.open_db()
-    traffic.insert_records(conn, [
-        traffic.TrafficRecord(ts=time.time() - 100, endpoint="/v1/chat/completions", stream=False, status=200,
-                              total_ms=9.0, unit="llama.service", task_class="code", prompt_tokens=300,
-                              completion_tokens=120, in_flight=5) for _ in range(5)])
-    conn.close()
-    recent = recent_workload(Deployment(unit="llama.service", scope="user", profiles_dir=tmp_path), 10)
-    assert recent.concurrency == 6
 
 
 def test_measure_reads_cache_n_and_reasoning_tokens() -> None:
@@ -164,7 +150,7 @@ def test_cache_reuse_on_the_model_shows_in_cache_n_and_prefill() -> None:
     chat = multi_turn(conversations=2, turns=3, context_tokens=2000)
     target = ModelTarget(SEEDS, {"plain": "none"}, active="plain")
     reuse = run_bench(target, ["plain"], chat, Settings(n=6, cache_reuse=True, early_stop=False))
-    cold = run_bench(target, ["plain"], chat, Settings(n=6, early_stop=False))
+    cold = run_bench(target, ["plain"], chat, Settings(n=6, early_stop=False, cache_reuse=False))
     warm_rows = reuse.results["plain"]
     assert [r.cache_n > 1000 for r in warm_rows] == [False, True, True, False, True, True]
     assert all(r.cache_n == 0 for r in cold.results["plain"])

@@ -51,7 +51,9 @@ def test_backups_are_pruned_to_backups_keep(box) -> None:
 # kernels crash at the first decode where the host does not grant the tile state; LLAMA_ARG_REPACK=0
 # keeps llama-server off them. The managers below hand this environment to the units they start.
 NO_AMX = {"LLAMA_ARG_REPACK": "0"}
-EXPECTED_ANSWERS = ("France", "100 degrees", "return a + b")
+# What a sensible continuation of each demo prompt says; the tiny model's greedy wording differs from
+# one CPU to another ("Paris, France." here, "the capital of the French Republic." on CI's host).
+EXPECTED_ANSWERS = (("Paris", "France", "French"), ("100 degrees",), ("return a + b",))
 
 
 def _fresh_env(home: Path, tmp: Path) -> dict[str, str]:
@@ -74,8 +76,8 @@ def _assert_demo_answers(out: str) -> None:
         assert f"prompt: {prompt}" in out
     answers = [line for line in out.splitlines() if line.startswith("  answer:")]
     assert len(answers) == 6, out  # three prompts on each of the two profiles
-    for word in EXPECTED_ANSWERS:
-        assert sum(word in line for line in answers) == 2, (word, answers)
+    for words in EXPECTED_ANSWERS:
+        assert sum(any(word in line for word in words) for line in answers) == 2, (words, answers)
 
 
 def _assert_next_commands_work(env: dict[str, str]) -> None:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from specd.profiles.config import load_config
-from specd.traffic import records as traffic
 from specd.tune.bench import ModelTarget, Settings
 from specd.tune.stats import summarize
-from specd.tune.tuner import decide, nightly, tune
+from specd.tune.tuner import decide, tune
 from specd.tune.workloads import save_workload
 from tests.conftest import Box
 from tests.system.test_bench import CODE_ASK, CREATIVE_ASK, SEEDS, emulated_profiles, shaped
@@ -127,6 +124,7 @@ def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box,
 
     dry = _tune(box, code, "--dry-run")
     assert dry["best"] == "mtp" and dry["switch"] is False and dry["final_profile"] == "plain"
+    assert dry["traffic"]["source"] == "file" and dry["traffic"]["size"] == 4 and dry["traffic"]["concurrency"] == 1
     assert _active(box) == "plain"
 
     box.specd("pin", "plain", check=True)
@@ -168,62 +166,3 @@ def test_tune_cli_identical_profiles_do_not_switch(box: Box, tmp_path: Path) -> 
     save_workload(shaped(CODE_ASK, 500, 256), code)
     result = _tune(box, code)
     assert result["switch"] is False and _active(box) == "plain"
-
-
-def test_nightly_waits_for_idle_traffic_then_tunes_and_records(box: Box, tmp_path: Path) -> None:
-    emulated_profiles(box, ("plain", "mtp"))
-    box.specd("switch", "plain", check=True)
-    code = tmp_path / "code.jsonl"
-    save_workload(shaped(CODE_ASK, 500, 256), code)
-    with box.config_path.open("a") as handle:
-        handle.write(f'\n[tuner]\nworkload = "{code}"\nn = 6\nidle_minutes = 30\nbudget_minutes = 5\n')
-    config = load_config(box.config_path)
-    conn = traffic.open_db()
-    traffic.insert_records(conn, [traffic.TrafficRecord(ts=time.time() - 60, endpoint="/v1/chat/completions",
-                                                        stream=False, status=200, total_ms=5.0, unit=box.unit)])
-    assert nightly(config, box.deployment) is None
-    assert box.history().events(box.unit)[0]["detail"].startswith("traffic 1 min ago")
-    conn.execute("DELETE FROM traffic")
-    conn.close()
-    decision = nightly(config, box.deployment)
-    assert decision is not None and decision.best == "mtp" and decision.switch
-    assert _active(box) == "mtp"
-    event = box.history().events(box.unit)[0]
-    assert event["kind"] == "tune" and event["detail"].startswith("switched to mtp")
-    numbers = json.loads(event["detail"].split(" | ", 1)[1])
-    assert set(numbers["estimates"]) == {"plain", "mtp"} and numbers["trigger"] == "tuner"
-
-
-# --- the 'recent' workload -------------------------------------------------------------------------
-
-
-def test_recent_workload_replays_captures_else_synthesizes_else_explains(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from specd.errors import UsageError
-    from specd.profiles.config import Deployment
-    from specd.tune.tuner import recent_workload
-
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    deployment = Deployment(unit="llama.service", scope="user", profiles_dir=tmp_path)
-    with pytest.raises(UsageError, match="no recorded traffic"):
-        recent_workload(deployment, 10)
-
-    conn = traffic.open_db()
-    traffic.insert_records(conn, [
-        traffic.TrafficRecord(ts=time.time() - 100, endpoint="/v1/chat/completions", stream=False, status=200,
-                              total_ms=9.0, unit="llama.service", task_class="code", prompt_tokens=300,
-                              completion_tokens=120) for _ in range(5)])
-    conn.close()
-    synthetic = recent_workload(deployment, 10)
-    assert synthetic.name == "recent" and len(synthetic.requests) == 16
-    assert {r.task_class for r in synthetic.requests} == {"code"}
-    assert {r.max_tokens for r in synthetic.requests} == {120}
-
-    capture = tmp_path / "state" / "specd" / "capture" / "llama"
-    capture.mkdir(parents=True)
-    bodies = [{"messages": [{"role": "user", "content": f"Write a Python function number {i}."}], "stream": True}
-              for i in range(3)] + [{"not": "a chat body"}]
-    (capture / "chat-completions.jsonl").write_text("\n".join(json.dumps(b) for b in bodies) + "\n")
-    replayed = recent_workload(deployment, 10)
-    assert len(replayed.requests) == 3 and replayed.source is not None
-    assert replayed.requests[0].max_tokens == 256 and replayed.requests[0].task_class == "code"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from specd.context import seams_for
 from specd.profiles.config import Deployment
 from specd.tune.bench import restoring
 from specd.tune.fidelity import Answer, ToolCall, answer_of, compare, edit_distance, json_shape
@@ -162,7 +163,7 @@ def test_switch_warning_and_guard_follow_the_stored_verification(tmp_path: Path,
 def test_verify_on_the_real_server_passes_twins_and_reports_drift(box: Box, real_server: None) -> None:
     shutil.copy(box.profiles_dir / "autoregressive.toml", box.profiles_dir / "twin.toml")
     box.specd("switch", "autoregressive", check=True)
-    target = DeploymentTarget(box.deployment, trigger="verify")
+    target = DeploymentTarget(box.deployment, seams=seams_for, trigger="verify")
     try:  # identical profiles, a few probes in-process (the CLI run below covers them all)
         with restoring(target):
             twin = verify_profiles(target, "twin", "autoregressive",

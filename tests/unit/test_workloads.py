@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from specd.emulator.model import asks_to_repeat
 from specd.errors import UsageError
-from specd.traffic.taskclass import TaskClass, classify, last_user_text
+from specd.traffic.taskclass import classify, last_user_text
 from specd.tune.workloads import (
     BUILTIN_WORKLOADS,
     DATA_DIR,
     STORED_WORKLOADS,
-    Workload,
     WorkloadRequest,
     load_workload,
     long_context,
+    multi_turn,
     save_workload,
-    synthesize,
 )
 
 
@@ -122,30 +119,23 @@ def test_missing_and_empty(tmp_path: Path) -> None:
         load_workload(empty)
 
 
-def test_synthesize_follows_the_distributions() -> None:
-    mix: dict[TaskClass, float] = {"code": 3.0, "creative": 1.0}
-    prompts = [200, 400, 800]
-    outputs = [64, 512]
-    workload = synthesize(mix, prompts, outputs, n=400, seed=7)
-    assert isinstance(workload, Workload) and len(workload.requests) == 400
-    classes = Counter(r.task_class for r in workload.requests)
-    assert set(classes) == {"code", "creative"}
-    assert 0.68 <= classes["code"] / 400 <= 0.82
-    assert {r.max_tokens for r in workload.requests} == {64, 512}
-    for request in workload.requests[:40]:
-        assert classify(list(request.body["messages"])) == request.task_class
-        assert min(abs(request.prompt_tokens - p) for p in prompts) <= 0.1 * max(prompts)
-    median_prompt = float(np.median([r.prompt_tokens for r in workload.requests]))
-    assert 350 <= median_prompt <= 450
-    assert synthesize(mix, prompts, outputs, n=5, seed=1) == synthesize(mix, prompts, outputs, n=5, seed=1)
-    assert synthesize(mix, prompts, outputs, n=5, seed=1) != synthesize(mix, prompts, outputs, n=5, seed=2)
-
-
-def test_synthesize_rejects_nonsense() -> None:
-    with pytest.raises(UsageError, match="class_mix"):
-        synthesize({}, [100], [100], n=3)
-    code_only: dict[TaskClass, float] = {"code": 1.0}
-    with pytest.raises(UsageError, match="observed"):
-        synthesize(code_only, [], [100], n=3)
-    with pytest.raises(UsageError, match="at least one request"):
-        synthesize(code_only, [100], [100], n=0)
+def test_facts_state_source_size_mix_concurrency_conversations_and_sampling(tmp_path: Path) -> None:
+    chat = multi_turn(conversations=2, turns=3)
+    facts = chat.facts()
+    assert (facts.source, facts.size, facts.conversations, facts.follow_ups) == ("builtin", 6, 2, 4)
+    assert facts.concurrency == 1 and facts.arrival == "closed-loop" and facts.sampling == {"server defaults": 6}
+    assert sum(facts.class_mix.values()) == 6
+    levels = [1, 1, 8, 8, 8]
+    requests = tuple(WorkloadRequest(body={"messages": [{"role": "user", "content": f"Write a haiku {i}"}],
+                                           "max_tokens": 8, **({"temperature": 0.7} if i % 2 else {})},
+                                     task_class="creative", concurrency=level, recorded_at=1.0e9 + i)
+                     for i, level in enumerate(levels))
+    path = tmp_path / "mine.jsonl"
+    save_workload(requests, path)
+    mine = load_workload(path)
+    facts = mine.facts()
+    assert (facts.source, facts.path, facts.size, facts.concurrency) == ("file", str(path), 5, 8)
+    assert facts.concurrency_levels == {"1": 2, "8": 3} and facts.class_mix == {"creative": 5}
+    assert facts.sampling == {"server defaults": 3, "temperature=0.7": 2}
+    assert len(facts.concurrency_by_period) == 1 and facts.follow_ups == 0
+    assert mine.requests == requests, "recorded_at and the levels round-trip through the file"

@@ -1,0 +1,50 @@
+"""When the nightly tuning fires, and what the daemon hands it.
+
+`[tuner] cron` is a crontab line (minute hour day month weekday); a sixth, leading field gives the
+second, for runs that must fire at an exact moment (the end-to-end tests of the night use it). The
+job itself lives in specd.tune.night, imported here lazily: the tuner sits above the daemon. Its
+switches run over the daemon's seams factory (specd.context.seams_for: restarts drain this daemon's proxy). The daemon hands it
+the proxy's counts of client requests (accepted so far, in flight now), so the run waits while
+clients are about and stops when they come back.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from apscheduler.triggers.cron import CronTrigger
+
+from specd.daemon.proxy import Proxy
+from specd.deploy.seams import SeamsFactory
+from specd.errors import ConfigError
+from specd.profiles.config import Config, Deployment
+
+CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
+
+
+def cron_trigger(cron: str, config_path: Path | None) -> CronTrigger:
+    """The trigger for `[tuner] cron`: five crontab fields, or six with the second first."""
+    fields = cron.split()
+    try:
+        if len(fields) == len(CRON_FIELDS) + 1:
+            return CronTrigger(second=fields[0], **dict(zip(CRON_FIELDS, fields[1:], strict=True)))
+        return CronTrigger.from_crontab(cron)
+    except ValueError as exc:
+        raise ConfigError(f"{config_path}: [tuner] cron {cron!r}: {exc}",
+                          hint="five crontab fields (30 3 * * *), or six with the second first") from exc
+
+
+def nightly_job(config: Config, deployment: Deployment, proxy: Proxy | None,
+                seams: SeamsFactory) -> Callable[[], object] | None:
+    """The nightly run for one deployment, or None when specd.tune is not installed."""
+    try:
+        module = importlib.import_module("specd.tune.night")
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("specd.tune"):
+            raise
+        return None
+    return partial(module.nightly, config, deployment, seams=seams,
+                   clients=None if proxy is None else (lambda: (proxy.accepted, proxy.in_flight)))
