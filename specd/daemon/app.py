@@ -44,6 +44,7 @@ from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import Seams
+from specd.deploy.slots import Slot, serving_slot, slot_of_unit
 from specd.deploy.unitfiles import prune_backups, read_text
 from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
 from specd.paths import StateDir
@@ -65,12 +66,14 @@ HISTORY_KEEP = 500
 NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
 
 
-def backend_of(deployment: Deployment) -> Backend:
-    text = read_text(deployment.unit_path)
+def backend_of(deployment: Deployment, state: StateDir) -> Backend:
+    """The proxy's backend: the server of the slot that serves (read fresh: a switch moves it)."""
+    serving = serving_slot(state, deployment)
+    text = read_text(serving.unit_path)
     if text is None:
         return NO_BACKEND
     try:
-        return Backend(parse_unit(text, str(deployment.unit_path)).base_url, profile_of_unit(text))
+        return Backend(parse_unit(text, str(serving.unit_path)).base_url, profile_of_unit(text))
     except SpecdError:
         return NO_BACKEND
 
@@ -141,7 +144,7 @@ class Daemon:
     def _make_proxy(self, deployment: Deployment) -> Proxy:
         settings = deployment.proxy
         assert settings is not None
-        backend = backend_of(deployment)
+        backend = backend_of(deployment, self.state)
         if backend.url.endswith(f":{settings.listen_port}") and settings.listen_host in backend.url:
             raise ConfigError(f"[proxy] listen {settings.listen_host}:{settings.listen_port} is {deployment.unit}'s "
                               "own address; give the proxy another port")
@@ -149,7 +152,7 @@ class Daemon:
         if settings.capture_bodies:
             capture = BodyCapture(self.state.capture(deployment.name), settings.capture_max_bytes)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
-                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture)
+                     lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics, capture=capture)
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None) -> QuietServer:
@@ -222,7 +225,7 @@ class Daemon:
             self.metrics.set_active_profile(unit, active.profile if active else None)
 
     def _sample(self, runtime: Runtime) -> None:
-        backend = backend_of(runtime.deployment)
+        backend = backend_of(runtime.deployment, self.state)
         if backend is NO_BACKEND:
             return
         try:
@@ -257,27 +260,59 @@ class Daemon:
 
     # ---- the control socket ------------------------------------------------------------------------
 
+    def _proxied(self, unit: str) -> tuple[Runtime, Proxy, Slot] | None:
+        """The deployment whose slot `unit` is (its own unit or the green companion), with its proxy."""
+        for runtime in self.runtimes.values():
+            found = slot_of_unit(runtime.deployment, unit)
+            if found is not None and runtime.proxy is not None:
+                return runtime, runtime.proxy, found
+        return None
+
+    def _serves(self, runtime: Runtime, unit_slot: Slot) -> bool:
+        return serving_slot(self.state, runtime.deployment).name == unit_slot.name
+
     async def _drain(self, unit: str, timeout_s: float, lease_s: float) -> dict[str, Any] | None:
-        runtime = self.runtimes.get(unit)
-        if runtime is None or runtime.proxy is None:
+        found = self._proxied(unit)
+        if found is None:
             return None
-        proxy = runtime.proxy
+        runtime, proxy, unit_slot = found
+        if not self._serves(runtime, unit_slot):  # the proxy sends it nothing: nothing to hold or wait for
+            return {"unit": unit, "drained": True, "active": 0, "in_flight": proxy.in_flight, "serving": False}
         proxy.pause(lease_s)  # renewed by the switch while it runs; ends by itself if the switch dies
         drained = await proxy.wait_idle(timeout_s)
         return {"unit": unit, "drained": drained, "active": proxy.active, "in_flight": proxy.in_flight}
 
     def _renew(self, unit: str, lease_s: float) -> dict[str, Any] | None:
-        runtime = self.runtimes.get(unit)
-        if runtime is None or runtime.proxy is None:
+        found = self._proxied(unit)
+        if found is None:
             return None
-        return {"unit": unit, "renewed": runtime.proxy.renew(lease_s)}
+        return {"unit": unit, "renewed": found[1].renew(lease_s)}
 
     def _resume(self, unit: str) -> dict[str, Any] | None:
+        found = self._proxied(unit)
+        if found is None:
+            return None
+        runtime, proxy, unit_slot = found
+        if self._serves(runtime, unit_slot):  # a drain of a slot that does not serve paused nothing
+            proxy.resume()
+        return {"unit": unit, "resumed": True}
+
+    async def _retarget(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
+        """A blue-green flip: the proxy re-reads its backend (the slot pointer moved) and lets the next
+        request through once the new server answers /health; streams in flight are not touched."""
         runtime = self.runtimes.get(unit)
         if runtime is None or runtime.proxy is None:
             return None
-        runtime.proxy.resume()
-        return {"unit": unit, "resumed": True}
+        proxy = runtime.proxy
+        wanted = backend_of(runtime.deployment, self.state).url
+        proxy.mark_unhealthy()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = proxy.status()
+            if now.get("backend") == wanted and now.get("healthy"):
+                return {"unit": unit, "retargeted": True, "backend": wanted}
+            await asyncio.sleep(0.005)
+        return {"unit": unit, "retargeted": False, "backend": proxy.status().get("backend"), "wanted": wanted}
 
     def status(self) -> dict[str, Any]:
         self._observe_generations()
@@ -286,7 +321,9 @@ class Daemon:
         units = {}
         for unit, runtime in self.runtimes.items():
             proxy, listen = runtime.proxy, runtime.deployment.proxy
+            serving = serving_slot(self.state, runtime.deployment)
             units[unit] = {
+                "slot": serving.name, "slot_unit": serving.unit,
                 "health": runtime.monitor.state.as_dict(),
                 "profile_errors": runtime.watcher.profile_errors,
                 "proxy": None if proxy is None or listen is None else {
@@ -316,7 +353,7 @@ class Daemon:
         sock.unlink(missing_ok=True)
         control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
                                         resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
-                                        metrics_content_type=CONTENT_TYPE)
+                                        metrics_content_type=CONTENT_TYPE, retarget_unit=self._retarget)
         await self._serve(control_app(), uds=sock)
         os.chmod(sock, 0o600)
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes

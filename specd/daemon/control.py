@@ -5,7 +5,13 @@ errors, whoever restarts the unit first asks the daemon to *drain* that unit's p
 requests are held at the gate and the call returns once in-flight ones finished (or a timeout
 passed); after the restart the proxy holds requests until the new server answers /health.
 `DrainingSystemd` wraps any `SystemdClient` so that `restart`/`stop` do this by themselves;
-with no daemon (or no proxy for the unit) it is a plain pass-through.
+with no daemon (or no proxy for the unit) it is a plain pass-through. A unit of the deployment's
+slot that does not serve (specd.deploy.slots) is not drained: the proxy sends it nothing.
+
+A blue-green switch does not drain at all: it starts the new server in the free slot, moves the
+slot pointer, and asks the daemon to *retarget* (`DaemonProxyLink`): the proxy re-reads its
+backend and checks /health there before the next request passes, while streams in flight stay on
+the old server until they end.
 
 The socket lives in the 0700 state directory, so only the user who runs specd can drain.
 """
@@ -96,6 +102,25 @@ def daemon_request(state: StateDir, path: str) -> dict[str, Any] | None:
     return _request(state, "GET", path, {}, 5)
 
 
+RETARGET_TIMEOUT_S = 10.0
+
+
+class DaemonProxyLink:
+    """The daemon's proxy for a switch in another process (specd.deploy.seams.ProxyLink)."""
+
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+
+    def serving(self, unit: str) -> bool:
+        answer = daemon_request(self.state, "/status") or {}
+        return bool((answer.get("units", {}).get(unit) or {}).get("proxy"))
+
+    def retarget(self, unit: str) -> bool | None:
+        answer = _request(self.state, "POST", "/retarget", {"unit": unit, "timeout": RETARGET_TIMEOUT_S},
+                          RETARGET_TIMEOUT_S + 5)
+        return None if answer is None else bool(answer.get("retargeted"))
+
+
 def _in_flight(state: StateDir, unit: str) -> int:
     answer = daemon_request(state, "/status") or {}
     proxy = (answer.get("units", {}).get(unit) or {}).get("proxy") or {}
@@ -175,18 +200,31 @@ class DrainingSystemd:
     def exec_start_argv(self, unit: str) -> list[list[str]]:
         return self.inner.exec_start_argv(unit)
 
+    def is_enabled(self, unit: str) -> bool:
+        return self.inner.is_enabled(unit)
+
+    def set_enabled(self, unit: str, enabled: bool) -> None:
+        self.inner.set_enabled(unit, enabled)
+
 
 # ---- the server side (run by the daemon) --------------------------------------------------------
 
 Drainer = Callable[[str, float, float], Awaitable[dict[str, Any] | None]]  # unit, timeout, lease
 Renewer = Callable[[str, float], dict[str, Any] | None]  # unit, lease
 Resumer = Callable[[str], dict[str, Any] | None]
+Retargeter = Callable[[str, float], Awaitable[dict[str, Any] | None]]  # unit, timeout
+
+
+async def _no_retarget(unit: str, timeout_s: float) -> dict[str, Any] | None:
+    return None
 
 
 def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer,
                 status: Callable[[], dict[str, Any]],
-                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True) -> Starlette:
-    """`/status` and `/metrics` for anyone the socket lets in; `/drain` and `/resume` when writable."""
+                metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True,
+                retarget_unit: Retargeter = _no_retarget) -> Starlette:
+    """`/status` and `/metrics` for anyone the socket lets in; `/drain`, `/renew`, `/resume` and
+    `/retarget` when writable."""
 
     async def get_status(request: Request) -> Response:
         return Response(json.dumps(status(), default=str), media_type="application/json")
@@ -216,8 +254,17 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
         answer = resume_unit(request.query_params.get("unit", ""))
         return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
 
+    async def post_retarget(request: Request) -> Response:
+        try:
+            timeout_s = float(request.query_params.get("timeout", RETARGET_TIMEOUT_S))
+        except ValueError:
+            return JSONResponse({"error": "timeout must be a number"}, 400)
+        answer = await retarget_unit(request.query_params.get("unit", ""), timeout_s)
+        return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
+
     routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
     if writable:
         routes += [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
-                   Route("/resume", post_resume, methods=["POST"])]
+                   Route("/resume", post_resume, methods=["POST"]),
+                   Route("/retarget", post_retarget, methods=["POST"])]
     return Starlette(routes=routes)

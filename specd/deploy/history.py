@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from specd.deploy.slots import SlotName, Strategy
 from specd.errors import StateDbError
 from specd.store import connect, ensure_schema
 
@@ -29,7 +30,9 @@ CREATE TABLE IF NOT EXISTS generations (
     preflight_s REAL,
     restart_s REAL,
     health_s REAL,
-    total_s REAL
+    total_s REAL,
+    slot TEXT,
+    strategy TEXT
 );
 CREATE INDEX IF NOT EXISTS generations_unit ON generations(unit, id);
 CREATE TABLE IF NOT EXISTS events (
@@ -47,6 +50,8 @@ GenerationKind = Literal["switch", "rollback", "external-edit"]
 GenerationOutcome = Literal["pending", "ok", "reverted", "failed"]
 # Who asked: a person at the CLI, the daemon (monitor, watcher), the tuner, or a bench/verify run.
 Trigger = Literal["cli", "daemon", "tuner", "bench", "verify"]
+# Columns added after the first release: added to older databases when they are opened.
+_ADDED_COLUMNS = (("slot", "TEXT"), ("strategy", "TEXT"))
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class Generation:
     restart_s: float | None
     health_s: float | None
     total_s: float | None
+    slot: SlotName | None = None  # where this generation's server ran (None: before slots existed)
+    strategy: Strategy | None = None  # how the server was replaced (None: a hand edit, or before strategies)
 
     @property
     def content_id(self) -> int:
@@ -86,6 +93,14 @@ class History:
         self.path = db_path
         self.conn = connect(db_path)
         ensure_schema(self.conn, SCHEMA)
+        have = {row[1] for row in self._execute("PRAGMA table_info(generations)")}
+        for name, ddl in _ADDED_COLUMNS:
+            if name not in have:
+                try:
+                    self.conn.execute(f"ALTER TABLE generations ADD COLUMN {name} {ddl}")
+                except sqlite3.OperationalError as exc:  # another process added it first
+                    if "duplicate column" not in str(exc):
+                        self._execute(f"ALTER TABLE generations ADD COLUMN {name} {ddl}")
 
     @classmethod
     def in_memory(cls) -> History:
@@ -108,12 +123,12 @@ class History:
     def add(self, unit: str, *, kind: GenerationKind, profile: str | None, unit_sha256: str | None,
             backup_path: Path | None, previous_id: int | None, trigger: Trigger,
             outcome: GenerationOutcome = "pending", restores_id: int | None = None,
-            detail: str = "") -> int:
+            detail: str = "", slot: SlotName | None = None, strategy: Strategy | None = None) -> int:
         cursor = self._execute(
             "INSERT INTO generations (unit, created_at, kind, profile, unit_sha256, backup_path, previous_id,"
-            " restores_id, trigger, outcome, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " restores_id, trigger, outcome, detail, slot, strategy) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (unit, now_iso(), kind, profile, unit_sha256, str(backup_path) if backup_path else None, previous_id,
-             restores_id, trigger, outcome, detail),
+             restores_id, trigger, outcome, detail, slot, strategy),
         )
         return int(cursor.lastrowid or 0)
 
