@@ -69,10 +69,10 @@ class RunningDaemon:
         return int(out or 0)
 
 
-def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
+def write_config(box: Box, proxy_port: int, *, grace_s: float, proxy_extra: str = "") -> None:
     box.config_path.write_text(
         f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
-        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n\n'
+        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n{proxy_extra}\n'
         f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n\n"
         "[tuner]\nenabled = false\n"
     )
@@ -82,9 +82,9 @@ def write_config(box: Box, proxy_port: int, *, grace_s: float) -> None:
 def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
     started: list[RunningDaemon] = []
 
-    def start(*, grace_s: float = 0.0) -> RunningDaemon:
+    def start(*, grace_s: float = 0.0, proxy_extra: str = "") -> RunningDaemon:
         proxy_port = free_port()
-        write_config(box, proxy_port, grace_s=grace_s)
+        write_config(box, proxy_port, grace_s=grace_s, proxy_extra=proxy_extra)
         name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
         log_path = box.root / "daemon.log"
         environment = " ".join(

@@ -195,7 +195,7 @@ class World:
     state: StateDir
     proxy: FakeProxyLink
     load: FakeOldServerLoad
-    fits: Capacity = Capacity(True, "fits (fake)")
+    fits: Capacity = field(default_factory=lambda: Capacity(True, "fits (fake)"))
     ports_held: set[int] = field(default_factory=set)
 
     @property
