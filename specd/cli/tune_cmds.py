@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from specd import context
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
@@ -21,10 +22,19 @@ from specd.errors import FidelityError, ProfileError, UsageError
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
-from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench, save_report
+from specd.tune.bench import (
+    DeploymentTarget,
+    Report,
+    Settings,
+    bench_profiles,
+    restoring,
+    run_bench,
+    save_report,
+)
 from specd.tune.bench import Progress as ProgressFn
 from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
+from specd.tune.shadow import ShadowTarget, clean_only, load_notes
 from specd.tune.tuner import Decision, candidate_profiles, captured_bodies, resolve_workload, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
@@ -33,6 +43,7 @@ from specd.tune.verify import (
     traffic_probes,
     verify_profiles,
 )
+from specd.tune.workloads import Workload
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
@@ -42,6 +53,8 @@ ConcurrencyOption = Annotated[int | None, typer.Option(
     "--concurrency", "-c", help="requests in flight during replay (default: the workload's, or recorded traffic's)")]
 CacheReuseOption = Annotated[bool, typer.Option(
     "--cache-reuse", help="keep the prompt cache on: conversations replay turn by turn (timings.cache_n)")]
+ShadowOption = Annotated[bool, typer.Option(
+    "--shadow", help="bench in the free slot beside the live server, which keeps serving (both must fit)")]
 
 
 @contextmanager
@@ -96,23 +109,32 @@ def bench(
     cache_reuse: CacheReuseOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="write the wall-clock vs output-length chart (PNG)")]
     = None,
+    shadow: ShadowOption = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end."""
+    """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end.
+
+    With --shadow each profile runs in the free slot instead, beside the live server, which keeps
+    serving; samples taken while live traffic ran are marked, re-sent, and left out when possible."""
     cfg, deployment = deployment_of(config, unit)
     settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse)
     chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n)
     names = candidate_profiles(cfg, deployment, profiles or ())
     for name in names:
         load_profile(deployment.profiles_dir, name)
-    target = DeploymentTarget(deployment, trigger="bench")
-    try:
-        with _progress(not json_out) as progress:
-            report = run_bench(target, names, chosen, settings, progress)
-    finally:
-        target.close()
+    if shadow:
+        report = _shadow_bench(deployment, names, chosen, settings, not json_out)
+        back = "the live server served throughout"
+    else:
+        target = DeploymentTarget(deployment, trigger="bench")
+        try:
+            with _progress(not json_out) as progress:
+                report = run_bench(target, names, chosen, settings, progress)
+        finally:
+            target.close()
+        back = f"back on {target.active() or 'nothing'}"
     save_report(report, deployment.unit, settings)
     if plot is not None:
         from specd.tune.plot import plot_wall_vs_output
@@ -126,8 +148,17 @@ def bench(
         console.print(f"[dim]note:[/] {note}", highlight=False)
     console.print(f"bench run {report.run_id}: workload {chosen.name}, concurrency {report.concurrency}, "
                   f"cache reuse {'on' if report.cache_reuse else 'off'}, {report.rounds} rounds, "
-                  f"{report.switches} switches, {report.elapsed_s:.0f} s; back on {target.active() or 'nothing'}",
-                  highlight=False)
+                  f"{report.switches} switches, {report.elapsed_s:.0f} s; {back}", highlight=False)
+
+
+def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, settings: Settings,
+                  progress_bar: bool) -> Report:
+    """Bench in the free slot; the report compares clean samples only when each profile kept enough."""
+    with ShadowTarget(context.seams_for(deployment)) as target, _progress(progress_bar) as progress:
+        report = bench_profiles(target, names, workload, settings, progress)
+    compared, note = clean_only(report, target.marks, settings.floor)
+    compared.notes.extend([*load_notes(report, target.marks), note])
+    return compared
 
 
 def _decision_table(decision: Decision) -> Table:
@@ -153,6 +184,7 @@ def tune(
     = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
     candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
+    shadow: ShadowOption = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
@@ -163,11 +195,22 @@ def tune(
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
-    with _progress(not json_out) as progress:
-        result = tune_deployment(cfg, deployment, workload=workload, n=n, margin=margin, dry_run=dry_run,
-                                 candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
-                                 progress=progress, concurrency=concurrency, cache_reuse=cache_reuse, verify=verify)
+    shadow_target = ShadowTarget(context.seams_for(deployment)) if shadow else None
+    try:
+        with _progress(not json_out) as progress:
+            result = tune_deployment(cfg, deployment, workload=workload, n=n, margin=margin, dry_run=dry_run,
+                                     candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
+                                     progress=progress, concurrency=concurrency, cache_reuse=cache_reuse,
+                                     verify=verify, target=shadow_target)
+    finally:
+        if shadow_target is not None:
+            shadow_target.close()
     decision = result.decision
+    if shadow_target is not None:  # the live server never left: make the winner live now
+        decision = replace(decision, notes=(*decision.notes, *load_notes(result.report, shadow_target.marks)))
+        if decision.switch and decision.best:
+            switcher_for(deployment, trigger="tuner").switch(decision.best)
+        result.final_profile = switcher_for(deployment).active_profile()
     if json_out:
         print_json(tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id))
         return

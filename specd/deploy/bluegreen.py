@@ -109,6 +109,17 @@ def choose(request: StrategyRequest, seams: Seams, target: Target, current: str 
                     f"{STRATEGY_NOTE}blue-green into the {free.name} slot ({free.unit}, port {port}); {fit.reason}")
 
 
+def stop_stray_free_slot(seams: Seams) -> str | None:
+    """Outside a switch the free slot is stopped; a server found there (a shadow bench's, or one a
+    killed bench left) is stopped before a mutating command acts. Returns what was done, if anything."""
+    serving = seams.serving()
+    free = slot(seams.deployment, "green" if serving.name == "blue" else "blue")
+    if not free.unit_path.exists() or not seams.systemd.unit_state(free.unit).running:
+        return None
+    seams.systemd.stop(free.unit)
+    return f"stopped a server in the free {free.name} slot ({free.unit}: a shadow bench's, or a leftover)"
+
+
 class BlueGreen:
     """Runs and reverts the blue-green steps for a Switcher (which owns the intent and the history)."""
 

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from specd.deploy import intent as intents
-from specd.deploy.bluegreen import BlueGreen, SlotPlan, choose
+from specd.deploy.bluegreen import BlueGreen, SlotPlan, choose, stop_stray_free_slot
 from specd.deploy.capacity import Capacity, CapacityCheck, capacity_check
 from specd.deploy.health import HealthResult, wait_healthy
 from specd.deploy.history import Generation, History, Trigger
@@ -382,6 +382,9 @@ class Switcher:
             remove_stale_temp_files(each.unit_path)
         pending = intents.load(self._intent_path)
         if pending is None:
+            stray = stop_stray_free_slot(self.seams)
+            if stray:
+                log.warning("%s: %s", self.unit, stray)
             return None
         log.warning("found an interrupted %s of %s at step %s; reverting", pending.kind, self.unit, pending.step)
         try:

@@ -318,22 +318,28 @@ def tune_deployment(config: Config, deployment: Deployment, *, workload: str | N
                     margin: float | None = None, dry_run: bool = False, candidates: Sequence[str] = (),
                     budget_s: float | None = None, trigger: Trigger = "tuner", max_tokens: int | None = None,
                     progress: Progress | None = None, concurrency: int | None = None,
-                    cache_reuse: bool = False, verify: bool = True) -> TuneResult:
-    """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record."""
+                    cache_reuse: bool = False, verify: bool = True, target: Target | None = None) -> TuneResult:
+    """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record.
+
+    `target` is what to bench on: the deployment itself (default: each candidate is switched in), or
+    a `specd.tune.shadow.ShadowTarget` (the free slot; the caller then switches to the winner)."""
     settings_n = n or config.tuner.n
     chosen = resolve_workload(workload or config.tuner.workload, deployment, settings_n)
     deadline = time.monotonic() + budget_s if budget_s is not None else None
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
                         cache_reuse=cache_reuse)
     pin = get_pin(deployment.unit)
-    target = DeploymentTarget(deployment, trigger=trigger)
+    own: DeploymentTarget | None = None
+    if target is None:
+        target = own = DeploymentTarget(deployment, trigger=trigger)
     guard = tuner_guard(deployment, target, captured_bodies(deployment)) if verify else None
     try:
         result = tune(target, candidate_profiles(config, deployment, candidates), chosen, settings,
                       margin=config.tuner.margin if margin is None else margin, dry_run=dry_run,
                       pinned=pin.profile if pin else None, progress=progress, guard=guard)
     finally:
-        target.close()
+        if own is not None:
+            own.close()  # a target passed in is its caller's to close
     if (workload or config.tuner.workload) == "recent":
         note = traffic_concurrency(deployment)[1]
         if note is not None:
