@@ -318,25 +318,25 @@ def markdown(report: dict[str, Any], command: str, commit: str) -> str:
         "# What a switch costs the clients: blue-green against restart",
         "",
         f"- command: `{command}`",
-        f"- machine: {platform.node()}: {platform.platform()}, {os.cpu_count()} CPUs; "
+        (f"- machine: {platform.node()}: {platform.platform()}, {os.cpu_count()} CPUs; "
         f"load average (1/5/15 min) at start {load[0][0]:.2f}/{load[0][1]:.2f}/{load[0][2]:.2f}, at end "
-        f"{load[1][0]:.2f}/{load[1][1]:.2f}/{load[1][2]:.2f} (the box is shared: other work ran)",
+        f"{load[1][0]:.2f}/{load[1][1]:.2f}/{load[1][2]:.2f} (the box is shared: other work ran)"),
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}, specd {commit}",
-        "- server: the real llama-server 0.3.36 (CPU build), Gemma 3 270M Q4_K_M, `threads = 1`, `parallel = 8`; "
-        "profiles autoregressive and ngram-simple alternate; the real `specd daemon` proxies",
-        f"- clients: {report['clients']} streaming `/v1/completions` clients, {report['tokens']} tokens each, "
-        "temperature 0, back to back",
+        ("- server: the real llama-server 0.3.36 (CPU build), Gemma 3 270M Q4_K_M, `threads = 1`, `parallel = 8`; "
+        "profiles autoregressive and ngram-simple alternate; the real `specd daemon` proxies"),
+        (f"- clients: {report['clients']} streaming `/v1/completions` clients, {report['tokens']} tokens each, "
+        "temperature 0, back to back"),
         "- raw: every request and switch in the JSON file beside this one",
         "",
-        "Truth for \"without a switch\": the baseline, requests of the same run that start and end at least "
+        ("Truth for \"without a switch\": the baseline, requests of the same run that start and end at least "
         f"{report['settle']} s away from every switch ({base['requests']} requests; TTFT p50 / p99 / max "
         f"{base['ttft_ms']['p50']} / {base['ttft_ms']['p99']} / {base['ttft_ms']['max']} ms, longest gap between "
         f"chunks {base['max_gap_ms']['max']} ms). *Added* is the quantile of requests during switches minus "
         "the same quantile of the baseline; *held* is how long the proxy held a request at its gate (per "
-        "request, from its traffic table).",
+        "request, from its traffic table)."),
         "",
-        "| strategy | switches (failed) | switch s p50 | requests during | failed | TTFT ms p50 / p99 / max | "
-        "added ms p50 / p99 / max | held ms p50 / max | longest chunk gap ms |",
+        ("| strategy | switches (failed) | switch s p50 | requests during | failed | TTFT ms p50 / p99 / max | "
+        "added ms p50 / p99 / max | held ms p50 / max | longest chunk gap ms |"),
         "|---|---|---|---|---|---|---|---|---|",
         row("blue-green", s["blue-green"]),
         row("restart", s["restart"]),

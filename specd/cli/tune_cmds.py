@@ -18,7 +18,7 @@ from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.context import switcher_for
 from specd.deploy.history import now_iso
-from specd.errors import FidelityError, ProfileError, UsageError
+from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
@@ -156,6 +156,9 @@ def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, 
     """Bench in the free slot; the report compares clean samples only when each profile kept enough."""
     with ShadowTarget(context.seams_for(deployment)) as target, _progress(progress_bar) as progress:
         report = bench_profiles(target, names, workload, settings, progress)
+    if not report.benched():
+        raise PreflightError("shadow bench: no profile could be benched beside the live server\n"
+                             + "\n".join(report.notes), hint="bench without --shadow (it switches the live server)")
     compared, note = clean_only(report, target.marks, settings.floor)
     compared.notes.extend([*load_notes(report, target.marks), note])
     return compared
