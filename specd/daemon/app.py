@@ -38,21 +38,20 @@ from specd.daemon import control
 from specd.daemon.control import daemon_status
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.daemon.proxy import Proxy, ProxySettings
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
+from specd.daemon.steering import NO_BACKEND, ProxySteering, backend_of
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import Seams
-from specd.deploy.slots import Slot, serving_slot, slot_of_unit
-from specd.deploy.unitfiles import prune_backups, read_text
+from specd.deploy.slots import serving_slot
+from specd.deploy.unitfiles import prune_backups
 from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
-from specd.unit.parse import parse_unit
-from specd.unit.render import profile_of_unit
 
 __all__ = ["Daemon", "daemon_status", "notify", "run_daemon"]
 
@@ -63,19 +62,6 @@ HEARTBEAT_S = 5.0        # status file and watchdog cadence (control.STALE_AFTER
 SAMPLE_INTERVAL_S = 60.0
 TRAFFIC_KEEP_S = 30 * 86400
 HISTORY_KEEP = 500
-NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
-
-
-def backend_of(deployment: Deployment, state: StateDir) -> Backend:
-    """The proxy's backend: the server of the slot that serves (read fresh: a switch moves it)."""
-    serving = serving_slot(state, deployment)
-    text = read_text(serving.unit_path)
-    if text is None:
-        return NO_BACKEND
-    try:
-        return Backend(parse_unit(text, str(serving.unit_path)).base_url, profile_of_unit(text))
-    except SpecdError:
-        return NO_BACKEND
 
 
 @dataclass
@@ -258,61 +244,7 @@ class Daemon:
         finally:
             history.close()
 
-    # ---- the control socket ------------------------------------------------------------------------
-
-    def _proxied(self, unit: str) -> tuple[Runtime, Proxy, Slot] | None:
-        """The deployment whose slot `unit` is (its own unit or the green companion), with its proxy."""
-        for runtime in self.runtimes.values():
-            found = slot_of_unit(runtime.deployment, unit)
-            if found is not None and runtime.proxy is not None:
-                return runtime, runtime.proxy, found
-        return None
-
-    def _serves(self, runtime: Runtime, unit_slot: Slot) -> bool:
-        return serving_slot(self.state, runtime.deployment).name == unit_slot.name
-
-    async def _drain(self, unit: str, timeout_s: float, lease_s: float) -> dict[str, Any] | None:
-        found = self._proxied(unit)
-        if found is None:
-            return None
-        runtime, proxy, unit_slot = found
-        if not self._serves(runtime, unit_slot):  # the proxy sends it nothing: nothing to hold or wait for
-            return {"unit": unit, "drained": True, "active": 0, "in_flight": proxy.in_flight, "serving": False}
-        proxy.pause(lease_s)  # renewed by the switch while it runs; ends by itself if the switch dies
-        drained = await proxy.wait_idle(timeout_s)
-        return {"unit": unit, "drained": drained, "active": proxy.active, "in_flight": proxy.in_flight}
-
-    def _renew(self, unit: str, lease_s: float) -> dict[str, Any] | None:
-        found = self._proxied(unit)
-        if found is None:
-            return None
-        return {"unit": unit, "renewed": found[1].renew(lease_s)}
-
-    def _resume(self, unit: str) -> dict[str, Any] | None:
-        found = self._proxied(unit)
-        if found is None:
-            return None
-        runtime, proxy, unit_slot = found
-        if self._serves(runtime, unit_slot):  # a drain of a slot that does not serve paused nothing
-            proxy.resume()
-        return {"unit": unit, "resumed": True}
-
-    async def _retarget(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
-        """A blue-green flip: the proxy re-reads its backend (the slot pointer moved) and lets the next
-        request through once the new server answers /health; streams in flight are not touched."""
-        runtime = self.runtimes.get(unit)
-        if runtime is None or runtime.proxy is None:
-            return None
-        proxy = runtime.proxy
-        wanted = backend_of(runtime.deployment, self.state).url
-        proxy.mark_unhealthy()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            now = proxy.status()
-            if now.get("backend") == wanted and now.get("healthy"):
-                return {"unit": unit, "retargeted": True, "backend": wanted}
-            await asyncio.sleep(0.005)
-        return {"unit": unit, "retargeted": False, "backend": proxy.status().get("backend"), "wanted": wanted}
+    # ---- the control socket (its drain and retarget work is specd.daemon.steering) ---------------------
 
     def status(self) -> dict[str, Any]:
         self._observe_generations()
@@ -351,9 +283,11 @@ class Daemon:
         self._build()
         sock = self.state.daemon_socket
         sock.unlink(missing_ok=True)
-        control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
-                                        resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
-                                        metrics_content_type=CONTENT_TYPE, retarget_unit=self._retarget)
+        steering = ProxySteering(self.state, {unit: (runtime.deployment, runtime.proxy)
+                                              for unit, runtime in self.runtimes.items() if runtime.proxy is not None})
+        control_app = functools.partial(control.control_app, drain_unit=steering.drain, renew_unit=steering.renew,
+                                        resume_unit=steering.resume, status=self.status, metrics=self.metrics.render,
+                                        metrics_content_type=CONTENT_TYPE, retarget_unit=steering.retarget)
         await self._serve(control_app(), uds=sock)
         os.chmod(sock, 0o600)
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
