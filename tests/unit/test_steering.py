@@ -14,8 +14,8 @@ from specd.daemon.proxy import Proxy, ProxySettings
 from specd.daemon.steering import ProxySteering, backend_of
 from specd.deploy.slots import companion_unit, slot, write_pointer
 from specd.paths import StateDir
-from specd.setup.sandbox import free_port
 from specd.profiles.config import Deployment, ProxyConfig
+from specd.setup.sandbox import free_port
 from specd.unit.render import exec_start_line
 
 UNIT = "llama-test.service"
