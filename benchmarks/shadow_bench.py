@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -168,6 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for unit in (box.unit, "llama-bench-green.service"):
             subprocess.run(["systemctl", "--user", "stop", unit], env=box.env, capture_output=True, check=False)
         box.manager.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def markdown(report: dict[str, Any], command: str, commit: str) -> str:

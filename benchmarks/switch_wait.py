@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -204,8 +205,13 @@ def summarize(requests: list[Request], switches: list[Switch], held: list[tuple[
     baseline = [r for r in requests if r.sent >= warmup_end and r.ok
                 and not any(overlaps(r, s, settle_s) for s in switches)]
     base_ttft = quantiles([r.ttft_ms for r in baseline if r.ttft_ms is not None])
+    quiet = [(s.start + wall_offset - settle_s, s.end + wall_offset + settle_s) for s in switches]
+    first = warmup_end + wall_offset
+    base_holds = [h for start, total, h in held if start >= first
+                  and not any(start <= b and start + total / 1000.0 >= a for a, b in quiet)]
     report: dict[str, Any] = {"baseline": {"requests": len(baseline), "ttft_ms": base_ttft,
-                                           "max_gap_ms": quantiles([r.max_gap_ms for r in baseline])}}
+                                           "max_gap_ms": quantiles([r.max_gap_ms for r in baseline]),
+                                           "proxy_held_ms": quantiles(base_holds)}}
     for strategy in ("blue-green", "restart"):
         mine = [s for s in switches if s.strategy == strategy]
         during = [r for r in requests if any(overlaps(r, s) for s in mine)]
@@ -300,6 +306,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for unit in (box.unit, "llama-bench-green.service"):
             subprocess.run(["systemctl", "--user", "stop", unit], env=box.env, capture_output=True, check=False)
         box.manager.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def markdown(report: dict[str, Any], command: str, commit: str) -> str:
@@ -331,9 +338,10 @@ def markdown(report: dict[str, Any], command: str, commit: str) -> str:
         ("Truth for \"without a switch\": the baseline, requests of the same run that start and end at least "
         f"{report['settle']} s away from every switch ({base['requests']} requests; TTFT p50 / p99 / max "
         f"{base['ttft_ms']['p50']} / {base['ttft_ms']['p99']} / {base['ttft_ms']['max']} ms, longest gap between "
-        f"chunks {base['max_gap_ms']['max']} ms). *Added* is the quantile of requests during switches minus "
-        "the same quantile of the baseline; *held* is how long the proxy held a request at its gate (per "
-        "request, from its traffic table)."),
+        f"chunks {base['max_gap_ms']['max']} ms, proxy held p50 / max {base['proxy_held_ms']['p50']} / "
+        f"{base['proxy_held_ms']['max']} ms). *Added* is the quantile of requests during switches minus "
+        "the same quantile of the baseline; *held* is how long the proxy kept a request before sending it on "
+        "(per request, from its traffic table: its gate, plus the proxy's own scheduling)."),
         "",
         ("| strategy | switches (failed) | switch s p50 | requests during | failed | TTFT ms p50 / p99 / max | "
         "added ms p50 / p99 / max | held ms p50 / max | longest chunk gap ms |"),
