@@ -61,7 +61,7 @@ class Drained:
 
 
 def wait_until_idle(client: httpx.Client, base_url: str, *, api_key: str | None = None, timeout_s: float,
-                    quiet_s: float = 0.2, poll_s: float = 0.05, clock: Callable[[], float] = time.monotonic,
+                    quiet_s: float = 0.2, poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
                     sleep: Callable[[float], None] = time.sleep) -> Drained:
     """Wait until the server has had no request in progress for `quiet_s` (a request that reached it
     just before the proxy moved on is seen), or `timeout_s` passed."""
