@@ -10,7 +10,7 @@ edge (`repeat-input`: the answer repeats the prompt). `threads = 1` each, so two
 1. Exclusive: `specd bench autoregressive ngram-simple` with no client traffic; the bench switches
    the live unit to each profile. Its pick (lowest median wall clock) is the truth here.
 2. Shadow: the same bench with `--shadow`, while live clients send completions through the proxy
-   (each: a request, then a random 0.5-2.5 s pause: traffic with idle gaps). Counted: live requests
+   (each: a request, then a random pause, `--live-pause`: traffic with idle gaps). Counted: live requests
    and failures, the shadow samples that saw live load (left out of the comparison when enough clean
    ones remain), and the pick.
 The trivial baseline: keep the live profile (autoregressive) without measuring.
@@ -25,6 +25,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,8 +69,9 @@ def make_box(root: Path) -> Box:
 class LiveClients:
     """Clients of the live service through the proxy: a completion, a random pause, again."""
 
-    def __init__(self, url: str, clients: int, seed: int = 7) -> None:
+    def __init__(self, url: str, clients: int, pause_s: tuple[float, float], seed: int = 7) -> None:
         self.url = f"{url}/v1/completions"
+        self.pause_s = pause_s
         self.sent, self.failures, self.walls = 0, [], []  # type: int, list[str], list[float]
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(random.Random(seed + i),)) for i in range(clients)]
@@ -87,7 +89,7 @@ class LiveClients:
                     self.failures.append(f"{type(exc).__name__}: {exc}")
                 self.walls.append(time.monotonic() - started)
                 self.sent += 1
-                self._stop.wait(rng.uniform(0.5, 2.5))
+                self._stop.wait(rng.uniform(*self.pause_s))
 
     def __enter__(self) -> Self:
         for thread in self._threads:
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         exclusive = bench(box, args)
         exclusive_s = time.monotonic() - started
         started = time.monotonic()
-        with LiveClients(url, args.live_clients) as live:
+        with LiveClients(url, args.live_clients, (args.live_pause[0], args.live_pause[1])) as live:
             shadow = bench(box, args, "--shadow")
         shadow_s = time.monotonic() - started
         live_profile = json.loads(box.specd("status", "--json").stdout).get("active_profile")
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "elapsed_s": round(shadow_s, 1)},
             "same_pick": exclusive_pick == shadow_pick,
             "trivial_baseline_pick": PROFILES[0],
-            "live": {"clients": args.live_clients, "requests": live.sent, "failed": len(live.failures),
+            "live": {"clients": args.live_clients, "pause_s": args.live_pause, "requests": live.sent, "failed": len(live.failures),
                      "failure_examples": live.failures[:5],
                      "wall_s_median": round(sorted(live.walls)[len(live.walls) // 2], 2) if live.walls else None,
                      "profile_after": live_profile},
@@ -203,7 +205,8 @@ def markdown(report: dict[str, Any], command: str, commit: str) -> str:
         (f"Same pick: **{'yes' if report['same_pick'] else 'no'}** (exclusive {report['exclusive']['pick']}, shadow "
         f"{report['shadow']['pick']}; the trivial baseline would keep {report['trivial_baseline_pick']})."),
         "",
-        (f"Live traffic during the shadow bench: {live['clients']} clients through the proxy, {live['requests']} "
+        (f"Live traffic during the shadow bench: {live['clients']} client(s) through the proxy, each pausing "
+        f"{live['pause_s'][0]:g}-{live['pause_s'][1]:g} s between requests, {live['requests']} "
         f"requests, **{live['failed']} failed**, median wall {live['wall_s_median']} s; the live profile after it: "
         f"{live['profile_after']}. Exclusive bench {report['exclusive']['elapsed_s']} s (no clients), shadow bench "
         f"{report['shadow']['elapsed_s']} s."),
@@ -218,10 +221,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=6)
     parser.add_argument("--workload", default="repeat-input")
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--live-clients", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--live-clients", type=int, default=1)
+    parser.add_argument("--live-pause", type=float, nargs=2, default=(10.0, 20.0), metavar=("MIN", "MAX"),
+                        help="seconds each live client pauses between requests (drawn uniformly)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "shadow-bench")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its systemd and servers
     command = "python benchmarks/shadow_bench.py " + " ".join(sys.argv[1:])
     report = run(args)
     report["command"] = command

@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -364,6 +365,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=2.0, help="baseline requests keep this far from switches")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "switch-wait")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its systemd and servers
     command = "python benchmarks/switch_wait.py " + " ".join(sys.argv[1:])
     report = run(args)
     report.update(clients=args.clients, tokens=args.tokens, settle=args.settle, command=command)

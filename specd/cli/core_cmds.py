@@ -27,7 +27,7 @@ from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
 from specd.deploy.preflight import quick_problems, run_preflight
-from specd.deploy.slots import StrategyRequest
+from specd.deploy.slots import StrategyRequest, same_but_port
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
 from specd.errors import SpecdError, StateDbError
@@ -201,12 +201,15 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
     pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(switcher.seams))
     installed_text = switcher.installed_text()
     installed = installed_text or ""
-    lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
-                                 fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
+    serving_path = switcher.serving().unit_path
+    # a blue-green switch may have moved the server to the spare port: that is the same profile
+    rendered = installed if installed_text and same_but_port(installed_text, pre.unit_text) else pre.unit_text
+    lines = difflib.unified_diff(installed.splitlines(keepends=True), rendered.splitlines(keepends=True),
+                                 fromfile=str(serving_path), tofile=f"{profile} (rendered)")
     text = "".join(lines)
     if json_out:
-        print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(deployment.unit_path),
-                    "installed": installed_text is not None, "differs": installed_text != pre.unit_text,
+        print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(serving_path),
+                    "installed": installed_text is not None, "differs": installed_text != rendered,
                     "diff": text, "notes": pre.notes})
         return
     typer.echo(text or f"no difference: {deployment.unit} already holds {profile}", nl=False)

@@ -197,3 +197,17 @@ def test_auto_restarts_when_two_servers_would_share_the_cores_and_says_why(box: 
     assert f"{cores} + {cores} threads on {cores} cores" in " ".join(result.stdout.split())
     assert "restart, because the new server does not fit beside the old one" in " ".join(result.stdout.split())
     assert pointer(box) == "blue" and time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize("step", ("write", "restart", "gate"))
+def test_kill_during_a_restart_in_the_green_slot_recovers_there(box: Box, step: str) -> None:
+    two_fit(box)
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    box.specd("switch", "ngram-simple", "--strategy", "blue-green", check=True)
+    green_text = green_path(box).read_text()
+    killed = box.specd("switch", "ngram-mod", "--strategy", "restart", env={"SPECD_FAULT": step})
+    assert killed.returncode == KILLED, killed.stderr
+    box.specd("recover", check=True)
+    assert pointer(box) == "green" and green_path(box).read_text() == green_text
+    assert show(box, box.green_unit)["ActiveState"] == "active" and show(box, box.unit)["ActiveState"] == "inactive"
+    assert alias_answers(port_of(green_text)) and intent_files(box) == []

@@ -93,3 +93,25 @@ def test_a_shadow_bench_that_does_not_fit_is_refused_and_changes_nothing(box: Bo
     assert "ngram-simple does not fit beside the live server" in said
     assert f"{cores} + {cores} threads on {cores} cores" in said
     assert main_pid(box, box.unit) == live_pid and main_pid(box, box.green_unit) == "0"
+
+
+def test_tune_shadow_benches_beside_the_live_server_then_switches_once_if_it_decides_to(box: Box) -> None:
+    box.edit_profile("base", threads=1)
+    box.config_path.write_text(box.config_path.read_text() + f'\n[proxy]\nlisten = "127.0.0.1:{free_port()}"\n')
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid = main_pid(box, box.unit)
+    with LiveClient(box.port, pause_s=3.0) as live:
+        result = box.specd("tune", "--shadow", "--no-verify", "-p", "ngram-simple", "--workload", "repeat-input",
+                           "--n", "2", "--max-tokens", "32", "--json", timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert live.failures == []
+    decision = json.loads(result.stdout)
+    assert any("samples clean" in note for note in decision["notes"])
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    if decision["switch"]:  # the winner is made live once, by a real switch, after the bench
+        assert decision["final_profile"] == decision["best"] == history[0]["profile"]
+        assert [g["trigger"] for g in history] == ["tuner", "cli"]
+    else:  # nothing switched: the live server never stopped
+        assert decision["final_profile"] == "autoregressive" and len(history) == 1
+        assert main_pid(box, box.unit) == live_pid
+    assert main_pid(box, box.green_unit) == "0"  # no daemon here: the final switch restarted in place
