@@ -3,14 +3,15 @@
 Library code (`specd.deploy`, `specd.daemon`, `specd.tune`) takes a `Seams` (state paths, history,
 systemd client, clock, HTTP, GPU access) and never builds its own; the CLI, the daemon and the
 tuner get them here. The systemd client built here drains the daemon's proxy before a restart or
-stop (the drain is the caller's concern, not the transaction's).
+stop (the drain is the caller's concern, not the transaction's), and the proxy link lets a
+blue-green switch tell the daemon's proxy to follow the slot that serves.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from specd.daemon.control import DrainingSystemd, StepRelay
+from specd.daemon.control import DaemonProxyLink, DrainingSystemd, StepRelay
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import History, Trigger
 from specd.deploy.plan import StepHook
@@ -38,7 +39,7 @@ def seams_for(deployment: Deployment, *, history: History | None = None,
     operations builds its own (one SQLite connection per thread)."""
     state = state_dir()
     return Seams(deployment, state, history or History(state.db), lambda: systemd_for(deployment),
-                 _systemd=systemd)
+                 proxy=DaemonProxyLink(state), _systemd=systemd)
 
 
 def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: History | None = None,
@@ -56,9 +57,10 @@ def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: H
 def main_pid_of(seams: Seams) -> int:
     """The deployment's running server's PID (0 when none or the manager cannot be asked): what
     preflight must not count as someone else holding the port or the VRAM."""
-    if not seams.deployment.unit_path.exists():
+    serving = seams.serving()
+    if not serving.unit_path.exists():
         return 0
     try:
-        return seams.systemd.unit_state(seams.unit).main_pid
+        return seams.systemd.unit_state(serving.unit).main_pid
     except SystemdError:
         return 0

@@ -59,6 +59,10 @@ class StateDir:
         """The record of a switch or rollback in progress."""
         return self.root / "intents" / f"{unit}.json"
 
+    def slot_pointer(self, unit: str) -> Path:
+        """Which slot (blue: the unit itself, green: its companion) serves; no file means blue."""
+        return self.root / "slots" / f"{unit}.json"
+
     def lock(self, unit: str) -> Path:
         return self.root / "locks" / f"{unit}.lock"
 

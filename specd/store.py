@@ -63,4 +63,8 @@ def add_columns(conn: sqlite3.Connection, table: str, columns: Sequence[tuple[st
     have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
     for name, ddl in columns:
         if name not in have:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}")
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}")
+            except sqlite3.OperationalError as exc:  # another process added it first
+                if "duplicate column" not in str(exc):
+                    raise

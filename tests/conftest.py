@@ -16,6 +16,7 @@ import pytest
 import tomlkit
 
 from specd.deploy.history import History
+from specd.deploy.slots import companion_unit
 from specd.paths import StateDir
 from specd.profiles.config import Deployment, load_config
 from specd.setup.sandbox import PrivateSystemd, free_port, private_systemd_env
@@ -90,13 +91,19 @@ class Box:
             document[key] = value
         path.write_text(tomlkit.dumps(document))
 
+    @property
+    def green_unit(self) -> str:
+        """The deployment's second slot (a blue-green switch starts servers there)."""
+        return companion_unit(self.unit)
+
     def cleanup(self) -> None:
-        subprocess.run(["systemctl", "--user", "stop", self.unit], env=self.env, capture_output=True, check=False)
-        for path in self.manager.unit_dir.glob(f"{self.unit}*"):
-            path.unlink()
+        for unit in (self.unit, self.green_unit):
+            subprocess.run(["systemctl", "--user", "stop", unit], env=self.env, capture_output=True, check=False)
+            for path in self.manager.unit_dir.glob(f"{unit}*"):
+                path.unlink()
         subprocess.run(["systemctl", "--user", "daemon-reload"], env=self.env, capture_output=True, check=False)
-        subprocess.run(["systemctl", "--user", "reset-failed", self.unit], env=self.env, capture_output=True,
-                       check=False)
+        subprocess.run(["systemctl", "--user", "reset-failed", self.unit, self.green_unit], env=self.env,
+                       capture_output=True, check=False)
 
 
 @pytest.fixture

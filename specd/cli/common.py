@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from specd.deploy.slots import StrategyRequest
 from specd.profiles.config import Config, Deployment, load_config
 
 ConfigOption = Annotated[
@@ -15,6 +16,10 @@ ConfigOption = Annotated[
 ]
 UnitOption = Annotated[str | None, typer.Option("--unit", help="which configured unit (when there are several)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+StrategyOption = Annotated[StrategyRequest, typer.Option(
+    "--strategy",
+    help="blue-green: start the new server beside the old one and flip the proxy (no wait); restart: in "
+         "place (clients wait for the load); auto: blue-green when the proxy runs and both fit")]
 
 
 def deployment_of(config_path: Path | None, unit: str | None) -> tuple[Config, Deployment]:

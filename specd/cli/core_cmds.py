@@ -13,13 +13,21 @@ from rich.table import Table
 
 from specd import context
 from specd.cli import app, console, err_console
-from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
+from specd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    StrategyOption,
+    UnitOption,
+    deployment_of,
+    print_json,
+)
 from specd.cli.facts import facts_of
 from specd.cli.json_out import dumps, failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
 from specd.deploy.preflight import quick_problems, run_preflight
+from specd.deploy.slots import StrategyRequest, same_but_port
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
 from specd.errors import SpecdError, StateDbError
@@ -36,9 +44,10 @@ def _report(outcome: Outcome, what: str) -> None:
     gen = outcome.generation
     health = outcome.health
     load = f", server load {health.load_s:.1f} s" if health else ""
+    how = f"; {gen.strategy}, {gen.slot} slot" if gen.strategy and gen.slot else ""
     console.print(
         f"[green]{what}[/]: profile [bold]{gen.profile}[/] is healthy (generation {gen.id}; "
-        f"total {gen.total_s or 0:.1f} s{load})", highlight=False,
+        f"total {gen.total_s or 0:.1f} s{load}{how})", highlight=False,
     )
 
 
@@ -48,8 +57,10 @@ def switch(
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
+    strategy: StrategyOption = "auto",
 ) -> None:
-    """Render PROFILE into the unit, restart it, health-gate it; revert by itself on failure.
+    """Render PROFILE into the unit, start it (beside the old server, or in its place), health-gate
+    it; revert by itself on failure.
 
     --json prints one document (docs/json.md) on success and on failure; the exit status stays.
     """
@@ -62,9 +73,9 @@ def switch(
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     switcher = switcher_for(deployment)
     if not json_out:
-        _report(switcher.switch(profile), "switched")
+        _report(switcher.switch(profile, strategy), "switched")
         return
-    _json_operation(deployment, "switch", profile, lambda: switcher.switch(profile))
+    _json_operation(deployment, "switch", profile, lambda: switcher.switch(profile, strategy))
 
 
 def _json_operation(deployment: Deployment, kind: str, profile: str | None, run: Callable[[], Outcome]) -> None:
@@ -88,6 +99,8 @@ def rollback(
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
+    strategy: Annotated[StrategyRequest, typer.Option("--strategy", help="as for switch; restart by default")]
+    = "restart",
 ) -> None:
     """Go back to the unit as it was before the last change (repeat to walk further back)."""
     _, deployment = deployment_of(config, unit)
@@ -100,9 +113,9 @@ def rollback(
                           "this rollback is not recorded in history", highlight=False)
         switcher = switcher_for(deployment, history=History.in_memory())
     if json_out:
-        _json_operation(deployment, "rollback", None, lambda: switcher.rollback(to))
+        _json_operation(deployment, "rollback", None, lambda: switcher.rollback(to, strategy))
         return
-    _report(switcher.rollback(to), "rolled back")
+    _report(switcher.rollback(to, strategy), "rolled back")
 
 
 STATUS_UNHEALTHY_EXIT = 3
@@ -124,10 +137,11 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
         table = Table(show_header=False, box=None)
         daemon = report.daemon
         next_run = f"; next tuning {daemon['next_tuning'][:16].replace('T', ' ')}" if daemon.get("next_tuning") else ""
-        rows = [("unit", report.unit), ("active profile", report.active_profile), ("state", report.state),
-                ("unit state", report.unit_state), ("endpoint", report.endpoint), ("health", report.health),
-                ("vram", report.vram), ("generation", report.generation), ("history", report.history_problem),
-                ("last tuning", report.last_tuning), ("pending", report.pending),
+        slot = f"{report.slot} ({report.slot_unit})" + (f", by {report.strategy}" if report.strategy else "")
+        rows = [("unit", report.unit), ("active profile", report.active_profile), ("slot", slot),
+                ("state", report.state), ("unit state", report.unit_state), ("endpoint", report.endpoint),
+                ("health", report.health), ("vram", report.vram), ("generation", report.generation),
+                ("history", report.history_problem), ("last tuning", report.last_tuning), ("pending", report.pending),
                 ("daemon", str(daemon.get("detail", "")) + next_run)]
         for label, value in rows:
             if value not in (None, ""):
@@ -190,12 +204,15 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
     pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(switcher.seams))
     installed_text = switcher.installed_text()
     installed = installed_text or ""
-    lines = difflib.unified_diff(installed.splitlines(keepends=True), pre.unit_text.splitlines(keepends=True),
-                                 fromfile=str(deployment.unit_path), tofile=f"{profile} (rendered)")
+    serving_path = switcher.serving().unit_path
+    # a blue-green switch may have moved the server to the spare port: that is the same profile
+    rendered = installed if installed_text and same_but_port(installed_text, pre.unit_text) else pre.unit_text
+    lines = difflib.unified_diff(installed.splitlines(keepends=True), rendered.splitlines(keepends=True),
+                                 fromfile=str(serving_path), tofile=f"{profile} (rendered)")
     text = "".join(lines)
     if json_out:
-        print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(deployment.unit_path),
-                    "installed": installed_text is not None, "differs": installed_text != pre.unit_text,
+        print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(serving_path),
+                    "installed": installed_text is not None, "differs": installed_text != rendered,
                     "diff": text, "notes": pre.notes})
         return
     typer.echo(text or f"no difference: {deployment.unit} already holds {profile}", nl=False)
@@ -229,12 +246,13 @@ def history(
         print_json([g.as_dict() | {"active": active is not None and g.id == active.id} for g in generations])
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
-    for header in ("gen", "time (UTC)", "kind", "profile", "trigger", "outcome", "s"):
+    for header in ("gen", "time (UTC)", "kind", "profile", "slot", "strategy", "trigger", "outcome", "s"):
         table.add_column(header, no_wrap=True, overflow="fold")
     table.add_column("detail", overflow="fold", min_width=12)
     for gen in generations:
         mark = "*" if active is not None and gen.id == active.id else ""
         total = f"{gen.total_s:.1f}" if gen.total_s is not None else ""
         table.add_row(f"{gen.id}{mark}", gen.created_at[5:19].replace("T", " "), gen.kind, gen.profile or "",
-                      gen.trigger, gen.outcome, total, textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
+                      gen.slot or "", gen.strategy or "", gen.trigger, gen.outcome, total,
+                      textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
     console.print(table)

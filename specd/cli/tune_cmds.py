@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,16 +17,17 @@ from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.context import seams_for, switcher_for
 from specd.deploy.history import now_iso
-from specd.errors import FidelityError, ProfileError, UsageError
+from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
-from specd.tune.bench import DeploymentTarget, Report, Settings, restoring, run_bench
+from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, restoring, run_bench
 from specd.tune.bench import Progress as ProgressFn
 from specd.tune.benchstore import save_report
 from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
 from specd.tune.recent import captured_bodies, resolve_workload
+from specd.tune.shadow import ShadowTarget, clean_only, load_notes
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
@@ -35,7 +36,7 @@ from specd.tune.verify import (
     traffic_probes,
     verify_profiles,
 )
-from specd.tune.workloads import Period
+from specd.tune.workloads import Period, Workload
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
@@ -51,6 +52,8 @@ TemperatureOption = Annotated[float | None, typer.Option(
     "--temperature", help="force this temperature, e.g. 0 for greedy (default: each request's own sampling)")]
 PeriodOption = Annotated[Period | None, typer.Option(
     "--period", help="with --workload recent: only the traffic of this time of day")]
+ShadowOption = Annotated[bool, typer.Option(
+    "--shadow", help="bench in the free slot beside the live server, which keeps serving (both must fit)")]
 
 
 @contextmanager
@@ -107,11 +110,15 @@ def bench(
     period: PeriodOption = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="write the wall-clock vs output-length chart (PNG)")]
     = None,
+    shadow: ShadowOption = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end."""
+    """Switch to each profile (health-gated), warm up, replay the workload; restore the original at the end.
+
+    With --shadow each profile runs in the free slot instead, beside the live server, which keeps
+    serving; samples taken while live traffic ran are marked, re-sent, and left out when possible."""
     cfg, deployment = deployment_of(config, unit)
     settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse,
                         temperature=temperature)
@@ -119,12 +126,17 @@ def bench(
     names = candidate_profiles(cfg, deployment, profiles or ())
     for name in names:
         load_profile(deployment.profiles_dir, name)
-    target = DeploymentTarget(deployment, seams=seams_for, trigger="bench")
-    try:
-        with _progress(not json_out) as progress:
-            report = run_bench(target, names, chosen, settings, progress)
-    finally:
-        target.close()
+    if shadow:
+        report = _shadow_bench(deployment, names, chosen, settings, not json_out)
+        back = "the live server served throughout"
+    else:
+        target = DeploymentTarget(deployment, seams=seams_for, trigger="bench")
+        try:
+            with _progress(not json_out) as progress:
+                report = run_bench(target, names, chosen, settings, progress)
+        finally:
+            target.close()
+        back = f"back on {target.active() or 'nothing'}"
     save_report(report, deployment.unit, settings)
     if plot is not None:
         from specd.tune.plot import plot_wall_vs_output
@@ -137,8 +149,21 @@ def bench(
     for note in report.notes:
         console.print(f"[dim]note:[/] {note}", highlight=False)
     console.print(f"bench run {report.run_id}: {traffic_line(report.traffic)}; {report.rounds} rounds, "
-                  f"{report.switches} switches, {report.elapsed_s:.0f} s; back on {target.active() or 'nothing'}",
+                  f"{report.switches} switches, {report.elapsed_s:.0f} s; {back}",
                   highlight=False)
+
+
+def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, settings: Settings,
+                  progress_bar: bool) -> Report:
+    """Bench in the free slot; the report compares clean samples only when each profile kept enough."""
+    with ShadowTarget(seams_for(deployment)) as target, _progress(progress_bar) as progress:
+        report = bench_profiles(target, names, workload, settings, progress)
+    if not report.benched():
+        raise PreflightError("shadow bench: no profile could be benched beside the live server\n"
+                             + "\n".join(report.notes), hint="bench without --shadow (it switches the live server)")
+    compared, note = clean_only(report, target.marks, settings.floor)
+    compared.notes.extend([*load_notes(report, target.marks), note])
+    return compared
 
 
 def traffic_line(traffic: dict[str, Any]) -> str:
@@ -175,6 +200,7 @@ def tune(
     = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
     candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
+    shadow: ShadowOption = False,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
@@ -185,12 +211,23 @@ def tune(
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
-    with _progress(not json_out) as progress:
-        result = tune_deployment(cfg, deployment, seams=seams_for, workload=workload, n=n, margin=margin, dry_run=dry_run,
-                                 candidates=candidates or (), trigger="tuner", max_tokens=max_tokens,
-                                 progress=progress, concurrency=concurrency, cache_reuse=cache_reuse,
-                                 temperature=temperature, period=period, verify=verify)
+    shadow_target = ShadowTarget(seams_for(deployment)) if shadow else None
+    try:
+        with _progress(not json_out) as progress:
+            result = tune_deployment(cfg, deployment, seams=seams_for, workload=workload, n=n, margin=margin,
+                                     dry_run=dry_run, candidates=candidates or (), trigger="tuner",
+                                     max_tokens=max_tokens, progress=progress, concurrency=concurrency,
+                                     cache_reuse=cache_reuse, temperature=temperature, period=period, verify=verify,
+                                     target=shadow_target)
+    finally:
+        if shadow_target is not None:
+            shadow_target.close()
     decision = result.decision
+    if shadow_target is not None:  # the live server never left: make the winner live now
+        decision = replace(decision, notes=(*decision.notes, *load_notes(result.report, shadow_target.marks)))
+        if decision.switch and decision.best:
+            switcher_for(deployment, trigger="tuner").switch(decision.best)
+        result.final_profile = switcher_for(deployment).active_profile()
     if json_out:
         print_json(tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id))
         return

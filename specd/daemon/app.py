@@ -43,20 +43,20 @@ from specd.daemon.monitor import HealthMonitor
 from specd.daemon.nightly import cron_trigger, nightly_job
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.daemon.proxy import Proxy, ProxySettings
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
+from specd.daemon.steering import NO_BACKEND, ProxySteering, backend_of
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import SeamsFactory
-from specd.deploy.unitfiles import prune_backups, read_text
+from specd.deploy.slots import serving_slot
+from specd.deploy.unitfiles import prune_backups
 from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
-from specd.unit.parse import parse_unit
-from specd.unit.render import profile_of_unit
 
 __all__ = ["Daemon", "daemon_status", "notify", "run_daemon"]
 
@@ -67,17 +67,6 @@ HEARTBEAT_S = 5.0        # status file and watchdog cadence (control.STALE_AFTER
 SAMPLE_INTERVAL_S = 60.0
 TRAFFIC_KEEP_S = 30 * 86400
 HISTORY_KEEP = 500
-NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
-
-
-def backend_of(deployment: Deployment) -> Backend:
-    text = read_text(deployment.unit_path)
-    if text is None:
-        return NO_BACKEND
-    try:
-        return Backend(parse_unit(text, str(deployment.unit_path)).base_url, profile_of_unit(text))
-    except SpecdError:
-        return NO_BACKEND
 
 
 class StatusPage(Protocol):
@@ -167,7 +156,7 @@ class Daemon:
     def _make_proxy(self, deployment: Deployment) -> Proxy:
         settings = deployment.proxy
         assert settings is not None
-        backend = backend_of(deployment)
+        backend = backend_of(deployment, self.state)
         if backend.url.endswith(f":{settings.listen_port}") and settings.listen_host in backend.url:
             raise ConfigError(f"[proxy] listen {settings.listen_host}:{settings.listen_port} is {deployment.unit}'s "
                               "own address; give the proxy another port")
@@ -175,8 +164,8 @@ class Daemon:
         if settings.capture_bodies:
             capture = BodyCapture(self.state.capture(deployment.name), settings.capture_max_bytes)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
-                     lambda: backend_of(deployment), recorder=self.recorder, metrics=self.metrics, capture=capture,
-                     on_crash=partial(self._crash_after_request, deployment.unit))
+                     lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics,
+                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit))
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> QuietServer:
@@ -264,7 +253,7 @@ class Daemon:
             self.metrics.set_active_profile(unit, active.profile if active else None)
 
     def _sample(self, runtime: Runtime) -> None:
-        backend = backend_of(runtime.deployment)
+        backend = backend_of(runtime.deployment, self.state)
         if backend is NO_BACKEND:
             return
         try:
@@ -297,29 +286,7 @@ class Daemon:
         finally:
             history.close()
 
-    # ---- the control socket ------------------------------------------------------------------------
-
-    async def _drain(self, unit: str, timeout_s: float, lease_s: float) -> dict[str, Any] | None:
-        runtime = self.runtimes.get(unit)
-        if runtime is None or runtime.proxy is None:
-            return None
-        proxy = runtime.proxy
-        proxy.pause(lease_s)  # renewed by the switch while it runs; ends by itself if the switch dies
-        drained = await proxy.wait_idle(timeout_s)
-        return {"unit": unit, "drained": drained, "active": proxy.active, "in_flight": proxy.in_flight}
-
-    def _renew(self, unit: str, lease_s: float) -> dict[str, Any] | None:
-        runtime = self.runtimes.get(unit)
-        if runtime is None or runtime.proxy is None:
-            return None
-        return {"unit": unit, "renewed": runtime.proxy.renew(lease_s)}
-
-    def _resume(self, unit: str) -> dict[str, Any] | None:
-        runtime = self.runtimes.get(unit)
-        if runtime is None or runtime.proxy is None:
-            return None
-        runtime.proxy.resume()
-        return {"unit": unit, "resumed": True}
+    # ---- the control socket (its drain and retarget work is specd.daemon.steering) ---------------------
 
     def status(self) -> dict[str, Any]:
         self._observe_generations()
@@ -328,7 +295,9 @@ class Daemon:
         units = {}
         for unit, runtime in self.runtimes.items():
             proxy, listen = runtime.proxy, runtime.deployment.proxy
+            serving = serving_slot(self.state, runtime.deployment)
             units[unit] = {
+                "slot": serving.name, "slot_unit": serving.unit,
                 "health": runtime.monitor.state.as_dict(),
                 "profile_errors": runtime.watcher.profile_errors,
                 "proxy": None if proxy is None or listen is None else {
@@ -356,10 +325,12 @@ class Daemon:
         self._build()
         sock = self.state.daemon_socket
         sock.unlink(missing_ok=True)
-        control_app = functools.partial(control.control_app, drain_unit=self._drain, renew_unit=self._renew,
-                                        on_step=self._relayed_step,
-                                        resume_unit=self._resume, status=self.status, metrics=self.metrics.render,
-                                        metrics_content_type=CONTENT_TYPE)
+        steering = ProxySteering(self.state, {unit: (runtime.deployment, runtime.proxy)
+                                              for unit, runtime in self.runtimes.items() if runtime.proxy is not None})
+        control_app = functools.partial(control.control_app, drain_unit=steering.drain, renew_unit=steering.renew,
+                                        resume_unit=steering.resume, on_step=self._relayed_step, status=self.status,
+                                        metrics=self.metrics.render, metrics_content_type=CONTENT_TYPE,
+                                        retarget_unit=steering.retarget)
         await self._serve(control_app(), uds=sock)
         os.chmod(sock, 0o600)
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes

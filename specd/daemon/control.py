@@ -5,7 +5,13 @@ errors, whoever restarts the unit first asks the daemon to *drain* that unit's p
 requests are held at the gate and the call returns once in-flight ones finished (or a timeout
 passed); after the restart the proxy holds requests until the new server answers /health.
 `DrainingSystemd` wraps any `SystemdClient` so that `restart`/`stop` do this by themselves;
-with no daemon (or no proxy for the unit) it is a plain pass-through.
+with no daemon (or no proxy for the unit) it is a plain pass-through. A unit of the deployment's
+slot that does not serve (specd.deploy.slots) is not drained: the proxy sends it nothing.
+
+A blue-green switch does not drain at all: it starts the new server in the free slot, moves the
+slot pointer, and asks the daemon to *retarget* (`DaemonProxyLink`): the proxy re-reads its
+backend and checks /health there before the next request passes, while streams in flight stay on
+the old server until they end.
 
 The socket lives in the 0700 state directory, so only the user who runs specd can drain.
 """
@@ -114,6 +120,25 @@ class StepRelay:
         self.quiet = answer is None
 
 
+RETARGET_TIMEOUT_S = 10.0
+
+
+class DaemonProxyLink:
+    """The daemon's proxy for a switch in another process (specd.deploy.seams.ProxyLink)."""
+
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+
+    def serving(self, unit: str) -> bool:
+        answer = daemon_request(self.state, "/status") or {}
+        return bool((answer.get("units", {}).get(unit) or {}).get("proxy"))
+
+    def retarget(self, unit: str) -> bool | None:
+        answer = _request(self.state, "POST", "/retarget", {"unit": unit, "timeout": RETARGET_TIMEOUT_S},
+                          RETARGET_TIMEOUT_S + 5)
+        return None if answer is None else bool(answer.get("retargeted"))
+
+
 def _in_flight(state: StateDir, unit: str) -> int:
     answer = daemon_request(state, "/status") or {}
     proxy = (answer.get("units", {}).get(unit) or {}).get("proxy") or {}
@@ -193,6 +218,12 @@ class DrainingSystemd:
     def exec_start_argv(self, unit: str) -> list[list[str]]:
         return self.inner.exec_start_argv(unit)
 
+    def is_enabled(self, unit: str) -> bool:
+        return self.inner.is_enabled(unit)
+
+    def set_enabled(self, unit: str, enabled: bool) -> None:
+        self.inner.set_enabled(unit, enabled)
+
 
 # ---- the server side (run by the daemon) --------------------------------------------------------
 
@@ -201,18 +232,39 @@ Renewer = Callable[[str, float], dict[str, Any] | None]  # unit, lease
 Resumer = Callable[[str], dict[str, Any] | None]
 StepListener = Callable[[str, str, str], None]  # unit, step, detail
 
+Retargeter = Callable[[str, float], Awaitable[dict[str, Any] | None]]  # unit, timeout
+
+
+async def _no_retarget(unit: str, timeout_s: float) -> dict[str, Any] | None:
+    return None
+
+
+def _answered(answer: dict[str, Any] | None, missing: str = "no proxy") -> Response:
+    return JSONResponse(answer) if answer is not None else JSONResponse({"error": missing}, 404)
+
 
 def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer,
                 status: Callable[[], dict[str, Any]],
                 metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True,
-                on_step: StepListener | None = None) -> Starlette:
-    """`/status` and `/metrics` for anyone the socket lets in; `/drain` and `/resume` when writable."""
+                on_step: StepListener | None = None, retarget_unit: Retargeter = _no_retarget) -> Starlette:
+    """`/status` and `/metrics` for anyone the socket lets in; `/drain`, `/renew`, `/resume`, `/step`
+    and `/retarget` when writable."""
 
     async def get_status(request: Request) -> Response:
         return Response(json.dumps(status(), default=str), media_type="application/json")
 
     async def get_metrics(request: Request) -> Response:
         return Response(metrics(), media_type=metrics_content_type)
+
+    routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
+    if writable:
+        routes += _writable_routes(drain_unit, renew_unit, resume_unit, on_step, retarget_unit)
+    return Starlette(routes=routes)
+
+
+def _writable_routes(drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer, on_step: StepListener | None,
+                     retarget_unit: Retargeter) -> list[Route]:
+    """What only the daemon's owner may ask (the socket is 0600): drain, renew, resume, step, retarget."""
 
     async def post_drain(request: Request) -> Response:
         unit = request.query_params.get("unit", "")
@@ -222,7 +274,7 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
         except ValueError:
             return JSONResponse({"error": "timeout and lease must be numbers"}, 400)
         answer = await drain_unit(unit, timeout_s, lease_s)
-        return JSONResponse(answer) if answer is not None else JSONResponse({"error": f"no proxy for {unit}"}, 404)
+        return _answered(answer, f"no proxy for {unit}")
 
     async def post_renew(request: Request) -> Response:
         try:
@@ -230,11 +282,11 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
         except ValueError:
             return JSONResponse({"error": "lease must be a number"}, 400)
         answer = renew_unit(request.query_params.get("unit", ""), lease_s)
-        return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
+        return _answered(answer)
 
     async def post_resume(request: Request) -> Response:
         answer = resume_unit(request.query_params.get("unit", ""))
-        return JSONResponse(answer) if answer is not None else JSONResponse({"error": "no proxy"}, 404)
+        return _answered(answer)
 
     async def post_step(request: Request) -> Response:
         if on_step is not None:
@@ -242,8 +294,14 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
             on_step(query.get("unit", ""), query.get("step", ""), query.get("detail", ""))
         return JSONResponse({"heard": on_step is not None})
 
-    routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
-    if writable:
-        routes += [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
-                   Route("/resume", post_resume, methods=["POST"]), Route("/step", post_step, methods=["POST"])]
-    return Starlette(routes=routes)
+    async def post_retarget(request: Request) -> Response:
+        try:
+            timeout_s = float(request.query_params.get("timeout", RETARGET_TIMEOUT_S))
+        except ValueError:
+            return JSONResponse({"error": "timeout must be a number"}, 400)
+        answer = await retarget_unit(request.query_params.get("unit", ""), timeout_s)
+        return _answered(answer)
+
+    return [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
+            Route("/resume", post_resume, methods=["POST"]), Route("/step", post_step, methods=["POST"]),
+            Route("/retarget", post_retarget, methods=["POST"])]

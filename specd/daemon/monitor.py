@@ -2,7 +2,8 @@
 says clearly that it could not.
 
 One round reads the unit's state, then checks the alias endpoint (health + alias listed; no
-completion, so a round costs the server nothing). The policy (`decide`, pure) always ends in a
+completion, so a round costs the server nothing). It watches the slot that serves (the unit
+itself, or its green companion after a blue-green switch: specd.deploy.slots). The policy (`decide`, pure) always ends in a
 healthy endpoint or a clear alarm:
 
 - a unit its owner stopped (`systemctl stop`, `specd`'s own stop: inactive with result success) is
@@ -139,11 +140,11 @@ class HealthMonitor:
 
     def check(self) -> HealthResult | None:
         """One probe of the installed unit's alias endpoint; None when there is no unit to watch."""
-        text = read_text(self.deployment.unit_path)
+        text = read_text(self.seams.serving().unit_path)
         if text is None:
             return None
         try:
-            command = parse_unit(text, str(self.deployment.unit_path))
+            command = parse_unit(text, str(self.seams.serving().unit_path))
         except UsageError as exc:
             return HealthResult(False, str(exc))
         return check_once(self._http, command.base_url, command.alias, api_key=command.api_key)
@@ -153,7 +154,7 @@ class HealthMonitor:
         unit is stopping, stopped on purpose or being restarted by systemd itself (`Restart=`): such a
         round checks nothing and counts no failure."""
         try:
-            state = self.systemd.unit_state(self.unit)
+            state = self.systemd.unit_state(self.seams.serving().unit)
         except SpecdError as exc:
             log.warning("%s: cannot read the unit's state: %s", self.unit, exc.message)
             return False
@@ -178,7 +179,7 @@ class HealthMonitor:
 
     def tick(self) -> Action:
         """One round: check, count, and act when the count says so."""
-        if read_text(self.deployment.unit_path) is None:
+        if read_text(self.seams.serving().unit_path) is None:
             self.state = MonitorState()
             return "none"
         if self._owner_stop_seen():
@@ -242,18 +243,19 @@ class HealthMonitor:
 
     def _restart(self, reason: str) -> str:
         with self.seams.lock("daemon: restart after failed health checks", timeout_s=0):
-            text = read_text(self.deployment.unit_path)
+            serving = self.seams.serving()  # read under the lock: no switch moves it now
+            text = read_text(serving.unit_path)
             if text is None:
                 return "unit file is gone; nothing to restart"
-            command = parse_unit(text, str(self.deployment.unit_path))
-            if self.systemd.unit_state(self.unit).running:
-                self.systemd.kill(self.unit, signal.SIGKILL)  # it does not answer: don't wait out its stop timeout
-            self.systemd.reset_failed(self.unit)
-            self.systemd.restart(self.unit)
+            command = parse_unit(text, str(serving.unit_path))
+            if self.systemd.unit_state(serving.unit).running:
+                self.systemd.kill(serving.unit, signal.SIGKILL)  # it does not answer: don't wait out its stop timeout
+            self.systemd.reset_failed(serving.unit)
+            self.systemd.restart(serving.unit)
             try:
                 health = wait_healthy(command.base_url, command.alias, api_key=command.api_key,
                                       timeout_s=DEFAULT_GATE_TIMEOUT_S, stability_s=2.0,
-                                      unit_state=lambda: self.systemd.unit_state(self.unit))
+                                      unit_state=lambda: self.systemd.unit_state(serving.unit))
             except HealthError as exc:
                 detail = f"restarted after {self.settings.failures_before_restart} failed checks ({reason}); " \
                          f"still unhealthy: {exc.message}"

@@ -2,7 +2,8 @@
 
 - A profile edit is validated at once and its errors reported (journal, history events, status,
   metrics); nothing is ever applied from here — only a switch applies a profile.
-- A unit file whose text is not what specd's newest generation installed was edited by hand:
+- A unit file of the slot that serves (specd.deploy.slots) whose text is not what specd's newest
+  generation installed was edited by hand:
   it is stored and recorded as a generation ("external edit"), so `specd rollback` still walks
   back over hand edits. specd's own writes happen under the deployment lock and end with a
   matching generation, so a change seen while the lock is busy is looked at again afterwards.
@@ -22,6 +23,7 @@ from watchdog.observers import Observer
 
 from specd.deploy.history import History
 from specd.deploy.seams import Seams
+from specd.deploy.slots import slots_of
 from specd.deploy.switch import Switcher
 from specd.deploy.unitfiles import read_text, sha256_text
 from specd.errors import LockBusy
@@ -35,10 +37,13 @@ EXTERNAL_EDIT = "external-edit"
 
 
 def expected_unit_sha(history: History, unit: str) -> str | None:
-    """The sha256 of the unit text specd last installed (or recorded) for `unit`."""
+    """The sha256 of the unit text specd last installed (or recorded) for `unit`: the active
+    generation's own (a rollback that moved the server to another port installed its own text)."""
     active = history.active(unit)
     if active is None:
         return None
+    if active.unit_sha256 is not None:
+        return active.unit_sha256
     content = history.get(active.content_id) or active
     return content.unit_sha256
 
@@ -92,7 +97,8 @@ class DeploymentWatcher:
         self._serial = threading.Lock()
         self._observer = Observer()
         self._profiles = _Debounced(lambda p: p.suffix == ".toml", self.check_profiles)
-        self._unit = _Debounced(lambda p: p == deployment.unit_path, self.check_unit)
+        slot_paths = {each.unit_path for each in slots_of(deployment)}
+        self._unit = _Debounced(lambda p: p in slot_paths, self.check_unit)
 
     def start(self) -> None:
         self.deployment.unit_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +140,7 @@ class DeploymentWatcher:
     def check_unit(self) -> int | None:
         """Record a hand edit of the unit file as a generation; retried while a switch holds the lock."""
         with self._serial:
-            text = read_text(self.deployment.unit_path)
+            text = read_text(self.seams.serving().unit_path)
             if text is None or sha256_text(text) == expected_unit_sha(self._history, self.deployment.unit):
                 return None
             try:

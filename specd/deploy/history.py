@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from specd.deploy.slots import SlotName, Strategy
 from specd.errors import StateDbError
-from specd.store import connect, ensure_schema, file_identity
+from specd.store import add_columns, connect, ensure_schema, file_identity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -30,7 +31,9 @@ CREATE TABLE IF NOT EXISTS generations (
     preflight_s REAL,
     restart_s REAL,
     health_s REAL,
-    total_s REAL
+    total_s REAL,
+    slot TEXT,
+    strategy TEXT
 );
 CREATE INDEX IF NOT EXISTS generations_unit ON generations(unit, id);
 CREATE TABLE IF NOT EXISTS events (
@@ -49,6 +52,8 @@ GenerationOutcome = Literal["pending", "ok", "reverted", "failed"]
 # Who asked: a person at the CLI or the status page, the daemon (monitor, watcher), the tuner, or a
 # bench/verify run.
 Trigger = Literal["cli", "daemon", "tuner", "bench", "verify", "web"]
+# Columns added after the first release: added to older databases when they are opened.
+_ADDED_COLUMNS = (("slot", "TEXT"), ("strategy", "TEXT"))
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class Generation:
     restart_s: float | None
     health_s: float | None
     total_s: float | None
+    slot: SlotName | None = None  # where this generation's server ran (None: before slots existed)
+    strategy: Strategy | None = None  # how the server was replaced (None: a hand edit, or before strategies)
 
     @property
     def content_id(self) -> int:
@@ -101,6 +108,7 @@ class History:
         self.path = db_path
         self.conn = connect(db_path)
         ensure_schema(self.conn, SCHEMA)
+        add_columns(self.conn, "generations", _ADDED_COLUMNS)
         self._identity = file_identity(db_path)
 
     @classmethod
@@ -113,6 +121,7 @@ class History:
             self.conn.close()
             self.conn = connect(self.path)
             ensure_schema(self.conn, SCHEMA)
+            add_columns(self.conn, "generations", _ADDED_COLUMNS)
             self._identity = file_identity(self.path)
         try:
             return self.conn.execute(sql, params)
@@ -129,12 +138,12 @@ class History:
     def add(self, unit: str, *, kind: GenerationKind, profile: str | None, unit_sha256: str | None,
             backup_path: Path | None, previous_id: int | None, trigger: Trigger,
             outcome: GenerationOutcome = "pending", restores_id: int | None = None,
-            detail: str = "") -> int:
+            detail: str = "", slot: SlotName | None = None, strategy: Strategy | None = None) -> int:
         cursor = self._execute(
             "INSERT INTO generations (unit, created_at, kind, profile, unit_sha256, backup_path, previous_id,"
-            " restores_id, trigger, outcome, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " restores_id, trigger, outcome, detail, slot, strategy) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (unit, now_iso(), kind, profile, unit_sha256, str(backup_path) if backup_path else None, previous_id,
-             restores_id, trigger, outcome, detail),
+             restores_id, trigger, outcome, detail, slot, strategy),
         )
         return int(cursor.lastrowid or 0)
 

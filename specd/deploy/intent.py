@@ -32,6 +32,14 @@ class Intent:
     new_sha256: str
     step: str = "intent"
     old_main_pid: int = 0  # the server running when the switch began: still it means never restarted
+    # Where the new unit goes (specd.deploy.slots). A restart replaces the serving slot's unit in place
+    # (slot == old_slot); a blue-green switch writes the free slot, starts it beside the old server and
+    # flips the slot pointer. Intents written before slots existed read as a restart of the blue slot.
+    strategy: Literal["blue-green", "restart"] = "restart"
+    slot: Literal["blue", "green"] = "blue"
+    old_slot: Literal["blue", "green"] = "blue"
+    slot_old_sha256: str | None = None  # blue-green: what the free slot's file held (None: no file)
+    old_enabled: bool = False  # blue-green: the old slot's unit was enabled (the new one takes it over)
 
 
 def save(intent: Intent, path: Path) -> None:

@@ -36,7 +36,8 @@ class Preflight:
     secrets: tuple[tuple[Path, str], ...] = ()  # written 0600 before the unit (the API key)
 
 
-def _port_holders(port: int) -> set[int]:
+def port_holders(port: int) -> set[int]:
+    """PIDs listening on `port` (any address)."""
     holders: set[int] = set()
     try:
         connections = psutil.net_connections(kind="inet")
@@ -49,7 +50,7 @@ def _port_holders(port: int) -> set[int]:
 
 
 def check_port(profile: Profile, our_pids: set[int]) -> None:
-    holders = _port_holders(profile.port)
+    holders = port_holders(profile.port)
     foreign = holders - our_pids
     if foreign:
         names = []

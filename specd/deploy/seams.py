@@ -1,5 +1,5 @@
 """The seams one deployment's operations run over: where its state lives, its history, the
-service manager, HTTP, GPU access and the clock.
+service manager, HTTP, GPU access, the clock and the daemon's proxy.
 
 `specd.context` (the composition root) builds the real ones once and passes them down; nothing
 below it reaches for a global path, opens its own database or connects its own bus. Tests build
@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 
 from specd.clock import SYSTEM_CLOCK, Clock
 from specd.deploy.history import History
 from specd.deploy.lock import deployment_lock
+from specd.deploy.slots import Slot, serving_slot
 from specd.deploy.systemd import SystemdClient
 from specd.deploy.unitfiles import ContentStore
 from specd.gpu.nvml import Nvml
@@ -30,6 +32,29 @@ def default_http(timeout_s: float) -> httpx.Client:
     return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(2.0, timeout_s)))
 
 
+class ProxyLink(Protocol):
+    """The daemon's proxy as a blue-green switch sees it (`specd.daemon.control.DaemonProxyLink`)."""
+
+    def serving(self, unit: str) -> bool:
+        """Does a running daemon proxy clients to this deployment?"""
+        ...
+
+    def retarget(self, unit: str) -> bool | None:
+        """Make the proxy send new requests to the slot the pointer names now (streams in flight stay
+        where they are). True once it does, False when it did not within its timeout, None: no daemon."""
+        ...
+
+
+class NoProxy:
+    """No daemon to tell: clients reach the server's own port."""
+
+    def serving(self, unit: str) -> bool:
+        return False
+
+    def retarget(self, unit: str) -> bool | None:
+        return None
+
+
 @dataclass
 class Seams:
     deployment: Deployment
@@ -39,6 +64,7 @@ class Seams:
     clock: Clock = SYSTEM_CLOCK
     http: HttpFactory = default_http
     nvml: Nvml | None = None  # None: pynvml, when the box has an NVIDIA driver
+    proxy: ProxyLink = field(default_factory=NoProxy)
     _systemd: SystemdClient | None = field(default=None, repr=False)
 
     @property
@@ -50,6 +76,10 @@ class Seams:
         if self._systemd is None:
             self._systemd = self.connect()
         return self._systemd
+
+    def serving(self) -> Slot:
+        """The slot whose server the alias endpoint is (read fresh: a switch in another process moves it)."""
+        return serving_slot(self.state, self.deployment)
 
     @property
     def units(self) -> ContentStore:

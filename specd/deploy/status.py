@@ -50,6 +50,9 @@ class StatusReport:
     vram_bytes: int | None = None
     vram_by_gpu: dict[str, int] | None = None  # GPU index -> bytes
     vram_unavailable: str | None = None  # why there is no VRAM reading (no NVIDIA GPU)
+    slot: str = "blue"  # which slot serves: blue (the unit itself) or green (its companion unit)
+    slot_unit: str = ""  # the systemd unit of that slot
+    strategy: str | None = None  # how the active generation replaced the server: blue-green or restart
 
     @property
     def needs_attention(self) -> bool:
@@ -60,7 +63,7 @@ class StatusReport:
         """The `--json` form; optional marks appear only when set."""
         data = asdict(self)
         for optional in ("state", "pending", "history_problem", "vram", "vram_bytes", "vram_by_gpu",
-                         "vram_unavailable"):
+                         "vram_unavailable", "strategy"):
             if data[optional] is None:
                 del data[optional]
         return data
@@ -106,18 +109,19 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
     """Read-only: gathers, never recovers or restarts anything. `daemon` is the daemon's own report;
     `client` (the status page's, kept open) saves building one per call."""
     deployment = seams.deployment
-    text = read_text(deployment.unit_path)
+    serving = seams.serving()
+    text = read_text(serving.unit_path)
     unit_state, main_pid, n_restarts = "not installed", None, None
     endpoint = alias = None
     health, healthy = "no unit", False
     if text is not None:
         try:
-            state = seams.systemd.unit_state(deployment.unit)
+            state = seams.systemd.unit_state(serving.unit)
             unit_state, main_pid, n_restarts = state.describe(), state.main_pid, state.n_restarts
         except SpecdError as exc:
             unit_state = f"unknown ({exc.message})"
         try:
-            command = parse_unit(text, str(deployment.unit_path))
+            command = parse_unit(text, str(serving.unit_path))
             endpoint, alias = command.base_url, command.alias
             if client is not None:
                 probe = check_once(client, command.base_url, command.alias, api_key=command.api_key)
@@ -127,18 +131,20 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
             health, healthy = ("healthy", True) if probe.ok else (f"unhealthy: {probe.detail}", False)
         except UsageError as exc:
             health = f"unknown ({exc.message})"
-    generation = marked = problem = tuning = None
+    generation = marked = problem = tuning = strategy = None
     try:
         active = seams.history.active(deployment.unit)
         generation = active.id if active else None
+        strategy = active.strategy if active else None
         marked = deployment_state(seams.history, deployment.unit)
         tuning = last_tuning(seams.history, deployment.unit)
     except SpecdError as exc:
         problem = exc.message
     vram = vram_of_server(main_pid, seams.nvml) if main_pid else {}
     return StatusReport(
-        unit=deployment.unit, scope=deployment.scope, unit_path=str(deployment.unit_path),
+        unit=deployment.unit, scope=deployment.scope, unit_path=str(serving.unit_path),
         active_profile=profile_of_unit(text) if text else None, managed=bool(text and profile_of_unit(text)),
         unit_state=unit_state, main_pid=main_pid, n_restarts=n_restarts, endpoint=endpoint, alias=alias,
         health=health, healthy=healthy, generation=generation, daemon=daemon, state=marked,
-        pending=pending_note(seams), history_problem=problem, last_tuning=tuning, **vram)
+        pending=pending_note(seams), history_problem=problem, last_tuning=tuning, slot=serving.name,
+        slot_unit=serving.unit, strategy=strategy, **vram)

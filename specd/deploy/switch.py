@@ -2,7 +2,10 @@
 
 Steps, each a named checkpoint (`SPECD_FAULT=<step>` kills the process there, for crash tests):
 preflight -> intent -> backup -> write -> reload -> restart -> gate -> commit. The intent record
-is rewritten with the step reached after each one. Any exception after `intent` (a health or
+is rewritten with the step reached after each one. That is the *restart* strategy, in the slot
+that serves (specd.deploy.slots); the *blue-green* strategy starts the new server in the free
+slot and flips the proxy to it instead (specd.deploy.bluegreen, its own steps and revert), and
+`--strategy auto` picks it when clients come through the daemon's proxy and both servers fit. Any exception after `intent` (a health or
 systemd failure, a disk error, a bug, Ctrl-C) reverts: when the unit file was not yet replaced
 nothing is restarted; otherwise the previous unit is put back, restarted and health-gated, and
 SwitchFailed says why. A kill anywhere is undone by the next *mutating* specd command or the
@@ -17,10 +20,13 @@ status page can show a switch live; it must not raise.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from specd.deploy import intent as intents
+from specd.deploy.bluegreen import BlueGreen, SlotPlan, choose, stop_stray_free_slot
+from specd.deploy.capacity import Capacity, CapacityCheck, capacity_check
 from specd.deploy.health import HealthResult, wait_healthy
 from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.plan import (
@@ -38,14 +44,15 @@ from specd.deploy.plan import (
     Target,
     target_from_text,
 )
-from specd.deploy.preflight import Preflight, run_preflight
+from specd.deploy.preflight import Preflight, port_holders, run_preflight
+from specd.deploy.rollback import rollback_target
 from specd.deploy.seams import Seams
-from specd.deploy.systemd import SystemdClient, UnitState, journal_tail
+from specd.deploy.slots import Slot, StrategyRequest, same_but_port, slot, slots_of
+from specd.deploy.systemd import SystemdClient, journal_tail
 from specd.deploy.unitfiles import (
     atomic_write,
     backup_name,
     disk_free,
-    list_backups,
     prune_backups,
     read_text,
     remove_stale_temp_files,
@@ -53,15 +60,10 @@ from specd.deploy.unitfiles import (
     write_backup,
 )
 from specd.durable import checkpoint
-from specd.errors import (
-    LockBusy,
-    ProfileError,
-    SpecdError,
-    SwitchFailed,
-    UsageError,
-)
+from specd.errors import LockBusy, ProfileError, SpecdError, SwitchFailed
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
+from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
 log = logging.getLogger("specd.deploy.switch")
@@ -78,7 +80,8 @@ class Switcher:
 
     def __init__(self, seams: Seams, *, trigger: Trigger = "cli", gate: HealthGate = wait_healthy,
                  journal: JournalReader = journal_tail, fault: FaultHook = checkpoint,
-                 preflight: PreflightRunner = run_preflight, on_step: StepHook | None = None) -> None:
+                 preflight: PreflightRunner = run_preflight, on_step: StepHook | None = None,
+                 capacity: CapacityCheck | None = None, ports_in_use: Callable[[int], set[int]] = port_holders) -> None:
         self.seams = seams
         self.deployment: Deployment = seams.deployment
         self.trigger = trigger
@@ -91,6 +94,9 @@ class Switcher:
         self._fault = fault
         self._preflight = preflight
         self._on_step = on_step
+        self._capacity: CapacityCheck = capacity or capacity_check(seams.nvml)
+        self._ports_in_use = ports_in_use
+        self._blue_green = BlueGreen(seams, gate=gate, fault=fault, reached=self._reached)
 
     @property
     def systemd(self) -> SystemdClient:
@@ -107,8 +113,13 @@ class Switcher:
     def lock(self, what: str, timeout_s: float | None = None) -> AbstractContextManager[None]:
         return self.seams.lock(what, timeout_s)
 
+    def serving(self) -> Slot:
+        """The slot whose server is the alias endpoint now."""
+        return self.seams.serving()
+
     def installed_text(self) -> str | None:
-        return read_text(self.deployment.unit_path)
+        """The unit text of the serving slot: what specd installed last (or a hand edit of it)."""
+        return read_text(self.serving().unit_path)
 
     def active_profile(self) -> str | None:
         text = self.installed_text()
@@ -116,33 +127,49 @@ class Switcher:
 
     # -- public operations -------------------------------------------------------------------
 
-    def switch(self, name: str) -> Outcome:
+    def switch(self, name: str, strategy: StrategyRequest = "auto") -> Outcome:
+        """Install profile `name`: in place (restart) or beside the serving server (blue-green);
+        `auto` picks blue-green when it can and says why not when it cannot."""
         with self.lock(f"switch {name}"):
             self._recover_locked()
             self._record_edit_locked()
             started = self._clock.monotonic()
+            serving = self.serving()
             current = self.installed_text()
-            main_pid = self._state_or_none().main_pid if current is not None else 0
+            state = self.systemd.unit_state(serving.unit) if current is not None else None
+            main_pid = state.main_pid if state is not None else 0
             pre: Preflight = self._preflight(self.deployment, name, current_main_pid=main_pid)
             self._passed("preflight", f"profile {name} is valid and fits this box")
-            state = self._state_or_none() if current is not None else None
-            if current == pre.unit_text and state is not None and state.running:
+            state = self.systemd.unit_state(serving.unit) if current is not None else None
+            if current is not None and same_but_port(current, pre.unit_text) and state is not None and state.running:
                 active = self.history.active(self.unit)
                 if active is not None:
                     return Outcome(active, None, tuple(pre.notes) + (f"already on profile {name}",), unchanged=True)
             target = Target(pre.unit_text, name, pre.profile.alias, pre.profile.base_url,
                             pre.profile.health_timeout_s, pre.profile.stability_s,
                             pre.profile.api_key, pre.secrets)
-            return self._install(target, kind="switch", restores_id=None, preflight_s=pre.seconds,
-                                 started=started, notes=tuple(pre.notes))
+            plan = self._plan(strategy, target, current, state is not None and state.running,
+                              lambda: self._capacity(pre, parse_unit(current, str(serving.unit_path)) if current else None))
+            return self._install(plan, kind="switch", restores_id=None, preflight_s=pre.seconds,
+                                 started=started, notes=(*pre.notes, plan.note))
 
-    def rollback(self, to: int | None = None) -> Outcome:
+    def _plan(self, strategy: StrategyRequest, target: Target, current: str | None, running: bool,
+              capacity: Callable[[], Capacity]) -> SlotPlan:
+        return choose(strategy, self.seams, target, current, running, capacity, self._ports_in_use)
+
+    def _text_capacity(self, text: str, current: str | None) -> Capacity:
+        return self._capacity(text, parse_unit(current, str(self.serving().unit_path)) if current else None)
+
+    def rollback(self, to: int | None = None, strategy: StrategyRequest = "restart") -> Outcome:
+        """Go back to the unit before the last change (or generation `to`). Restart by default (a
+        rollback usually follows a server gone bad); `auto` or `blue-green` as for a switch."""
         with self.lock("rollback" if to is None else f"rollback --to {to}"):
             self._recover_locked()
             if self.history.active(self.unit) is not None:
                 self._record_edit_locked()  # without history, rollback works from the .pre-* files
             started = self._clock.monotonic()
-            target_gen, text = self._rollback_target(to)
+            target_gen, text = rollback_target(self.history, self.store, self.unit, self.deployment.unit_path,
+                                               self.installed_text(), to)
             profile = target_gen.profile if target_gen else profile_of_unit(text)
             where = f"generation {target_gen.id}" if target_gen else "newest .pre-* backup"
             target = target_from_text(text, profile, where=where)
@@ -153,8 +180,11 @@ class Switcher:
                                     known.stability_s)
                 except ProfileError:
                     pass  # the profile file changed or is gone: gate with the defaults
-            return self._install(target, kind="rollback", restores_id=target_gen.content_id if target_gen else None,
-                                 preflight_s=0.0, started=started, notes=())
+            current = self.installed_text()
+            running = current is not None and self.systemd.unit_state(self.serving().unit).running
+            plan = self._plan(strategy, target, current, running, lambda: self._text_capacity(text, current))
+            return self._install(plan, kind="rollback", restores_id=target_gen.content_id if target_gen else None,
+                                 preflight_s=0.0, started=started, notes=(plan.note,))
 
     def recover(self, *, wait: bool = True) -> str | None:
         """Undo an interrupted operation, if any. With wait=False, skip when the lock is busy."""
@@ -195,49 +225,58 @@ class Switcher:
 
     # -- the transaction ---------------------------------------------------------------------
 
-    def _state_or_none(self) -> UnitState:
-        return self.systemd.unit_state(self.unit)
-
-    def _install(self, target: Target, *, kind: intents.OperationKind, restores_id: int | None, preflight_s: float, started: float,
-                 notes: tuple[str, ...]) -> Outcome:
-        unit_path = self.deployment.unit_path
-        current = self.installed_text()
-        old_state = self.systemd.unit_state(self.unit) if current is not None else None
+    def _install(self, plan: SlotPlan, *, kind: intents.OperationKind, restores_id: int | None, preflight_s: float,
+                 started: float, notes: tuple[str, ...]) -> Outcome:
+        target, old_slot, new_slot = plan.target, plan.old, plan.new
+        current = read_text(old_slot.unit_path)
+        old_state = self.systemd.unit_state(old_slot.unit) if current is not None else None
         previous = self.history.active(self.unit)
         old_profile = profile_of_unit(current) if current else None
-        backup = backup_name(unit_path, old_profile) if current is not None else None
-        if current is not None and disk_free(unit_path.parent) < 2 * len(current.encode()) + 8192:
-            raise SwitchFailed(f"{unit_path.parent}: not enough free disk space for a backup; nothing was changed")
+        backup = backup_name(self.deployment.unit_path, old_profile) if current is not None else None
+        if current is not None and disk_free(new_slot.unit_path.parent) < 2 * len(current.encode()) + 8192:
+            raise SwitchFailed(f"{new_slot.unit_path.parent}: not enough free disk space for a backup; "
+                               "nothing was changed")
+        blue_green = plan.strategy == "blue-green"
+        slot_before = read_text(new_slot.unit_path) if blue_green else None
         new_sha = self.store.put(target.text)
         generation_id = self.history.add(
             self.unit, kind=kind, profile=target.profile, unit_sha256=new_sha, backup_path=backup,
             previous_id=previous.id if previous else None, trigger=self.trigger, restores_id=restores_id,
+            slot=new_slot.name, strategy=plan.strategy,
         )
         intent = intents.Intent(
-            unit=self.unit, unit_path=str(unit_path), generation_id=generation_id, profile=target.profile, kind=kind,
-            old_existed=current is not None, old_active=bool(old_state and old_state.active_state == "active"),
+            unit=self.unit, unit_path=str(new_slot.unit_path), generation_id=generation_id, profile=target.profile,
+            kind=kind, old_existed=current is not None, old_active=bool(old_state and old_state.active_state == "active"),
             old_sha256=sha256_text(current) if current is not None else None, old_profile=old_profile,
             backup_path=str(backup) if backup else None, new_sha256=new_sha,
             old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
+            strategy=plan.strategy, slot=new_slot.name, old_slot=old_slot.name,
+            slot_old_sha256=self.store.put(slot_before) if slot_before is not None else None,
+            old_enabled=blue_green and self.systemd.is_enabled(old_slot.unit),
         )
         intents.save(intent, self._intent_path)
         try:
             # inside the try: Ctrl-C right after the intent reverts ("nothing was changed")
             self._passed("intent", f"generation {generation_id}: {kind} to {target.profile or 'the previous unit'}")
-            restart_s, health = self._apply(intent, target, current, backup)
+            if blue_green:
+                restart_s, health, done = self._blue_green.apply(intent, target, current,
+                                                                 lambda: self._write_backup(current, backup))
+            else:
+                restart_s, health = self._apply(intent, target, current, backup)
+                done = ()
         except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
             self._revert(intent, reason=_reason(failure))
             raise AssertionError("unreachable: _revert raises") from failure  # pragma: no cover
         # What the switch itself found worth keeping; "no GPU: VRAM check skipped" on every row is not.
-        kept = [note for note in notes if "VRAM check skipped" not in note]
+        kept = [note for note in (*notes, *done) if "VRAM check skipped" not in note]
         self.history.finish(generation_id, outcome="ok", detail=" ".join(kept), preflight_s=preflight_s,
                             restart_s=restart_s, health_s=health.total_s, total_s=self._clock.monotonic() - started)
         intents.clear(self._intent_path)
         self._passed("commit", f"generation {generation_id} is active")
-        prune_backups(unit_path, self.deployment.backups_keep)
+        prune_backups(self.deployment.unit_path, self.deployment.backups_keep)
         generation = self.history.get(generation_id)
         assert generation is not None
-        return Outcome(generation, health, notes)
+        return Outcome(generation, health, (*notes, *done))
 
     def _passed(self, step: str, detail: str = "") -> None:
         """Pass the step's fault point, then tell the step hook."""
@@ -258,51 +297,54 @@ class Switcher:
         intents.save(intent, self._intent_path)
         self._passed(step, detail)
 
-    def _apply(self, intent: intents.Intent, target: Target, current: str | None,
-               backup: Path | None) -> tuple[float, HealthResult]:
-        """The steps after the intent: backup, write, reload, restart, gate. Raises on any failure."""
-        unit_path = self.deployment.unit_path
+    def _write_backup(self, current: str | None, backup: Path | None) -> None:
         if current is not None and backup is not None:
             self.store.put(current)
             atomic_write(backup, current.encode("utf-8"), fault_name="backup")
+
+    def _apply(self, intent: intents.Intent, target: Target, current: str | None,
+               backup: Path | None) -> tuple[float, HealthResult]:
+        """The restart steps after the intent: backup, write, reload, restart, gate. Raises on any failure."""
+        unit_path, unit = Path(intent.unit_path), slot(self.deployment, intent.slot).unit
+        self._write_backup(current, backup)
         self._reached(intent, "backup", f"old unit kept as {backup.name}" if backup else "no unit before")
         for secret, content in target.secrets:
             atomic_write(secret, content.encode("utf-8"), mode=0o600)
         atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
         self._reached(intent, "write", f"new unit written to {unit_path}")
         t_restart = self._clock.monotonic()
-        self.systemd.reset_failed(self.unit)
+        self.systemd.reset_failed(unit)
         self.systemd.reload()
         self._reached(intent, "reload", "systemd reloaded its units")
-        self.systemd.restart(self.unit)
+        self.systemd.restart(unit)
         restart_s = self._clock.monotonic() - t_restart
         self._reached(intent, "restart", f"{self.unit} restarted in {restart_s:.1f} s")
         health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s,
-                            stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(self.unit),
+                            stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(unit),
                             api_key=target.api_key)
         self._reached(intent, "gate", f"healthy after {health.total_s:.1f} s")
         return restart_s, health
 
     def _restore_old(self, intent: intents.Intent) -> str:
         """Put the previous unit back and bring it up; returns a sentence on the state reached."""
-        unit_path = self.deployment.unit_path
-        installed = self.installed_text()
+        if intent.strategy == "blue-green":
+            return self._blue_green.restore(intent)
+        unit_path, unit = Path(intent.unit_path), slot(self.deployment, intent.slot).unit
+        installed = read_text(unit_path)
         untouched = installed is not None and sha256_text(installed) == intent.old_sha256
         if intent.step in UNIT_UNTOUCHED_STEPS and (untouched or (installed is None and not intent.old_existed)):
-            return f"nothing was changed: {self.unit} still runs as before"
+            return f"nothing was changed: {unit} still runs as before"
         old_text: str | None = None
         if intent.old_existed:
             old_text = self.store.get(intent.old_sha256 or "")
             if old_text is None and intent.backup_path:
                 old_text = read_text(Path(intent.backup_path))
+            if old_text is None and installed is not None and sha256_text(installed) == intent.old_sha256:
+                old_text = installed
             if old_text is None:
-                current = self.installed_text()
-                if current is not None and sha256_text(current) == intent.old_sha256:
-                    old_text = current
-            if old_text is None:
-                raise SwitchFailed(f"cannot revert {self.unit}: the previous unit text is lost "
+                raise SwitchFailed(f"cannot revert {unit}: the previous unit text is lost "
                                    f"(no backup at {intent.backup_path}); the unit now holds the new profile")
-            if self.installed_text() != old_text:
+            if read_text(unit_path) != old_text:
                 atomic_write(unit_path, old_text.encode("utf-8"), fault_name="revert-unit")
         else:
             unit_path.unlink(missing_ok=True)
@@ -310,29 +352,30 @@ class Switcher:
         self.systemd.reload()
         self._passed("revert-reload")
         if not intent.old_existed:
-            self.systemd.stop(self.unit)
+            self.systemd.stop(unit)
             self.systemd.reload()
-            return f"the new unit {self.unit} was removed again (there was none before)"
+            return f"the new unit {unit} was removed again (there was none before)"
         if not intent.old_active:
-            self.systemd.stop(self.unit)
-            return f"{self.unit} is back on {intent.old_profile or 'its previous unit'} (stopped, as it was)"
+            self.systemd.stop(unit)
+            return f"{unit} is back on {intent.old_profile or 'its previous unit'} (stopped, as it was)"
         if intent.step in NOT_RESTARTED_STEPS and intent.old_main_pid:
-            now = self.systemd.unit_state(self.unit)
+            now = self.systemd.unit_state(unit)
             if now.running and now.main_pid == intent.old_main_pid:  # interrupted before the restart began
                 return (f"reverted to {intent.old_profile or 'the previous unit'} before its server was restarted: "
                         f"it kept running (PID {now.main_pid})")
-        self.systemd.reset_failed(self.unit)
-        self.systemd.restart(self.unit)
+        self.systemd.reset_failed(unit)
+        self.systemd.restart(unit)
         self._passed("revert-restart")
         assert old_text is not None
         old = target_from_text(old_text, intent.old_profile, where=str(unit_path))
         self._gate(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
-                   unit_state=lambda: self.systemd.unit_state(self.unit), api_key=old.api_key)
+                   unit_state=lambda: self.systemd.unit_state(unit), api_key=old.api_key)
         self._passed("revert-gate", f"{intent.old_profile or 'the previous unit'} is healthy again")
         return f"reverted to {intent.old_profile or 'the previous unit'}, which is healthy again"
 
     def _revert(self, intent: intents.Intent, *, reason: str) -> None:
-        journal = self._journal(self.unit, self.deployment.scope)
+        failed_unit = slot(self.deployment, intent.slot).unit
+        journal = self._journal(failed_unit, self.deployment.scope)
         self._tell("revert", reason)
         what = f"switch to {intent.profile}" if intent.kind == "switch" else f"{intent.kind} to {intent.profile}"
         try:
@@ -350,14 +393,18 @@ class Switcher:
         self.history.event(self.unit, JOURNAL_EVENT, f"generation {intent.generation_id}\n{journal}")
         self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
         intents.clear(self._intent_path)
-        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {self.unit}'s journal ---\n{journal}",
+        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {failed_unit}'s journal ---\n{journal}",
                            generation_id=intent.generation_id, revert_outcome="reverted", revert_state=state,
                            journal=journal)
 
     def _recover_locked(self) -> str | None:
-        remove_stale_temp_files(self.deployment.unit_path)
+        for each in slots_of(self.deployment):
+            remove_stale_temp_files(each.unit_path)
         pending = intents.load(self._intent_path)
         if pending is None:
+            stray = stop_stray_free_slot(self.seams)
+            if stray:
+                log.warning("%s: %s", self.unit, stray)
             return None
         log.warning("found an interrupted %s of %s at step %s; reverting", pending.kind, self.unit, pending.step)
         try:
@@ -367,42 +414,6 @@ class Switcher:
             self.history.event(self.unit, "recover", " / ".join(message))
             return " ".join(message)
         return None
-
-    def _rollback_target(self, to: int | None) -> tuple[Generation | None, str]:
-        if to is not None:
-            wanted = self.history.get(to)
-            if wanted is None or wanted.unit != self.unit:
-                raise UsageError(f"no generation {to} for {self.unit} (see `specd history`)")
-            if wanted.outcome != "ok":
-                raise UsageError(f"generation {to} never came up healthy ({wanted.outcome}); pick another")
-            content = self.history.get(wanted.content_id) or wanted
-        else:
-            active = self.history.active(self.unit)
-            if active is None:
-                return None, self._newest_backup_text()
-            base = self.history.get(active.content_id) or active
-            if base.previous_id is None:
-                raise UsageError(f"nothing to roll back to: generation {base.id} created {self.unit}")
-            previous = self.history.get(base.previous_id)
-            if previous is None:
-                return None, self._newest_backup_text()
-            content = self.history.get(previous.content_id) or previous
-        text = self.store.get(content.unit_sha256 or "")
-        if text is None and content.backup_path is None:
-            raise UsageError(f"the unit text of generation {content.id} is no longer stored")
-        if text is None:
-            text = self._newest_backup_text()
-        return content, text
-
-    def _newest_backup_text(self) -> str:
-        """The newest .pre-* backup that differs from the installed unit: rollback without history."""
-        installed = self.installed_text()
-        for backup in list_backups(self.deployment.unit_path):
-            text = read_text(backup.path)
-            if text is not None and text != installed:
-                return text
-        raise UsageError(f"nothing to roll back to: no history and no {self.unit}.pre-* backup that differs "
-                         "from the installed unit")
 
 
 def _reason(failure: BaseException) -> str:

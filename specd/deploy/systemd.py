@@ -53,6 +53,8 @@ class SystemdClient(Protocol):
     def kill(self, unit: str, signum: int) -> None: ...
     def unit_state(self, unit: str) -> UnitState: ...
     def exec_start_argv(self, unit: str) -> list[list[str]]: ...
+    def is_enabled(self, unit: str) -> bool: ...
+    def set_enabled(self, unit: str, enabled: bool) -> None: ...
 
 
 def _bus_error_text(exc: Exception) -> str:
@@ -174,6 +176,22 @@ class PydbusSystemd:
     def exec_start_argv(self, unit: str) -> list[list[str]]:
         service = self._unit(unit)["org.freedesktop.systemd1.Service"]
         return [list(entry[1]) for entry in service.ExecStart]
+
+    def is_enabled(self, unit: str) -> bool:
+        """Started at boot: `systemctl is-enabled` says enabled (a missing or static unit is not)."""
+        try:
+            state = str(self._call(f"read whether {unit} is enabled", "GetUnitFileState", unit))
+        except SystemdError:
+            return False
+        return state in ("enabled", "enabled-runtime")
+
+    def set_enabled(self, unit: str, enabled: bool) -> None:
+        """`systemctl enable|disable UNIT` (the [Install] section's links), then a reload."""
+        if enabled:
+            self._call(f"enable {unit}", "EnableUnitFiles", [unit], False, True)
+        else:
+            self._call(f"disable {unit}", "DisableUnitFiles", [unit], False)
+        self.reload()
 
 
 def connect_systemd(scope: str) -> SystemdClient:

@@ -28,6 +28,8 @@ PROXY_SCHEMA = Table(keys={
     "hold_timeout_s": Key(float, in_range(0, 3600), "how long a request is held while the backend restarts"),
     "capture_bodies": Key(bool, doc="keep request bodies (files 0600) so the tuner can replay them"),
     "capture_max_bytes": Key(int, in_range(0, 1 << 30), "largest body kept"),
+    "spare_port": Key(int, in_range(1, 65535), "the port a blue-green switch starts the new server on when the "
+                      "old one holds the profile's"),
 })
 DEPLOYMENT_KEYS = {
     "unit": Key(str, _UNIT, "the llama-server unit specd owns (required)"),
@@ -81,6 +83,7 @@ class ProxyConfig:
     hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S
     capture_bodies: bool = False
     capture_max_bytes: int = 1 << 20
+    spare_port: int | None = None  # None: the profile's port + 1
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ def _proxy(raw: Mapping[str, Any] | None) -> ProxyConfig | None:
         hold_timeout_s=float(raw.get("hold_timeout_s", defaults.hold_timeout_s)),
         capture_bodies=bool(raw.get("capture_bodies", defaults.capture_bodies)),
         capture_max_bytes=int(raw.get("capture_max_bytes", defaults.capture_max_bytes)),
+        spare_port=int(raw["spare_port"]) if "spare_port" in raw else None,
     )
 
 
@@ -288,6 +292,7 @@ def config_key_table() -> str:
         instance = defaults[table]
         for name, key in schema.keys.items():
             value = (f"{instance.listen_host}:{instance.listen_port}" if isinstance(instance, ProxyConfig)
-                     and name == "listen" else _shown(getattr(instance, name), name))
+                     and name == "listen" else "the profile's port + 1" if name == "spare_port"
+                     else _shown(getattr(instance, name), name))
             rows.append(f"| `[{table}] {name}` | {key.doc} | {value} |")
     return "\n".join(rows) + "\n"

@@ -30,6 +30,7 @@ from specd.gpu import nvml as gpu
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.traffic.taskclass import classify, last_user_text
+from specd.unit.parse import parse_unit
 
 REQUEST_TIMEOUT_S = 600.0
 
@@ -83,11 +84,14 @@ class DeploymentTarget:
         try:
             switcher = Switcher(seams, trigger=self.trigger)
             switcher.switch(profile)
-            self._main_pid = switcher.systemd.unit_state(self.deployment.unit).main_pid
+            loaded = load_profile(self.deployment.profiles_dir, profile)
+            serving = switcher.serving()  # a blue-green switch may have moved the server to the spare port
+            installed = switcher.installed_text()
+            self._url = parse_unit(installed, str(serving.unit_path)).base_url if installed else loaded.base_url
+            self._alias = loaded.alias or ""
+            self._main_pid = switcher.systemd.unit_state(serving.unit).main_pid
         finally:
             seams.close()
-        loaded = load_profile(self.deployment.profiles_dir, profile)
-        self._url, self._alias = loaded.base_url, loaded.alias or ""
 
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
         started = time.perf_counter()

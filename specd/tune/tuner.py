@@ -254,11 +254,14 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
                     trigger: Trigger = "tuner", max_tokens: int | None = None, progress: Progress | None = None,
                     concurrency: int | None = None, cache_reuse: bool | None = None,
                     temperature: float | None = None, period: Period | None = None, verify: bool = True,
-                    stop: threading.Event | None = None, extra: Mapping[str, Any] | None = None) -> TuneResult:
+                    stop: threading.Event | None = None, extra: Mapping[str, Any] | None = None,
+                    target: Target | None = None) -> TuneResult:
     """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record.
 
     `stop` (the nightly job's): once set, no request or switch starts except the one back to the live
-    profile, and specd.errors.Interrupted propagates after it.
+    profile, and specd.errors.Interrupted propagates after it. `target` is what to bench on: the
+    deployment itself (default: each candidate is switched in), or a `specd.tune.shadow.ShadowTarget`
+    (the free slot; the caller then switches to the winner).
     """
     settings_n = n or config.tuner.n
     chosen = workload if isinstance(workload, Workload) else resolve_workload(
@@ -268,8 +271,11 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
                         cache_reuse=cache_reuse, temperature=temperature)
     pin = get_pin(deployment.unit)
-    real = DeploymentTarget(deployment, seams=seams, trigger=trigger)
-    target: Target = real if stop is None else Interruptible(real, stop)
+    own: DeploymentTarget | None = None
+    if target is None:
+        target = own = DeploymentTarget(deployment, seams=seams, trigger=trigger)
+    if stop is not None:
+        target = Interruptible(target, stop)
     verdicts: dict[str, str] = {}
     guard = _watched(tuner_guard(deployment, target, captured_bodies(deployment)), verdicts) if verify else None
     try:
@@ -277,7 +283,8 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
                       margin=config.tuner.margin if margin is None else margin, dry_run=dry_run,
                       pinned=pin.profile if pin else None, progress=progress, guard=guard)
     finally:
-        real.close()
+        if own is not None:
+            own.close()  # a target passed in is its caller's to close
     save_report(result.report, deployment.unit, settings)
     result.history_detail = record(deployment, result.decision, trigger,
                                    {**(extra or {}), **({"verify": verdicts} if verify else {})})

@@ -1,0 +1,113 @@
+"""The control socket's work on the proxies: drain around a restart, and the blue-green retarget.
+
+A deployment has two slots (specd.deploy.slots); the proxy sends to the one the slot pointer
+names. A drain asked for a slot's unit pauses the proxy only when that slot serves: restarting or
+stopping the other slot (a blue-green switch's new or old server, a shadow bench's candidate)
+cuts nothing the proxy sends. A retarget is the blue-green flip: the pointer already moved; the
+proxy's backend follows in one assignment, after a /health of the new server off the request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from specd.daemon.proxy import Backend, Proxy
+from specd.deploy.slots import Slot, serving_slot, slot_of_unit
+from specd.deploy.unitfiles import read_text
+from specd.errors import SpecdError
+from specd.paths import StateDir
+from specd.profiles.config import Deployment
+from specd.unit.parse import parse_unit
+from specd.unit.render import profile_of_unit
+
+NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
+
+
+def backend_of(deployment: Deployment, state: StateDir) -> Backend:
+    """The proxy's backend: the server of the slot that serves (read fresh: a switch moves it)."""
+    serving = serving_slot(state, deployment)
+    text = read_text(serving.unit_path)
+    if text is None:
+        return NO_BACKEND
+    try:
+        return Backend(parse_unit(text, str(serving.unit_path)).base_url, profile_of_unit(text))
+    except SpecdError:
+        return NO_BACKEND
+
+
+class ProxySteering:
+    """Drain, renew, resume and retarget for the daemon's proxies, keyed by deployment unit."""
+
+    def __init__(self, state: StateDir, proxies: Mapping[str, tuple[Deployment, Proxy]]) -> None:
+        self.state = state
+        self.proxies = dict(proxies)
+
+    def _proxied(self, unit: str) -> tuple[Deployment, Proxy, Slot] | None:
+        """The deployment whose slot `unit` is (its own unit or the green companion), with its proxy."""
+        for deployment, proxy in self.proxies.values():
+            found = slot_of_unit(deployment, unit)
+            if found is not None:
+                return deployment, proxy, found
+        return None
+
+    def _serves(self, deployment: Deployment, unit_slot: Slot) -> bool:
+        return serving_slot(self.state, deployment).name == unit_slot.name
+
+    async def drain(self, unit: str, timeout_s: float, lease_s: float) -> dict[str, Any] | None:
+        found = self._proxied(unit)
+        if found is None:
+            return None
+        deployment, proxy, unit_slot = found
+        if not self._serves(deployment, unit_slot):  # the proxy sends it nothing: nothing to hold or wait for
+            return {"unit": unit, "drained": True, "active": 0, "in_flight": proxy.in_flight, "serving": False}
+        proxy.pause(lease_s)  # renewed by the switch while it runs; ends by itself if the switch dies
+        drained = await proxy.wait_idle(timeout_s)
+        return {"unit": unit, "drained": drained, "active": proxy.active, "in_flight": proxy.in_flight}
+
+    def renew(self, unit: str, lease_s: float) -> dict[str, Any] | None:
+        found = self._proxied(unit)
+        if found is None:
+            return None
+        return {"unit": unit, "renewed": found[1].renew(lease_s)}
+
+    def resume(self, unit: str) -> dict[str, Any] | None:
+        found = self._proxied(unit)
+        if found is None:
+            return None
+        deployment, proxy, unit_slot = found
+        if self._serves(deployment, unit_slot):  # a drain of a slot that does not serve paused nothing
+            proxy.resume()
+        return {"unit": unit, "resumed": True}
+
+    async def retarget(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
+        """A blue-green flip: the proxy's next request goes to the slot the pointer names now.
+
+        The new server passed the switch's health gate; one more /health here, off the request path,
+        then the backend is replaced in one assignment on the event loop: no request waits, and
+        streams in flight keep their connection to the old server. If the new server does not
+        answer, the proxy's gate takes over (it holds requests until the backend it resolves answers)."""
+        if unit not in self.proxies:
+            return None
+        deployment, proxy = self.proxies[unit]
+        wanted = await asyncio.to_thread(backend_of, deployment, self.state)
+        try:
+            async with httpx.AsyncClient(timeout=min(timeout_s, 5.0)) as probe:
+                answered = (await probe.get(f"{wanted.url}/health")).status_code == 200
+        except httpx.HTTPError:
+            answered = False
+        if answered:
+            proxy.backend = wanted
+            return {"unit": unit, "retargeted": True, "backend": wanted.url}
+        proxy.mark_unhealthy()  # the gate re-resolves and waits for /health there
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = proxy.status()
+            if now.get("backend") == wanted.url and now.get("healthy"):
+                return {"unit": unit, "retargeted": True, "backend": wanted.url}
+            await asyncio.sleep(0.01)
+        return {"unit": unit, "retargeted": False, "backend": proxy.status().get("backend"), "wanted": wanted.url}

@@ -1,0 +1,86 @@
+"""How many requests a llama-server is working on right now, asked of the server itself.
+
+A blue-green switch stops the old server only once the streams it was serving have finished, and
+a shadow bench marks each sample with the live server's load; both need the server's own count,
+which sees every client (the proxy's and anyone talking to the port directly). llama-server
+reports it two ways: `/slots` (on by default; `--no-slots` turns it off) lists each slot with
+`is_processing`, and `/metrics` (with `--metrics`) has `llamacpp:requests_processing` and
+`llamacpp:requests_deferred` (accepted, waiting for a slot). The count is the processing slots
+plus the deferred requests, from whichever endpoints answer; None when neither does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+_DEFERRED = "llamacpp:requests_deferred"
+_PROCESSING = "llamacpp:requests_processing"
+
+
+def _metric(text: str, name: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            try:
+                return int(float(line.rsplit(" ", 1)[1]))
+            except ValueError:
+                return None
+    return None
+
+
+def requests_in_progress(client: httpx.Client, base_url: str, api_key: str | None = None) -> int | None:
+    """Requests the server at `base_url` is processing or has queued; None when it cannot say."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    processing: int | None = None
+    deferred = 0
+    try:
+        slots = client.get(f"{base_url}/slots", headers=headers)
+        if slots.status_code == 200 and isinstance(slots.json(), list):
+            processing = sum(1 for entry in slots.json() if isinstance(entry, dict) and entry.get("is_processing"))
+    except (httpx.HTTPError, ValueError):
+        pass
+    try:
+        metrics = client.get(f"{base_url}/metrics", headers=headers)
+        if metrics.status_code == 200:
+            deferred = _metric(metrics.text, _DEFERRED) or 0
+            if processing is None:
+                processing = _metric(metrics.text, _PROCESSING)
+    except httpx.HTTPError:
+        pass
+    return None if processing is None else processing + deferred
+
+
+@dataclass(frozen=True)
+class Drained:
+    idle: bool | None  # True: nothing left; False: still busy at the timeout; None: the server cannot say
+    waited_s: float
+    busy_at_start: int | None
+
+
+def wait_until_idle(client: httpx.Client, base_url: str, *, api_key: str | None = None, timeout_s: float,
+                    quiet_s: float = 0.2, poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> Drained:
+    """Wait until the server has had no request in progress for `quiet_s` (a request that reached it
+    just before the proxy moved on is seen), or `timeout_s` passed."""
+    started = clock()
+    first = requests_in_progress(client, base_url, api_key)
+    if first is None:
+        return Drained(None, 0.0, None)
+    quiet_since: float | None = started if first == 0 else None
+    while True:
+        now = clock()
+        if quiet_since is not None and now - quiet_since >= quiet_s:
+            return Drained(True, now - started, first)
+        if now - started >= timeout_s:
+            return Drained(False, now - started, first)
+        sleep(poll_s)
+        busy = requests_in_progress(client, base_url, api_key)
+        if busy is None:  # the server went away (or stopped answering): nothing more to wait for
+            return Drained(True, clock() - started, first)
+        if busy:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = clock()

@@ -1,0 +1,117 @@
+"""Shadow bench for real: the candidates run in the free slot beside the live server (private
+systemd --user, the real llama-server and tiny model), which keeps answering its own clients."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from typing import Self
+
+import httpx
+import pytest
+
+from specd.setup.sandbox import free_port
+from tests.conftest import Box
+
+pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
+
+
+class LiveClient:
+    """A client of the live server: a completion, a pause, again (live traffic with idle gaps)."""
+
+    def __init__(self, port: int, pause_s: float = 1.0) -> None:
+        self.url = f"http://127.0.0.1:{port}/v1/completions"
+        self.pause_s = pause_s
+        self.sent = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=120) as client:
+            while not self._stop.is_set():
+                try:
+                    answer = client.post(self.url, json={"model": "tiny", "prompt": "def add(a, b):",
+                                                         "max_tokens": 16, "temperature": 0})
+                    if answer.status_code != 200:
+                        self.failures.append(f"{answer.status_code} {answer.text[:200]}")
+                except httpx.HTTPError as exc:
+                    self.failures.append(f"{type(exc).__name__}: {exc}")
+                self.sent += 1
+                self._stop.wait(self.pause_s)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(180)
+
+
+def main_pid(box: Box, unit: str) -> str:
+    return subprocess.run(["systemctl", "--user", "show", "-p", "MainPID", "--value", unit], env=box.env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_shadow_bench_runs_beside_the_live_server_which_keeps_answering(box: Box) -> None:
+    box.edit_profile("base", threads=1)
+    box.config_path.write_text(box.config_path.read_text() + f'\n[proxy]\nlisten = "127.0.0.1:{free_port()}"\n'
+                               f"spare_port = {free_port()}\n")
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid = main_pid(box, box.unit)
+    live_text = box.unit_path.read_text()
+    with LiveClient(box.port) as live:
+        result = box.specd("bench", "--shadow", "autoregressive", "ngram-simple", "--workload", "repeat-input",
+                           "--n", "3", "--max-tokens", "48", "--json", timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert live.sent > 0 and live.failures == []
+    report = json.loads(result.stdout)
+    assert set(report["profiles"]) == {"autoregressive", "ngram-simple"}
+    assert report["switches"] >= 2  # each candidate started in the free slot (rounds interleave A B | B A)
+    assert any(note.startswith("ngram-simple:") and "samples clean" in note for note in report["notes"])
+    # the live server never moved; the free slot is stopped and its unit gone again
+    assert main_pid(box, box.unit) == live_pid and box.unit_path.read_text() == live_text
+    assert main_pid(box, box.green_unit) == "0"
+    assert not (box.manager.unit_dir / box.green_unit).exists()
+    status = json.loads(box.specd("status", "--json", check=True).stdout)
+    assert status["slot"] == "blue" and status["active_profile"] == "autoregressive"
+    assert [g["profile"] for g in json.loads(box.specd("history", "--json", check=True).stdout)] == ["autoregressive"]
+
+
+def test_a_shadow_bench_that_does_not_fit_is_refused_and_changes_nothing(box: Box) -> None:
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    box.edit_profile("base", threads=cores)
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid = main_pid(box, box.unit)
+    result = box.specd("bench", "--shadow", "ngram-simple", "--workload", "code", "--n", "2", "--max-tokens", "8")
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in said
+    assert "ngram-simple does not fit beside the live server" in said
+    assert f"{cores} + {cores} threads on {cores} cores" in said
+    assert main_pid(box, box.unit) == live_pid and main_pid(box, box.green_unit) == "0"
+
+
+def test_tune_shadow_benches_beside_the_live_server_then_switches_once_if_it_decides_to(box: Box) -> None:
+    box.edit_profile("base", threads=1)
+    box.config_path.write_text(box.config_path.read_text() + f'\n[proxy]\nlisten = "127.0.0.1:{free_port()}"\n')
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid = main_pid(box, box.unit)
+    with LiveClient(box.port, pause_s=3.0) as live:
+        result = box.specd("tune", "--shadow", "--no-verify", "-p", "ngram-simple", "--workload", "repeat-input",
+                           "--n", "2", "--max-tokens", "32", "--json", timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert live.failures == []
+    decision = json.loads(result.stdout)
+    assert any("samples clean" in note for note in decision["notes"])
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    if decision["switch"]:  # the winner is made live once, by a real switch, after the bench
+        assert decision["final_profile"] == decision["best"] == history[0]["profile"]
+        assert [g["trigger"] for g in history] == ["tuner", "cli"]
+    else:  # nothing switched: the live server never stopped
+        assert decision["final_profile"] == "autoregressive" and len(history) == 1
+        assert main_pid(box, box.unit) == live_pid
+    assert main_pid(box, box.green_unit) == "0"  # no daemon here: the final switch restarted in place

@@ -1,0 +1,367 @@
+"""The blue-green switch over fake seams: every step, every failure, every kill, in milliseconds.
+
+The service manager (two units now), the health gate, the daemon's proxy and the old server's
+load are fakes (named so); the unit files, backups, slot pointer, intent record, content store and
+history are real files in a tmp dir. What a user relies on: clients are never sent to a server
+that has not passed the gate, the old server keeps serving until the new one does, after any
+failure or kill exactly one server runs and it is the one the pointer (so the proxy) names, and
+history says which slot serves and how each switch replaced the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specd.deploy import intent as intents
+from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
+from specd.deploy.capacity import Capacity
+from specd.deploy.history import History
+from specd.deploy.preflight import Preflight
+from specd.deploy.seams import Seams
+from specd.deploy.slots import companion_unit, port_of, read_pointer, slot
+from specd.deploy.switch import Switcher
+from specd.deploy.unitfiles import list_backups
+from specd.errors import HealthError, PreflightError, SwitchFailed
+from specd.gpu.gguf import GgufInfo
+from specd.paths import StateDir
+from specd.profiles.config import Deployment, ProxyConfig
+from specd.profiles.load import load_profile
+from specd.unit.render import exec_start_line
+from tests.fakes.fake_slots import FakeGate, FakeSlotsSystemd
+
+UNIT = "llama-test.service"
+GREEN = companion_unit(UNIT)
+AFTER_INTENT = [s for s in BLUE_GREEN_STEPS if s not in ("preflight", "commit")]
+
+
+class SimulatedKill(BaseException):
+    """Stands for SIGKILL at a fault point: nothing after it runs, no handler sees it as an Exception."""
+
+
+@dataclass
+class FakeProxyLink:
+    """The daemon's proxy: records which slot the pointer named each time it was told to follow."""
+
+    state: StateDir
+    deployment: Deployment
+    serves: bool = True
+    followed: list[str] = field(default_factory=list)
+
+    def serving(self, unit: str) -> bool:
+        return self.serves
+
+    def retarget(self, unit: str) -> bool | None:
+        self.followed.append(read_pointer(self.state, self.deployment))
+        return True
+
+
+@dataclass
+class FakeOldServerLoad:
+    """The old server's /slots: busy for the first `busy_polls` reads after the flip, then idle."""
+
+    busy_polls: int = 0
+    reads: int = 0
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            self.reads += 1
+            busy = self.reads <= self.busy_polls
+            return httpx.Response(200, json=[{"id": 0, "is_processing": busy}])
+        return httpx.Response(404)
+
+
+@dataclass
+class SteppedClock:
+    """Monotonic time that moves only when something sleeps: waits cost no real time."""
+
+    now: float = 1000.0
+
+    def time(self) -> float:
+        return 1.7e9 + self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FaultAt:
+    def __init__(self, step: str | None = None, error: BaseException | None = None) -> None:
+        self.step, self.error, self.seen = step, error or SimulatedKill(), []  # type: list[str]
+
+    def __call__(self, step: str) -> None:
+        self.seen.append(step)
+        if step == self.step:
+            raise self.error
+
+
+def unit_text(profile: str, port: int = 8081) -> str:
+    argv = ["/opt/llama-server", "-m", f"/m/{profile}.gguf", "--alias", "tiny", "--port", str(port)]
+    return f"# specd-profile: {profile}\n[Service]\nExecStart={exec_start_line(argv)}\n"
+
+
+@dataclass
+class World:
+    deployment: Deployment
+    systemd: FakeSlotsSystemd
+    gate: FakeGate
+    history: History
+    state: StateDir
+    proxy: FakeProxyLink
+    load: FakeOldServerLoad
+    fits: Capacity = field(default_factory=lambda: Capacity(True, "fits (fake)"))
+    ports_held: set[int] = field(default_factory=set)
+
+    @property
+    def blue(self) -> Path:
+        return slot(self.deployment, "blue").unit_path
+
+    @property
+    def green(self) -> Path:
+        return slot(self.deployment, "green").unit_path
+
+    def pointer(self) -> str:
+        return read_pointer(self.state, self.deployment)
+
+    def switcher(self, fault: FaultAt | None = None) -> Switcher:
+        def fake_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
+            profile = load_profile(deployment.profiles_dir, name)
+            return Preflight(profile, [], unit_text(name), GgufInfo.__new__(GgufInfo), None)
+
+        seams = Seams(self.deployment, self.state, self.history, connect=lambda: self.systemd, proxy=self.proxy,
+                      http=lambda timeout_s: httpx.Client(transport=httpx.MockTransport(self.load.handler)),
+                      clock=SteppedClock())
+        return Switcher(seams, gate=self.gate, journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
+                        preflight=fake_preflight, capacity=lambda new, old: self.fits,
+                        ports_in_use=lambda port: {4242} if port in self.ports_held else set())
+
+    def intent(self) -> intents.Intent | None:
+        return intents.load(self.state.intent(UNIT))
+
+    def serving_pid(self) -> int:
+        return self.systemd.units[slot(self.deployment, self.pointer()).unit].main_pid  # type: ignore[arg-type]
+
+    def assert_one_server_named_by_the_pointer(self) -> None:
+        assert self.systemd.running() == [slot(self.deployment, self.pointer()).unit]  # type: ignore[arg-type]
+
+
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True) -> World:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    for name in ("old", "new", "third"):
+        (profiles / f"{name}.toml").write_text(
+            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8081\n'
+            "health_timeout_s = 5\nstability_s = 0\n")
+    state = StateDir(tmp_path / "state" / "specd")
+    deployment = Deployment(UNIT, "user", profiles, proxy=ProxyConfig(listen_port=8080) if proxy else None)
+    world = World(deployment, FakeSlotsSystemd(), FakeGate(), History(state.db), state,
+                  FakeProxyLink(state, deployment), FakeOldServerLoad())
+    world.switcher().switch("old", "restart")
+    world.systemd.calls.clear()
+    world.gate.gated.clear()
+    return world
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def test_blue_green_starts_beside_the_old_server_and_flips_only_after_the_gate(world: World) -> None:
+    old_pid = world.serving_pid()
+    outcome = world.switcher().switch("new")
+    generation = outcome.generation
+    assert (generation.outcome, generation.slot, generation.strategy) == ("ok", "green", "blue-green")
+    assert world.pointer() == "green" and world.proxy.followed == ["green"]
+    assert world.blue.read_text() == unit_text("old")  # the old slot's unit is untouched
+    assert world.green.read_text() == unit_text("new", 8082)  # the old server held 8081: the new one takes 8082
+    assert world.gate.gated == ["http://127.0.0.1:8082"]  # the new server was gated on its own port
+    calls = world.systemd.calls
+    assert ("restart", UNIT) not in calls  # the old server was never restarted
+    assert calls.index(("restart", GREEN)) < calls.index(("stop", UNIT))
+    assert world.systemd.running() == [GREEN] and world.serving_pid() != old_pid
+    assert world.intent() is None
+    assert next(b.path.read_text() for b in list_backups(world.blue)) == unit_text("old")  # backups beside the unit
+    assert any("blue-green into the green slot" in note for note in outcome.notes)
+
+
+def test_successive_blue_green_switches_alternate_slots_and_ports(world: World) -> None:
+    world.switcher().switch("new")
+    world.switcher().switch("third")
+    assert world.pointer() == "blue" and port_of(world.blue.read_text()) == 8081
+    assert world.blue.read_text() == unit_text("third")
+    world.assert_one_server_named_by_the_pointer()
+    slots = [(g.profile, g.slot, g.strategy) for g in reversed(world.history.list(UNIT))]
+    assert slots == [("old", "blue", "restart"), ("new", "green", "blue-green"), ("third", "blue", "blue-green")]
+
+
+def test_the_old_server_finishes_its_streams_before_it_is_stopped(world: World) -> None:
+    world.load.busy_polls = 3
+    outcome = world.switcher().switch("new")
+    assert world.load.reads > 3  # stopped only after it reported idle
+    assert any("finished its 1 request(s) in flight" in note for note in outcome.notes)
+
+
+def test_switching_to_the_profile_that_serves_on_the_spare_port_changes_nothing(world: World) -> None:
+    world.switcher().switch("new")
+    world.systemd.calls.clear()
+    outcome = world.switcher().switch("new")
+    assert outcome.unchanged and world.systemd.calls == []
+
+
+@pytest.mark.parametrize(("setup", "why"), [
+    (lambda w: setattr(w.proxy, "serves", False), "the specd daemon's proxy is not running"),
+    (lambda w: setattr(w, "fits", Capacity(False, "1 + 2 threads on 2 cores")), "1 + 2 threads on 2 cores"),
+    (lambda w: w.ports_held.add(8082), "port 8082 for the new server is in use"),
+], ids=["no-daemon", "does-not-fit", "port-taken"])
+def test_auto_falls_back_to_a_restart_and_says_why(world: World, setup: Callable[[World], None], why: str) -> None:
+    setup(world)
+    outcome = world.switcher().switch("new")
+    assert (outcome.generation.strategy, outcome.generation.slot) == ("restart", "blue")
+    assert any(note.startswith("strategy: restart, because") and why in note for note in outcome.notes)
+    assert why in outcome.generation.detail
+    assert world.pointer() == "blue" and world.blue.read_text() == unit_text("new")
+    assert not world.green.exists()
+
+
+def test_auto_without_a_proxy_section_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = make_world(tmp_path, monkeypatch, proxy=False)
+    outcome = world.switcher().switch("new")
+    assert outcome.generation.strategy == "restart" and "has no [proxy]" in outcome.generation.detail
+
+
+@pytest.mark.parametrize("setup", [
+    lambda w: setattr(w, "fits", Capacity(False, "VRAM: needs 30 GiB, 20 GiB free")),
+    lambda w: w.ports_held.add(8082),
+], ids=["does-not-fit", "port-taken"])
+def test_a_forced_blue_green_that_cannot_be_done_changes_nothing(world: World, setup: Callable[[World], None]) -> None:
+    setup(world)
+    before = (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT)))
+    with pytest.raises(PreflightError, match="--strategy blue-green: .*nothing was changed"):
+        world.switcher().switch("new", "blue-green")
+    assert (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT))) == before
+    assert world.systemd.calls == [] and not world.green.exists()
+
+
+def test_a_new_server_that_fails_its_gate_never_receives_a_request(world: World) -> None:
+    old_pid = world.serving_pid()
+    world.gate.failures.append(HealthError("the alias never answered"))
+    with pytest.raises(SwitchFailed) as raised:
+        world.switcher().switch("new")
+    assert "kept serving in the blue slot" in str(raised.value) and raised.value.revert_outcome == "reverted"
+    assert world.proxy.followed == ["blue"]  # told to stay on the old server; never sent to the new one
+    assert world.pointer() == "blue" and world.serving_pid() == old_pid
+    world.assert_one_server_named_by_the_pointer()
+    assert not world.green.exists() and world.intent() is None
+    newest = world.history.list(UNIT, limit=1)[0]
+    assert (newest.profile, newest.outcome, newest.slot) == ("new", "reverted", "green")
+
+
+@pytest.mark.parametrize("step", AFTER_INTENT[1:])  # the intent's own fault point is a kill point only
+@pytest.mark.parametrize("error", [RuntimeError("bug"), KeyboardInterrupt()], ids=lambda e: type(e).__name__)
+def test_an_exception_at_any_step_leaves_the_old_slot_serving(world: World, step: str, error: BaseException) -> None:
+    with pytest.raises(SwitchFailed):
+        world.switcher(FaultAt(step, error)).switch("new")
+    assert world.pointer() == "blue" and world.blue.read_text() == unit_text("old")
+    world.assert_one_server_named_by_the_pointer()
+    assert not world.green.exists() and world.intent() is None
+    assert world.history.list(UNIT, limit=1)[0].outcome == "reverted"
+    assert world.history.active(UNIT).profile == "old"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("step", AFTER_INTENT)
+def test_a_kill_at_any_step_is_recovered_to_one_healthy_server(world: World, step: str) -> None:
+    old_pid = world.serving_pid()
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt(step)).switch("new")
+    pending = world.switcher().pending_intent()
+    assert pending is not None and pending.step == step and pending.strategy == "blue-green"
+    calls = len(world.systemd.calls)
+    world.switcher().active_profile()  # read-only callers look and change nothing
+    assert len(world.systemd.calls) == calls
+
+    world.switcher().recover()
+    assert world.pointer() == "blue" and world.blue.read_text() == unit_text("old")
+    world.assert_one_server_named_by_the_pointer()
+    assert not world.green.exists() and world.intent() is None
+    if step in ("intent", "backup", "write", "reload", "start", "gate", "flip", "drain"):
+        assert world.serving_pid() == old_pid  # the old server was never interrupted
+    newest = world.history.list(UNIT, limit=1)[0]
+    assert (newest.profile, newest.outcome) == ("new", "reverted")
+    assert world.switcher().switch("new").generation.slot == "green"  # and the next switch works
+
+
+@pytest.mark.parametrize("revert_step", BLUE_GREEN_REVERT_STEPS)
+def test_a_kill_during_the_revert_is_finished_by_recovery(world: World, revert_step: str) -> None:
+    class KillAfter:
+        """Fails the switch after it stopped the old server, then kills the revert at `revert_step`."""
+
+        def __call__(self, step: str) -> None:
+            if step == "stop-old":
+                raise RuntimeError("a bug after the old server stopped")
+            if step == revert_step:
+                raise SimulatedKill()
+
+    with pytest.raises(SimulatedKill):
+        world.switcher(KillAfter()).switch("new")  # type: ignore[arg-type]
+    assert world.intent() is not None
+    world.switcher().recover()
+    assert world.pointer() == "blue" and world.blue.read_text() == unit_text("old")
+    world.assert_one_server_named_by_the_pointer()
+    assert not world.green.exists() and world.intent() is None
+
+
+def test_a_revert_after_the_old_server_stopped_brings_it_back_before_stopping_the_new(world: World) -> None:
+    with pytest.raises(SwitchFailed) as raised:
+        world.switcher(FaultAt("stop-old", RuntimeError("bug"))).switch("new")
+    calls = world.systemd.calls
+    assert calls.index(("restart", UNIT)) < calls.index(("stop", GREEN))  # no gap: old up before new down
+    assert "serves again in the blue slot" in str(raised.value)
+    assert world.proxy.followed == ["green", "blue"]
+
+
+def test_boot_start_moves_with_the_service(world: World) -> None:
+    world.systemd.units[UNIT].enabled = True
+    world.switcher().switch("new")
+    assert world.systemd.is_enabled(GREEN) and not world.systemd.is_enabled(UNIT)
+    with pytest.raises(SwitchFailed):
+        world.switcher(FaultAt("enable", RuntimeError("bug"))).switch("third")
+    assert world.systemd.is_enabled(GREEN) and not world.systemd.is_enabled(UNIT)  # back as it was
+
+
+def test_a_restart_switch_replaces_the_green_slot_in_place_when_it_serves(world: World) -> None:
+    world.switcher().switch("new")
+    world.systemd.calls.clear()
+    outcome = world.switcher().switch("third", "restart")
+    assert (outcome.generation.slot, outcome.generation.strategy) == ("green", "restart")
+    assert world.pointer() == "green" and world.green.read_text() == unit_text("third")
+    assert ("restart", GREEN) in world.systemd.calls and ("restart", UNIT) not in world.systemd.calls
+    world.assert_one_server_named_by_the_pointer()
+
+
+def test_rollback_from_the_green_slot_restores_the_previous_profile_where_it_serves(world: World) -> None:
+    world.switcher().switch("new")
+    outcome = world.switcher().rollback()
+    assert (outcome.generation.profile, outcome.generation.slot) == ("old", "green")
+    assert world.pointer() == "green" and world.green.read_text() == unit_text("old")
+    world.assert_one_server_named_by_the_pointer()
+    new_generation = world.history.list(UNIT)[1].id
+    again = world.switcher().rollback(to=new_generation, strategy="blue-green")  # beside: into the blue slot
+    assert (again.generation.profile, again.generation.slot, again.generation.strategy) == ("new", "blue", "blue-green")
+    assert port_of(world.blue.read_text()) != port_of(world.green.read_text())
+
+
+def test_a_hand_edit_of_the_serving_green_unit_is_recorded(world: World) -> None:
+    world.switcher().switch("new")
+    world.green.write_text(unit_text("new", 8082) + "# tuned by hand\n")
+    generation = world.switcher().record_external_edit()
+    assert generation is not None and generation.kind == "external-edit"
+    assert world.switcher().rollback().generation.profile == "new"
