@@ -45,14 +45,14 @@ from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.proxy import Proxy, ProxySettings
 from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
-from specd.daemon.steering import NO_BACKEND, ProxySteering, backend_of
+from specd.daemon.steering import ProxySteering, backend_of
+from specd.daemon.upkeep import SAMPLE_INTERVAL_S, housekeeping, sample_counters
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.slots import serving_slot
-from specd.deploy.unitfiles import prune_backups
-from specd.errors import ConfigError, HealthError, LockBusy, SpecdError
+from specd.errors import ConfigError, LockBusy, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
 from specd.traffic import records as traffic
@@ -64,9 +64,6 @@ log = logging.getLogger("specd.daemon.app")
 
 SHUTDOWN_GRACE_S = 20.0   # in-flight streams get this long after SIGTERM (below TimeoutStopSec)
 HEARTBEAT_S = 5.0        # status file and watchdog cadence (control.STALE_AFTER_S relies on it)
-SAMPLE_INTERVAL_S = 60.0
-TRAFFIC_KEEP_S = 30 * 86400
-HISTORY_KEEP = 500
 
 
 class StatusPage(Protocol):
@@ -185,9 +182,11 @@ class Daemon:
             self.scheduler.add_job(self._job(f"health {unit}", runtime.monitor.tick), "interval",
                                    seconds=daemon.health_interval_s, id=f"health:{unit}", next_run_time=_now())
             if runtime.proxy is None:
-                self.scheduler.add_job(self._job(f"sample {unit}", partial(self._sample, runtime)), "interval",
+                sample = partial(sample_counters, self._http, self.state, runtime.deployment, runtime.info)
+                self.scheduler.add_job(self._job(f"sample {unit}", sample), "interval",
                                        seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=_now())
-        self.scheduler.add_job(self._job("housekeeping", self._housekeeping), "interval",
+        upkeep = partial(housekeeping, self.state, self.deployments)
+        self.scheduler.add_job(self._job("housekeeping", upkeep), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")
         if self.config.tuner.enabled:
             trigger = cron_trigger(self.config.tuner.cron, self.config.path)
@@ -251,40 +250,6 @@ class Daemon:
             runtime.last_generation, runtime.last_outcome = newest.id, newest.outcome
             active = self.history.active(unit)  # a pending, reverted or failed generation is not active
             self.metrics.set_active_profile(unit, active.profile if active else None)
-
-    def _sample(self, runtime: Runtime) -> None:
-        backend = backend_of(runtime.deployment, self.state)
-        if backend is NO_BACKEND:
-            return
-        try:
-            counters = traffic.sample_metrics(self._http, backend.url)
-        except HealthError as exc:
-            if not runtime.info.get("sampling_warned"):
-                log.info("%s: no traffic source: %s", runtime.deployment.unit, exc)
-                runtime.info["sampling_warned"] = True
-            return
-        conn = traffic.open_db(self.state.db)
-        try:
-            traffic.record_sample(conn, counters, unit=runtime.deployment.unit, profile=backend.profile)
-        finally:
-            conn.close()
-
-    def _housekeeping(self) -> None:
-        conn = traffic.open_db(self.state.db)
-        try:
-            removed = traffic.prune(conn, time.time() - TRAFFIC_KEEP_S)
-        finally:
-            conn.close()
-        history = History(self.state.db)  # this thread's own connection
-        try:
-            for deployment in self.deployments:
-                backups = prune_backups(deployment.unit_path, deployment.backups_keep)
-                generations = history.prune(deployment.unit, HISTORY_KEEP)
-                if backups or generations or removed:
-                    log.info("%s: housekeeping removed %d backups, %d generations, %d traffic rows",
-                             deployment.unit, len(backups), generations, removed)
-        finally:
-            history.close()
 
     # ---- the control socket (its drain and retarget work is specd.daemon.steering) ---------------------
 
