@@ -37,33 +37,15 @@ from typing import Any, Self
 
 import httpx
 
-from specd.setup.sandbox import free_port, start_private_systemd
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from switch_wait import BINARY, MODEL, REPO, Box, wait_http
+from switch_wait import REPO, Box, wait_http
+from switch_wait import make_box as switch_wait_box
 
 PROFILES = ("autoregressive", "ngram-simple")
 
 
 def make_box(root: Path) -> Box:
-    manager = start_private_systemd(root / "systemd")
-    profiles = root / "profiles"
-    profiles.mkdir()
-    (profiles / "base.toml").write_text(
-        f'abstract = true\nbinary = "{BINARY}"\nmodel = "{MODEL}"\nalias = "tiny"\nhost = "127.0.0.1"\n'
-        f"port = {free_port()}\nctx_size = 4096\nparallel = 1\nthreads = 1\nhealth_timeout_s = 120\n"
-        "stability_s = 1\n")
-    (profiles / "autoregressive.toml").write_text('inherits = "base"\n[speculative]\ntype = "none"\n')
-    (profiles / "ngram-simple.toml").write_text('inherits = "base"\n[speculative]\ntype = "ngram-simple"\n'
-                                                "draft_n_max = 16\n")
-    proxy_port = free_port()
-    config = root / "specd.toml"
-    config.write_text(
-        f'unit = "llama-bench.service"\nscope = "user"\nprofiles_dir = "{profiles}"\nlock_timeout_s = 60\n\n'
-        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\nspare_port = {free_port()}\n\n'
-        "[daemon]\nhealth_interval_s = 5\n\n[tuner]\nenabled = false\n")
-    env = {**manager.env, "SPECD_CONFIG": str(config), "PYTHONPATH": str(REPO)}
-    return Box(manager, root, env, proxy_port)
+    return switch_wait_box(root, clients=1, ctx_size=4096)
 
 
 class LiveClients:

@@ -142,13 +142,15 @@ class Box:
         return Path(state) / "specd" / "specd.db"
 
 
-def make_box(root: Path, clients: int) -> Box:
+def make_box(root: Path, clients: int, ctx_size: int | None = None) -> Box:
+    """A private systemd, the tiny model's base/autoregressive/ngram-simple profiles and a specd.toml
+    with the proxy and a spare port; `ctx_size` defaults to 512 tokens per client."""
     manager = start_private_systemd(root / "systemd")
     profiles = root / "profiles"
     profiles.mkdir()
     (profiles / "base.toml").write_text(
         f'abstract = true\nbinary = "{BINARY}"\nmodel = "{MODEL}"\nalias = "tiny"\nhost = "127.0.0.1"\n'
-        f"port = {free_port()}\nctx_size = {512 * clients}\nparallel = {clients}\nthreads = 1\n"
+        f"port = {free_port()}\nctx_size = {ctx_size or 512 * clients}\nparallel = {clients}\nthreads = 1\n"
         "health_timeout_s = 120\nstability_s = 1\n")
     (profiles / "autoregressive.toml").write_text('inherits = "base"\n[speculative]\ntype = "none"\n')
     (profiles / "ngram-simple.toml").write_text('inherits = "base"\n[speculative]\ntype = "ngram-simple"\n'
