@@ -1,7 +1,8 @@
 """The measured cases of benchmarks/gpu_vram, run by run, with the split each run fixed before measuring.
 
 Groups: fit (run 1) and check (run 2: Llama/Gemma), fit3 and held3 (run 3: the Qwen3.6 family),
-held4 (run 4: shapes never fitted), held5 (run 5: MoE expert offload after its rule changed), split2
+held4 (run 4: shapes never fitted), held5 (run 5: MoE expert offload after its rule changed), held6
+(run 6: expert offload after specd.gpu.expert_copies), split2
 (issue 17: two GPUs, not yet run). `blind(group, case)` says which estimates count as held out.
 """
 
@@ -154,6 +155,26 @@ HELD5_CASES: tuple[Case, ...] = (
     Case("n80 c48k q4_0 ncmoe3", "next80-q8_0", 49152, "q4_0", "q4_0", args=("--n-cpu-moe", "3"), group="held5"),
     Case("n80 c16k cpu-moe ub2048", "next80-q8_0", 16384, ubatch=2048, args=("--cpu-moe",), group="held5"),
 )
+# Run 6: held out for the expert-copy rule (specd.gpu.expert_copies) that replaced run 5's after its
+# moe35 offload cases (-8 to -10%) were seen: fresh --n-cpu-moe, context and ubatch values for each
+# of the three MoE shapes (values no earlier case used). Decided before measuring; all held out.
+HELD6_CASES: tuple[Case, ...] = (
+    Case("m35 c40k ncmoe5 ub768", "moe35-q8_0", 40960, ubatch=768, args=("--n-cpu-moe", "5"), group="held6"),
+    Case("m35 c20k cpu-moe ub384", "moe35-q8_0", 20480, ubatch=384, args=("--cpu-moe",), group="held6"),
+    Case("m35 c56k q8_0 ncmoe2 ub640", "moe35-q8_0", 57344, "q8_0", "q8_0", ubatch=640, args=("--n-cpu-moe", "2"),
+         group="held6"),
+    Case("m35 c80k q4_0 ncmoe8 ub1536", "moe35-q8_0", 81920, "q4_0", "q4_0", ubatch=1536,
+         args=("--n-cpu-moe", "8"), group="held6"),
+    Case("m35 c28k ncmoe10 np3", "moe35-q8_0", 28672, parallel=3, args=("--n-cpu-moe", "10"), group="held6"),
+    Case("n80 c40k ncmoe1 ub768", "next80-q8_0", 40960, ubatch=768, args=("--n-cpu-moe", "1"), group="held6"),
+    Case("n80 c20k q8_0 cpu-moe ub384", "next80-q8_0", 20480, "q8_0", "q8_0", ubatch=384, args=("--cpu-moe",),
+         group="held6"),
+    Case("n80 c56k cpu-moe ub1536", "next80-q8_0", 57344, ubatch=1536, args=("--cpu-moe",), group="held6"),
+    Case("m30 c40k ncmoe5 ub768", "moe30-q8_0", 40960, ubatch=768, args=("--n-cpu-moe", "5"), group="held6"),
+    Case("m30 c20k q4_0 ncmoe3 ub1536", "moe30-q8_0", 20480, "q4_0", "q4_0", ubatch=1536,
+         args=("--n-cpu-moe", "3"), group="held6"),
+    Case("m30 c12k ncmoe7 ub384", "moe30-q8_0", 12288, ubatch=384, args=("--n-cpu-moe", "7"), group="held6"),
+)
 # Issue 17 (not yet run: needs the two-GPU kind): each GPU's share against its own reading, uneven
 # splits, and a draft pinned to the second GPU. Decided before measuring, like the others: all held out.
 SPLIT2_CASES: tuple[Case, ...] = (
@@ -172,7 +193,8 @@ SPLIT2_CASES: tuple[Case, ...] = (
     Case("2gpu 8b-q8+1b c32k draft on GPU 1", "llama-8b-q8_0", 32768, draft="llama-1b-f16",
          args=("-sm", "none", "-mg", "0", "-devd", "CUDA1"), group="split2"),
 )
-CASES = CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES + HELD4_CASES + HELD5_CASES + SPLIT2_CASES
+CASES = (CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES + HELD4_CASES + HELD5_CASES + HELD6_CASES
+         + SPLIT2_CASES)
 
 
 def offloads_experts(case: Case) -> bool:
@@ -183,9 +205,12 @@ def blind(case: Case) -> bool:
     """Is the current estimator's figure for this case held out (never used to shape the estimator)?
 
     run 1-3 are in-sample: their terms were set from them (check and held3 had been blind before,
-    and their errors at that time are in the results file's `estimate`). held4 stays blind except the
-    expert-offload cases, whose rule changed after they were seen; held5 is blind."""
-    return case.group == "held5" or (case.group == "held4" and not offloads_experts(case))
+    and their errors at that time are in the results file's `estimate`). held4 and held5 stay blind
+    except their expert-offload cases, whose rule changed after they were seen (run 4's, then run 5's:
+    specd.gpu.expert_copies was read off runs 3-5); held6 is blind."""
+    if case.group == "held6":
+        return True
+    return case.group in ("held4", "held5") and not offloads_experts(case)
 
 
 def family(case: Case) -> str:

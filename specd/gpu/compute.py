@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from specd.errors import PreflightError
 from specd.gpu.arch import ModelShape
+from specd.gpu.expert_copies import expert_copies
 from specd.gpu.layout import WeightLayout
 from specd.gpu.placement import LayerPlacement
 from specd.gpu.settings import ServerSettings
@@ -121,8 +122,8 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
     """Add the compute buffer and the runtime share of one context to `tally`.
 
     Weights left in host memory (layers past -ngl, experts of --cpu-moe/--n-cpu-moe layers) are
-    copied to the GPU for prompt batches (ggml's op offload, one split per weight): the largest such
-    tensor comes on top of the activations (benchmarks/gpu_vram/RESULTS.md)."""
+    copied to the GPU for prompt batches (ggml's op offload, one split per weight): the largest host
+    layer tensor comes on top of the activations; expert copies are specd.gpu.expert_copies'."""
     draft = role == "draft"
     cache_k = settings.draft_cache_type_k if role != "target" else settings.cache_type_k
     cache_v = settings.draft_cache_type_v if role != "target" else settings.cache_type_v
@@ -140,16 +141,17 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
         masks, peak = _peak(shape, ctx, indices, cache_k, cache_v, flash_attn)
         if role == "mtp":
             masks, peak = 0, ctx.ubatch * 4 * activation_floats(shape, dense=True, experts=True, recurrent=False)
-        # weights in host memory are copied in for prompt batches, one tensor at a time; for --cpu-moe
-        # layers ggml's allocator was seen holding a second copy (qwen35moe: 2 x 272 MiB), which the
-        # fit check keeps free as a margin rather than counting it in the estimate
-        host_experts = max((layout.largest_of(index) for index in indices
-                            if layout.experts_of(index) and settings.expert_on_cpu(index, draft=draft)), default=0)
-        copied = host_experts
+        # weights in host memory are copied in for prompt batches: a partially offloaded model's
+        # largest host tensor on top of the activations; experts of --cpu-moe layers: specd.gpu.expert_copies
+        host_experts = [index for index in indices
+                        if layout.experts_of(index) and settings.expert_on_cpu(index, draft=draft)]
         if role != "mtp" and placement.devices and device == placement.devices[0]:
-            copied = max([copied, *(layout.largest_of(index) for index in host_layers)])
-        peak += copied
-        tally.add(device, "margin", host_experts)
+            peak += max((layout.largest_of(index) for index in host_layers), default=0)
+        if host_experts:
+            copies = expert_copies(shape, ctx.ubatch, host_experts,
+                                   max(layout.largest_expert_of(index) for index in host_experts), peak)
+            peak = max(peak, copies.peak_bytes)
+            tally.add(device, "margin", copies.margin_bytes)
         if draft and shape.reads_target and target is not None:
             # its logits over the target's vocabulary for a whole ubatch (prompt and decode graphs)
             masks, peak = 0, max(masks + peak, 2 * ctx.ubatch * target.n_vocab * 4) + ctx.ubatch * shape.n_embd * 4

@@ -40,9 +40,13 @@ class WeightLayout:
     matrix_bytes: tuple[int, ...] = ()   # of block N, 2-D matrices (what --split-mode row splits)
     output_matrix_bytes: int = 0
     largest_bytes: tuple[int, ...] = ()    # of block N, its largest single tensor
+    largest_expert_bytes: tuple[int, ...] = ()   # of block N, its largest expert tensor
 
     def largest_of(self, index: int) -> int:
         return self.largest_bytes[index] if index < len(self.largest_bytes) else 0
+
+    def largest_expert_of(self, index: int) -> int:
+        return self.largest_expert_bytes[index] if index < len(self.largest_expert_bytes) else 0
 
     def experts_of(self, index: int) -> int:
         return self.expert_bytes[index] if index < len(self.expert_bytes) else 0
@@ -62,6 +66,7 @@ def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
     experts: dict[int, int] = {}
     matrices: dict[int, int] = {}
     largest: dict[int, int] = {}
+    largest_expert: dict[int, int] = {}
     input_bytes = output_bytes = embedding_bytes = output_matrices = 0
     has_output = floats = False
     n_vocab: int | None = None
@@ -76,6 +81,7 @@ def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
             largest[index] = max(largest.get(index, 0), tensor.nbytes)
             if EXPERT_TENSOR.search(tensor.name):
                 experts[index] = experts.get(index, 0) + tensor.nbytes
+                largest_expert[index] = max(largest_expert.get(index, 0), tensor.nbytes)
             elif matrix:
                 matrices[index] = matrices.get(index, 0) + tensor.nbytes
         elif tensor.name.startswith("token_embd."):
@@ -91,7 +97,8 @@ def layout_of(tensors: tuple[Tensor, ...]) -> WeightLayout:
     return WeightLayout(tuple(layers.get(i, 0) for i in range(count)), input_bytes, output_bytes, has_output,
                         embedding_bytes, n_vocab, floats, tuple(experts.get(i, 0) for i in range(count)),
                         tuple(matrices.get(i, 0) for i in range(count)), output_matrices,
-                        tuple(largest.get(i, 0) for i in range(count)))
+                        tuple(largest.get(i, 0) for i in range(count)),
+                        tuple(largest_expert.get(i, 0) for i in range(count)))
 
 
 def read_weight_layout(path: Path) -> WeightLayout:

@@ -106,12 +106,12 @@ def test_weights_kv_and_recurrent_state_match_llama_cpps_buffers(
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_total_is_within_the_measured_error_bounds(record: dict[str, Any],
                                                    estimates: dict[str, tuple[Any, VramEstimate]]) -> None:
-    """Within 1.5% of the measured peak, except with experts in host memory (within 10%: ggml's
-    allocator holds one or two copies of a host tensor, and the fit check keeps the second free)."""
+    """Within 1.5% of the measured peak, except with experts in host memory (within 5%: ggml's
+    allocator holds one or two copies of a host expert tensor, specd.gpu.expert_copies; where the
+    estimate counts one, the fit check keeps a second free)."""
     case, estimate = estimates[f"{record['file']}:{record['case']['name']}"]
     measured = _measured(record)
     offloaded = "--cpu-moe" in case.args or "--n-cpu-moe" in case.args
-    assert estimate.total_bytes == pytest.approx(measured, rel=0.10 if offloaded else 0.015)
+    assert estimate.total_bytes == pytest.approx(measured, rel=0.05 if offloaded else 0.015)
     if offloaded:
-        assert estimate.margin_bytes > 0
         assert estimate.total_bytes + estimate.margin_bytes >= measured
