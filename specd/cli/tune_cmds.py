@@ -21,6 +21,7 @@ from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
+from specd.tune import activity
 from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, restoring, run_bench
 from specd.tune.bench import Progress as ProgressFn
 from specd.tune.benchstore import save_report
@@ -31,9 +32,12 @@ from specd.tune.shadow import ShadowTarget, clean_only, load_notes
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
+    fingerprint,
+    needs_verification,
     reference_profile,
     save_verification,
     traffic_probes,
+    verify_plain,
     verify_profiles,
 )
 from specd.tune.workloads import Period, Workload
@@ -137,7 +141,10 @@ def bench(
         finally:
             target.close()
         back = f"back on {target.active() or 'nothing'}"
+    seen = activity.judge_report(report, lambda name: needs_verification(deployment, name))
+    report.notes.extend(activity.notes(seen.values()))
     save_report(report, deployment.unit, settings)
+    activity.save(deployment.unit, seen.values(), {name: fingerprint(deployment, name) for name in seen})
     if plot is not None:
         from specd.tune.plot import plot_wall_vs_output
 
@@ -293,11 +300,15 @@ def verify_cmd(
                          hint="pass --against PROFILE")
     for name in (profile, reference):
         load_profile(deployment.profiles_dir, name)
+    plain = [name for name in (profile, reference) if not needs_verification(deployment, name)]
     probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
     target = DeploymentTarget(deployment, seams=seams_for, trigger="verify")
     try:
         with restoring(target):
-            result = verify_profiles(target, profile, reference, probes)
+            if profile == reference and profile in plain:  # type = "none" is its own reference: no drafts, then
+                result = verify_plain(target, profile, probes)
+            else:
+                result = verify_profiles(target, profile, reference, probes, plain=plain)
     finally:
         target.close()
     save_verification(deployment, result)
@@ -313,6 +324,10 @@ def verify_cmd(
         for note in result.notes:
             console.print(f"[dim]note:[/] {note}", highlight=False)
         console.print(f"[bold]{result.summary()}[/]", highlight=False)
+    if result.draft_problems:
+        raise FidelityError("; ".join(result.draft_problems),
+                            hint="run `specd switch` to it again: specd renders the flag that turns this build's "
+                                 "default speculation off (read from its --help)")
     if not result.structured_ok:
         names = ", ".join(c.probe for c in result.failures)
         raise FidelityError(f"{profile} fails the structured checks against {reference}: {names}",
