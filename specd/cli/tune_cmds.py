@@ -29,6 +29,7 @@ from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.shadow import ShadowTarget, clean_only, load_notes
+from specd.tune.sweep import SweepResult, parse_axis, sweep_deployment, sweep_json, sweep_sentence
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
@@ -208,6 +209,10 @@ def tune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
     candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
     shadow: ShadowOption = False,
+    sweep: Annotated[list[str] | None, typer.Option(
+        "--sweep", help="vary a [speculative] key of one profile (the active one, or --profile NAME): "
+                        "draft_n_max=2..8, draft_p_min=0.5,0.75 (repeatable: every combination); "
+                        "a winner is written as a new profile file")] = None,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
@@ -216,16 +221,27 @@ def tune(
     cfg, deployment = deployment_of(config, unit)
     if margin is not None and not 0.0 <= margin < 1.0:
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
+    axes = [parse_axis(text) for text in sweep or ()]
+    if axes and len(candidates or ()) > 1:
+        raise UsageError("--sweep varies one profile: give at most one --profile (the base)")
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
     shadow_target = ShadowTarget(seams_for(deployment)) if shadow else None
+    options: dict[str, Any] = {"workload": workload, "n": n, "margin": margin, "trigger": "tuner",
+                               "max_tokens": max_tokens, "concurrency": concurrency, "cache_reuse": cache_reuse,
+                               "temperature": temperature, "period": period, "verify": verify}
+    swept: SweepResult | None = None
     try:
         with _progress(not json_out) as progress:
-            result = tune_deployment(cfg, deployment, seams=seams_for, workload=workload, n=n, margin=margin,
-                                     dry_run=dry_run, candidates=candidates or (), trigger="tuner",
-                                     max_tokens=max_tokens, progress=progress, concurrency=concurrency,
-                                     cache_reuse=cache_reuse, temperature=temperature, period=period, verify=verify,
-                                     target=shadow_target)
+            if axes:
+                swept = sweep_deployment(cfg, deployment, axes, seams=seams_for, base=candidates[0] if candidates else None,
+                                         target=shadow_target, dry_run=dry_run, progress=progress,
+                                         budget_s=60.0 * cfg.tuner.budget_minutes, **options)
+                result = swept.tune
+            else:
+                result = tune_deployment(cfg, deployment, seams=seams_for, dry_run=dry_run,
+                                         candidates=candidates or (), progress=progress, target=shadow_target,
+                                         **options)
     finally:
         if shadow_target is not None:
             shadow_target.close()
@@ -236,7 +252,10 @@ def tune(
             switcher_for(deployment, trigger="tuner").switch(decision.best)
         result.final_profile = switcher_for(deployment).active_profile()
     if json_out:
-        print_json(tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id))
+        document = tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id)
+        if swept is not None:
+            document["sweep"] = sweep_json(swept)
+        print_json(document)
         return
     console.print(_decision_table(decision))
     for sentence in (*decision.crossovers, *decision.notes):
@@ -244,6 +263,8 @@ def tune(
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
     console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
                   f"{result.final_profile or 'nothing'})", highlight=False)
+    if swept is not None:
+        console.print(sweep_sentence(swept), highlight=False)
 
 
 def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,

@@ -169,12 +169,14 @@ def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard
 def tune(target: Target, candidates: Sequence[str], workload: Workload, settings: Settings, *,
          margin: float = 0.05, dry_run: bool = False, pinned: str | None = None,
          progress: Progress | None = None, guard: Guard | None = None,
-         speculative: Callable[[str], bool] | None = None) -> TuneResult:
+         speculative: Callable[[str], bool] | None = None,
+         on_winner: Callable[[str], str] | None = None) -> TuneResult:
     """Bench the active profile and the candidates (interleaved); decide; end on the winner or the original.
 
     `guard` (specd.tune.verify.tuner_guard) may veto a winner: the next best that passes is considered instead.
     `speculative` says which profiles configure a speculator: one whose requests drafted nothing is left
     out of the decision (specd.tune.activity), unless it is the active one (the baseline stays).
+    `on_winner` turns the winner into the profile to end on (a sweep writes a winning variant's file).
     """
     activities: dict[str, activity.Activity] = {}
     chosen: list[str | None] = [None]
@@ -205,8 +207,8 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
         decision = Decision(**{**asdict(decision), "estimates": estimates, "crossovers": crossovers,
                                "notes": tuple(report.notes), "bench_s": report.elapsed_s,
                                "workload": workload.name, "traffic": report.traffic})
-        if decision.switch:
-            chosen[0] = decision.best
+        if decision.switch and decision.best is not None:
+            chosen[0] = on_winner(decision.best) if on_winner is not None else decision.best
     return TuneResult(decision, report, final_profile=target.active(), activities=activities)
 
 
@@ -269,7 +271,7 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
                     concurrency: int | None = None, cache_reuse: bool | None = None,
                     temperature: float | None = None, period: Period | None = None, verify: bool = True,
                     stop: threading.Event | None = None, extra: Mapping[str, Any] | None = None,
-                    target: Target | None = None) -> TuneResult:
+                    target: Target | None = None, on_winner: Callable[[str], str] | None = None) -> TuneResult:
     """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record.
 
     `stop` (the nightly job's): once set, no request or switch starts except the one back to the live
@@ -296,7 +298,7 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
         result = tune(target, candidate_profiles(config, deployment, candidates), chosen, settings,
                       margin=config.tuner.margin if margin is None else margin, dry_run=dry_run,
                       pinned=pin.profile if pin else None, progress=progress, guard=guard,
-                      speculative=lambda name: needs_verification(deployment, name))
+                      speculative=lambda name: needs_verification(deployment, name), on_winner=on_winner)
     finally:
         if own is not None:
             own.close()  # a target passed in is its caller's to close
