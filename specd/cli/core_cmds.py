@@ -33,6 +33,7 @@ from specd.deploy.switch import Outcome
 from specd.errors import SpecdError, StateDbError
 from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
+from specd.tune.activity import profile_problems as speculation_problems
 from specd.tune.verify import unverified_warning
 
 
@@ -168,7 +169,8 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
     _, deployment = deployment_of(config, unit)
     active = switcher_for(deployment).active_profile()
     listing = list_profiles(deployment.profiles_dir)
-    problems = {item.name: quick_problems(deployment, load_profile(deployment.profiles_dir, item.name))
+    problems = {item.name: [*quick_problems(deployment, load_profile(deployment.profiles_dir, item.name)),
+                            *speculation_problems(deployment, item.name)]
                 for item in listing if not item.abstract and not item.error}
     if json_out:
         print_json([{"name": p.name, "path": str(p.path), "description": p.description, "abstract": p.abstract,

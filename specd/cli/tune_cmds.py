@@ -21,6 +21,7 @@ from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
+from specd.tune import activity
 from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, restoring, run_bench
 from specd.tune.bench import Progress as ProgressFn
 from specd.tune.benchstore import save_report
@@ -28,12 +29,16 @@ from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.shadow import ShadowTarget, clean_only, load_notes
+from specd.tune.sweep import SweepResult, parse_axis, sweep_deployment, sweep_json, sweep_sentence
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,
+    fingerprint,
+    needs_verification,
     reference_profile,
     save_verification,
     traffic_probes,
+    verify_plain,
     verify_profiles,
 )
 from specd.tune.workloads import Period, Workload
@@ -137,7 +142,10 @@ def bench(
         finally:
             target.close()
         back = f"back on {target.active() or 'nothing'}"
+    seen = activity.judge_report(report, lambda name: needs_verification(deployment, name))
+    report.notes.extend(activity.notes(seen.values()))
     save_report(report, deployment.unit, settings)
+    activity.save(deployment.unit, seen.values(), {name: fingerprint(deployment, name) for name in seen})
     if plot is not None:
         from specd.tune.plot import plot_wall_vs_output
 
@@ -201,6 +209,10 @@ def tune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
     candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
     shadow: ShadowOption = False,
+    sweep: Annotated[list[str] | None, typer.Option(
+        "--sweep", help="vary a [speculative] key of one profile (the active one, or --profile NAME): "
+                        "draft_n_max=2..8, draft_p_min=0.5,0.75 (repeatable: every combination); "
+                        "a winner is written as a new profile file")] = None,
     config: ConfigOption = None,
     unit: UnitOption = None,
     json_out: JsonOption = False,
@@ -209,16 +221,27 @@ def tune(
     cfg, deployment = deployment_of(config, unit)
     if margin is not None and not 0.0 <= margin < 1.0:
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
+    axes = [parse_axis(text) for text in sweep or ()]
+    if axes and len(candidates or ()) > 1:
+        raise UsageError("--sweep varies one profile: give at most one --profile (the base)")
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
     shadow_target = ShadowTarget(seams_for(deployment)) if shadow else None
+    options: dict[str, Any] = {"workload": workload, "n": n, "margin": margin, "trigger": "tuner",
+                               "max_tokens": max_tokens, "concurrency": concurrency, "cache_reuse": cache_reuse,
+                               "temperature": temperature, "period": period, "verify": verify}
+    swept: SweepResult | None = None
     try:
         with _progress(not json_out) as progress:
-            result = tune_deployment(cfg, deployment, seams=seams_for, workload=workload, n=n, margin=margin,
-                                     dry_run=dry_run, candidates=candidates or (), trigger="tuner",
-                                     max_tokens=max_tokens, progress=progress, concurrency=concurrency,
-                                     cache_reuse=cache_reuse, temperature=temperature, period=period, verify=verify,
-                                     target=shadow_target)
+            if axes:
+                swept = sweep_deployment(cfg, deployment, axes, seams=seams_for, base=candidates[0] if candidates else None,
+                                         target=shadow_target, dry_run=dry_run, progress=progress,
+                                         budget_s=60.0 * cfg.tuner.budget_minutes, **options)
+                result = swept.tune
+            else:
+                result = tune_deployment(cfg, deployment, seams=seams_for, dry_run=dry_run,
+                                         candidates=candidates or (), progress=progress, target=shadow_target,
+                                         **options)
     finally:
         if shadow_target is not None:
             shadow_target.close()
@@ -229,7 +252,10 @@ def tune(
             switcher_for(deployment, trigger="tuner").switch(decision.best)
         result.final_profile = switcher_for(deployment).active_profile()
     if json_out:
-        print_json(tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id))
+        document = tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id)
+        if swept is not None:
+            document["sweep"] = sweep_json(swept)
+        print_json(document)
         return
     console.print(_decision_table(decision))
     for sentence in (*decision.crossovers, *decision.notes):
@@ -237,6 +263,8 @@ def tune(
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
     console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
                   f"{result.final_profile or 'nothing'})", highlight=False)
+    if swept is not None:
+        console.print(sweep_sentence(swept), highlight=False)
 
 
 def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,
@@ -293,11 +321,15 @@ def verify_cmd(
                          hint="pass --against PROFILE")
     for name in (profile, reference):
         load_profile(deployment.profiles_dir, name)
+    plain = [name for name in (profile, reference) if not needs_verification(deployment, name)]
     probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
     target = DeploymentTarget(deployment, seams=seams_for, trigger="verify")
     try:
         with restoring(target):
-            result = verify_profiles(target, profile, reference, probes)
+            if profile == reference and profile in plain:  # type = "none" is its own reference: no drafts, then
+                result = verify_plain(target, profile, probes)
+            else:
+                result = verify_profiles(target, profile, reference, probes, plain=plain)
     finally:
         target.close()
     save_verification(deployment, result)
@@ -313,6 +345,10 @@ def verify_cmd(
         for note in result.notes:
             console.print(f"[dim]note:[/] {note}", highlight=False)
         console.print(f"[bold]{result.summary()}[/]", highlight=False)
+    if result.draft_problems:
+        raise FidelityError("; ".join(result.draft_problems),
+                            hint="run `specd switch` to it again: specd renders the flag that turns this build's "
+                                 "default speculation off (read from its --help)")
     if not result.structured_ok:
         names = ", ".join(c.probe for c in result.failures)
         raise FidelityError(f"{profile} fails the structured checks against {reference}: {names}",

@@ -145,7 +145,8 @@ class Emulator:
         done, modelled_ms = 0, 0.0
         while done < tokens:
             in_flight = sum(s.busy for s in self.slots)
-            rate = decode_rate(self.mode, tokens, plan.task_class, in_flight, plan.repeats_input)
+            rate = decode_rate(self.mode, tokens, plan.task_class, in_flight, plan.repeats_input,
+                               self.options.draft_n_max)
             step = tokens - done if scale <= 0 else max(1, min(tokens - done, math.ceil(rate * DECODE_SLICE_S / scale)))
             modelled_ms += 1000.0 * step / rate * plan.decode_noise
             if scale > 0:

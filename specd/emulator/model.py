@@ -39,7 +39,7 @@ SPEC_TYPE_MODES: dict[str, str] = {
 
 _MODE_KEYS = {
     "load_time_s", "prefill_points", "decode_points", "class_factor", "acceptance", "draft_n_max",
-    "batch_penalty", "repeat_factor", "repeat_acceptance", "draft_fraction", "note",
+    "batch_penalty", "repeat_factor", "repeat_acceptance", "draft_fraction", "draft_step_cost", "note",
 }
 _TOP_KEYS = {
     "name", "noise_sigma", "seed", "chars_per_token", "default_max_tokens", "reference_class", "note",
@@ -68,6 +68,7 @@ class ModeModel:
     repeat_factor: float  # decode multiplier when the answer repeats the prompt (n-gram wins)
     repeat_acceptance: float
     draft_fraction: float  # share of decode steps that draft at all (n-gram drafts only on a match)
+    draft_step_cost: float = 0.0  # one drafted token's cost in target decode steps; 0: draft length not modelled
 
     @property
     def speculative(self) -> bool:
@@ -135,12 +136,28 @@ def asks_to_repeat(text: str) -> bool:
     return len(text) >= 300 and _REPEAT_ASK.search(text) is not None
 
 
+def tokens_per_cost(alpha: float, n_max: int, step_cost: float) -> float:
+    """Tokens a verify step yields per unit of cost with drafts of `n_max` tokens, each accepted with
+    probability `alpha` until the first miss (the standard speculative-decoding expectation,
+    (1 - alpha^(k+1)) / (1 - alpha)), over the step's cost 1 + step_cost * k. Longer drafts pay
+    only while acceptance is high: the optimum k grows with alpha."""
+    expected = n_max + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (n_max + 1)) / (1.0 - alpha)
+    return expected / (1.0 + step_cost * n_max)
+
+
 def decode_rate(mode: ModeModel, output_tokens: int, task_class: TaskClass, in_flight: int = 1,
-                repeats_input: bool = False) -> float:
-    """Per-stream decode tokens/s for a request of this shape with `in_flight` requests decoding."""
+                repeats_input: bool = False, draft_n_max: int | None = None) -> float:
+    """Per-stream decode tokens/s for a request of this shape with `in_flight` requests decoding.
+
+    The decode curves were measured at the mode's own draft length; another `draft_n_max` scales them
+    by `tokens_per_cost` at the class's acceptance (modes with a draft_step_cost only)."""
     rate = interpolate(mode.decode_points, max(output_tokens, 1)) * mode.class_factor[task_class]
     if repeats_input:
         rate *= mode.repeat_factor
+    if mode.speculative and mode.draft_step_cost > 0 and draft_n_max is not None and draft_n_max != mode.draft_n_max:
+        alpha = mode.repeat_acceptance if repeats_input else mode.acceptance[task_class]
+        rate *= (tokens_per_cost(alpha, max(draft_n_max, 1), mode.draft_step_cost)
+                 / tokens_per_cost(alpha, mode.draft_n_max, mode.draft_step_cost))
     return rate / (1.0 + mode.batch_penalty * (max(in_flight, 1) - 1))
 
 
@@ -158,7 +175,7 @@ def plan_request(
     """Timings for one request; noise factors come from the caller's seeded RNG."""
     cache_n = max(0, min(cache_n, prompt_tokens - 1))
     prompt_n = prompt_tokens - cache_n
-    rate = decode_rate(mode, output_tokens, task_class, in_flight, repeats_input)
+    rate = decode_rate(mode, output_tokens, task_class, in_flight, repeats_input, draft_n_max)
     predicted_ms = 1000.0 * output_tokens / rate * decode_noise if output_tokens > 0 else 0.0
     draft_n: int | None = None
     accepted: int | None = None
@@ -256,6 +273,7 @@ def _mode(path: Path, name: str, raw: Any) -> ModeModel:
         repeat_factor=_number(path, f"{where}.repeat_factor", raw.get("repeat_factor", 1.0)),
         repeat_acceptance=_number(path, f"{where}.repeat_acceptance", raw.get("repeat_acceptance", 0.9)),
         draft_fraction=_number(path, f"{where}.draft_fraction", raw.get("draft_fraction", 1.0)),
+        draft_step_cost=_number(path, f"{where}.draft_step_cost", raw.get("draft_step_cost", 0.0)),
     )
 
 
@@ -343,57 +361,3 @@ def prometheus_text(counters: Mapping[str, float], gauges: Mapping[str, float]) 
             lines += [f"# HELP llamacpp:{name} {name.replace('_', ' ')} (emulated)",
                       f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value:g}"]
     return "\n".join(lines) + "\n"
-
-
-OPTIONS_FILE = DATA_DIR / "options.toml"
-
-
-@dataclass(frozen=True)
-class Option:
-    section: str
-    names: tuple[str, ...]
-    hint: str  # argument placeholder; empty for a switch
-    help: str
-
-    @property
-    def canonical(self) -> str:
-        return next((n for n in self.names if n.startswith("--")), self.names[0])
-
-
-def load_options() -> tuple[Option, ...]:
-    """The llama-server flags the emulator accepts, as data so --help and parsing share one list."""
-    raw = tomllib.loads(OPTIONS_FILE.read_text(encoding="utf-8"))
-    return tuple(Option(o["section"], tuple(n.strip() for n in o["names"].split(",")), o.get("hint", ""),
-                        o["help"]) for o in raw["option"])
-
-
-OPTIONS = load_options()
-OPTIONS_BY_NAME = {name: option for option in OPTIONS for name in option.names}
-
-
-def format_option(option: Option) -> str:
-    """llama-server's common_arg::to_string layout: names, placeholder, description from column 40."""
-    names = option.names
-    head = names[0] if len(names) == 1 else (names[0] + ", ").ljust(7) + ", ".join(names[1:])
-    head += f" {option.hint}" if option.hint else ""
-    head = head + "\n" + " " * 40 if len(head) > 37 else head.ljust(40)
-    lines, line = [], ""
-    for word in option.help.split():
-        if line and len(line) + 1 + len(word) > 70:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    lines.append(line)
-    return head + ("\n" + " " * 40).join(lines) + "\n"
-
-
-def help_text() -> str:
-    out = ["specd-emulator: a llama-server performance emulator, not a real server.\n"]
-    section = ""
-    for option in OPTIONS:
-        if option.section != section:
-            section = option.section
-            out.append(f"\n----- {section} params -----\n\n")
-        out.append(format_option(option))
-    return "".join(out)

@@ -26,8 +26,6 @@ from starlette.routing import Route
 
 from specd.emulator.engine import Emulator, Plan, ServerOptions, log
 from specd.emulator.model import (
-    OPTIONS_BY_NAME,
-    help_text,
     load_model,
     mode_for_spec_types,
     output_pieces,
@@ -35,6 +33,7 @@ from specd.emulator.model import (
     requested_tokens,
     timings_json,
 )
+from specd.emulator.options import OPTIONS_BY_NAME, help_text
 from specd.errors import SpecdError, UsageError
 
 VERSION_TEXT = ("version: 0 (emulator)\n"

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specd import paths
@@ -30,7 +30,8 @@ _OPTION_LINE = re.compile(r"^-")
 _SPLIT = re.compile(r"[,\s]+")
 _NAMES = re.compile(r"^-[\w-]+(?:,\s*-[\w-]+)*")
 _ENV_NOTE = re.compile(r"\(env: (LLAMA_ARG_\w+)\)")
-CACHE_FORMAT = 2
+_DEFAULT = re.compile(r"\(default:\s*([^)]*)\)")
+CACHE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,19 @@ class BinaryFlags:
     spec_types: tuple[str, ...]
     valued: frozenset[str] = frozenset()  # spellings that take a value in this build
     env_names: tuple[tuple[str, str], ...] = ()  # (LLAMA_ARG_..., the option's first spelling)
+    spec_default: tuple[str, ...] = ()  # speculative types this build runs when told nothing (its --help says)
+
+    def speculation_off(self) -> list[str]:
+        """The arguments that turn every speculator off: none on a build that speculates only when told to.
+
+        llama.cpp is moving to speculation on by default (ggml-org/llama.cpp PR #28391: `ngram-mod` by
+        default, `--spec-type` adds to it, `--no-spec-type TYPES` removes); a profile with type = "none"
+        must still decode autoregressively there."""
+        if not self.spec_default:
+            return []
+        if self.has("--no-spec-type"):
+            return ["--no-spec-type", ",".join(self.spec_default)]
+        return ["--spec-type", "none"]
 
     def takes_value(self, flag: str) -> bool | None:
         """Whether this build's flag takes a value; None when the build does not know the flag."""
@@ -134,8 +148,35 @@ def parse_help(binary: str, text: str) -> BinaryFlags:
             spec_types = tuple(v for v in re.split(r"[,|]", placeholder.strip("[]<>{}")) if v)
     if not groups:
         raise PreflightError(f"{binary}: --help printed no options; is this a llama-server binary?")
-    return BinaryFlags(binary=binary, groups=tuple(groups), spec_types=spec_types, valued=frozenset(valued),
-                       env_names=tuple(env_names))
+    flags = BinaryFlags(binary=binary, groups=tuple(groups), spec_types=spec_types, valued=frozenset(valued),
+                        env_names=tuple(env_names))
+    return replace(flags, spec_default=_spec_default(text, flags))
+
+
+def _description(text: str, option: str) -> str:
+    """The words of one option's entry in --help: its own line and the indented lines under it."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        names = _NAMES.match(line)
+        if names and option in _SPLIT.split(names.group(0)):
+            entry = [line]
+            for follow in lines[index + 1:]:
+                if _OPTION_LINE.match(follow) or not follow.startswith(" "):
+                    break
+                entry.append(follow)
+            return " ".join(part.strip() for part in entry)
+    return ""
+
+
+def _spec_default(text: str, flags: BinaryFlags) -> tuple[str, ...]:
+    """The speculative types on by default: --spec-type's `(default: ...)`; with --no-spec-type and no
+    readable default, every type the build offers (removing one that is not on is harmless)."""
+    found = _DEFAULT.search(_description(text, "--spec-type"))
+    if found is not None:
+        return tuple(t for t in re.split(r"[,\s]+", found.group(1).strip()) if t and t != "none")
+    if flags.has("--no-spec-type"):
+        return tuple(t for t in flags.spec_types if t != "none")
+    return ()
 
 
 def _sha256(path: Path) -> str:
@@ -197,7 +238,7 @@ def _flags_of(command: list[str], digest: str | None) -> BinaryFlags:
             if cached.get("format") == CACHE_FORMAT:
                 return BinaryFlags(str(binary), tuple(tuple(g) for g in cached["groups"]),
                                    tuple(cached["spec_types"]), frozenset(cached["valued"]),
-                                   tuple((e, f) for e, f in cached["env_names"]))
+                                   tuple((e, f) for e, f in cached["env_names"]), tuple(cached["spec_default"]))
     except (OSError, ValueError, KeyError):
         pass
     try:
@@ -216,6 +257,7 @@ def _flags_of(command: list[str], digest: str | None) -> BinaryFlags:
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"format": CACHE_FORMAT, "groups": flags.groups, "spec_types": flags.spec_types,
-                               "valued": sorted(flags.valued), "env_names": flags.env_names}))
+                               "valued": sorted(flags.valued), "env_names": flags.env_names,
+                               "spec_default": flags.spec_default}))
     os.replace(tmp, cache_file)
     return flags

@@ -125,6 +125,19 @@ KEYS: tuple[ProfileKey, ...] = (
           ("--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld"), _layers, table="speculative"),
     _flag("draft_hf_repo", str, "the draft model from Hugging Face", ("--spec-draft-hf", "--hf-repo-draft", "-hfd"),
           _HF_REPO, table="speculative"),
+    # The n-gram speculators' own sizes: one key per flag, as each type has its own (llama.cpp 2026).
+    _flag("ngram_simple_size_n", int, "ngram-simple: lookup n-gram length", ("--spec-ngram-simple-size-n",),
+          in_range(1, 1024), table="speculative"),
+    _flag("ngram_simple_size_m", int, "ngram-simple: draft m-gram length", ("--spec-ngram-simple-size-m",),
+          in_range(1, 1024), table="speculative"),
+    _flag("ngram_simple_min_hits", int, "ngram-simple: hits before a draft", ("--spec-ngram-simple-min-hits",),
+          in_range(1, 1024), table="speculative"),
+    _flag("ngram_mod_n_match", int, "ngram-mod: lookup length", ("--spec-ngram-mod-n-match",), in_range(1, 1024),
+          table="speculative"),
+    _flag("ngram_mod_n_min", int, "ngram-mod: fewest tokens drafted", ("--spec-ngram-mod-n-min",), in_range(0, 1024),
+          table="speculative"),
+    _flag("ngram_mod_n_max", int, "ngram-mod: most tokens drafted", ("--spec-ngram-mod-n-max",), in_range(1, 1024),
+          table="speculative"),
 )
 
 TOP_KEYS = tuple(k for k in KEYS if k.table == "top")

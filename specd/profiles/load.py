@@ -45,6 +45,12 @@ class Speculative:
     draft_model: Path | None
     draft_ngl: int | str | None
     draft_hf_repo: str | None
+    ngram_simple_size_n: int | None = None
+    ngram_simple_size_m: int | None = None
+    ngram_simple_min_hits: int | None = None
+    ngram_mod_n_match: int | None = None
+    ngram_mod_n_min: int | None = None
+    ngram_mod_n_max: int | None = None
 
 
 @dataclass(frozen=True)

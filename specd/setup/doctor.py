@@ -76,6 +76,7 @@ def _gpu() -> Finding:
 def _profiles(config_path: Path | None) -> list[Finding]:
     from specd.context import main_pid_of, seams_for
     from specd.deploy.preflight import run_preflight
+    from specd.tune.activity import profile_problems
 
     try:
         config = load_config(config_path)
@@ -98,12 +99,19 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 continue
             try:
                 run_preflight(deployment, item.name, current_main_pid=main_pid)
-                findings.append(Finding(label, True, "ready to switch to"))
+                seen = profile_problems(deployment, item.name)
+                findings.append(Finding(label, not seen, "; ".join(seen) or "ready to switch to",
+                                        _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
                 profile = load_profile(deployment.profiles_dir, item.name)
                 fix = exc.hint or _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type))
                 findings.append(Finding(label, False, exc.message, fix))
     return findings
+
+
+_SPECULATION_FIX = ("its last bench saw speculation not doing what the profile says: pick another speculative type or "
+                    "build for this model (the tuner leaves an inactive one out), or, for type = \"none\" on a binary "
+                    "that speculates by default, `specd switch` it again so the flag that turns speculation off is rendered")
 
 
 Engine = Literal["beellama", "ik_llama", "llama.cpp"]

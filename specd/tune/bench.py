@@ -99,6 +99,7 @@ class Result:
     concurrency: int = 1  # requests in flight when it started, itself included
     cache_n: int = 0  # prompt tokens reused from the prompt cache
     reasoning_tokens: int | None = None  # where the server reports reasoning apart from the answer
+    has_timings: bool = True  # the answer carried llama-server's `timings` (draft_n is only read from there)
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -253,7 +254,8 @@ def measure(profile: str, index: int, request: WorkloadRequest, reply: Reply, vr
                   output_tokens=output_n, prefill_ms=prefill, decode_ms=decode, wall_ms=reply.wall_ms,
                   draft_n=int(draft_n) if draft_n is not None else None,
                   draft_accepted=int(accepted) if accepted is not None else None, vram_bytes=vram,
-                  concurrency=in_flight, cache_n=cache_n, reasoning_tokens=_reasoning_tokens(reply.payload))
+                  concurrency=in_flight, cache_n=cache_n, reasoning_tokens=_reasoning_tokens(reply.payload),
+                  has_timings=isinstance(reply.payload.get("timings"), dict))
 
 
 Progress = Callable[[str, int, int], None]  # profile, requests done, planned

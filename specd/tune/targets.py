@@ -115,7 +115,8 @@ class DeploymentTarget:
 class ModelTarget:
     """The emulator's performance model in-process: modelled timings, no server, no waiting.
 
-    `modes` maps profile name to an emulator mode key (none, mtp, dflash, draft, ngram). With
+    `modes` maps profile name to an emulator mode key (none, mtp, dflash, draft, ngram), `draft_n_max`
+    a profile to its draft length (a sweep's variants). With
     `cache_prompt` in a body, the prefix shared with the previous prompt counts as `cache_n` (one
     slot, as a `-np 1` server); a switch empties it.
     """
@@ -123,8 +124,9 @@ class ModelTarget:
     concurrent = False
 
     def __init__(self, model: EmulatorModel, modes: Mapping[str, str], *, seed: int = 0,
-                 active: str | None = None) -> None:
+                 active: str | None = None, draft_n_max: Mapping[str, int] | None = None) -> None:
         self.model, self.modes, self._active = model, dict(modes), active
+        self.draft_n_max = dict(draft_n_max or {})  # per profile, as its --spec-draft-n-max; default: the mode's
         self.rng = random.Random(seed)
         self.switches = 0
         self._slot_text = ""
@@ -154,7 +156,7 @@ class ModelTarget:
             self.model.mode(self.modes[self._active]),
             prompt_tokens=max(1, int(len(text) / cpt)), cache_n=cached,
             output_tokens=int(body["max_tokens"]), task_class=classify(messages), in_flight=in_flight,
-            repeats_input=asks_to_repeat(last_user_text(messages)),
+            repeats_input=asks_to_repeat(last_user_text(messages)), draft_n_max=self.draft_n_max.get(self._active),
             prefill_noise=self.noise(), decode_noise=self.noise())
         payload = {"usage": {"prompt_tokens": timing.prompt_n + timing.cache_n,
                              "completion_tokens": timing.predicted_n},

@@ -16,7 +16,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from specd.deploy.seams import SeamsFactory
 from specd.errors import UsageError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
+from specd.tune import activity
 from specd.tune.bench import DeploymentTarget, Progress, Report, Settings, Target, bench_profiles, restoring
 from specd.tune.benchstore import save_report
 from specd.tune.perfmodel import MixItem, crossover_output_tokens, expected_wall_ms, fit_all
@@ -33,7 +34,7 @@ from specd.tune.pins import get_pin
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.stats import Summary, cis_separated
 from specd.tune.targets import Interruptible
-from specd.tune.verify import Guard, tuner_guard
+from specd.tune.verify import Guard, fingerprint, needs_verification, tuner_guard
 from specd.tune.workloads import Period, Workload, period_note
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ class TuneResult:
     report: Report
     final_profile: str | None = None
     history_detail: str = field(default="")
+    activities: dict[str, activity.Activity] = field(default_factory=dict)  # speculation seen working, per profile
 
 
 def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard: Guard | None, *,
@@ -166,17 +168,31 @@ def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard
 
 def tune(target: Target, candidates: Sequence[str], workload: Workload, settings: Settings, *,
          margin: float = 0.05, dry_run: bool = False, pinned: str | None = None,
-         progress: Progress | None = None, guard: Guard | None = None) -> TuneResult:
+         progress: Progress | None = None, guard: Guard | None = None,
+         speculative: Callable[[str], bool] | None = None,
+         on_winner: Callable[[str], str] | None = None) -> TuneResult:
     """Bench the active profile and the candidates (interleaved); decide; end on the winner or the original.
 
     `guard` (specd.tune.verify.tuner_guard) may veto a winner: the next best that passes is considered instead.
+    `speculative` says which profiles configure a speculator: one whose requests drafted nothing is left
+    out of the decision (specd.tune.activity), unless it is the active one (the baseline stays).
+    `on_winner` turns the winner into the profile to end on (a sweep writes a winning variant's file).
     """
+    activities: dict[str, activity.Activity] = {}
     chosen: list[str | None] = [None]
     with restoring(target, keep=lambda: chosen[0]) as original:
         order = list(dict.fromkeys([*([original] if original else []), *candidates]))
         report = bench_profiles(target, order, workload, settings, progress)
         common = report.common_n()
         summaries = {name: report.summary(name, common) for name in report.benched()} if common else {}
+        if speculative is not None:
+            activities = activity.judge_report(report, speculative)
+            report.notes.extend(activity.notes(activities.values()))
+            for name, seen in activities.items():
+                if seen.excluded:
+                    report.notes.append(activity.excluded_note(seen, original))
+                    if name != original:
+                        summaries.pop(name, None)
         decision, refused = guarded_decision(summaries, original, guard, margin=margin, pinned=pinned,
                                              dry_run=dry_run)
         report.notes.extend(refused)
@@ -191,9 +207,9 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
         decision = Decision(**{**asdict(decision), "estimates": estimates, "crossovers": crossovers,
                                "notes": tuple(report.notes), "bench_s": report.elapsed_s,
                                "workload": workload.name, "traffic": report.traffic})
-        if decision.switch:
-            chosen[0] = decision.best
-    return TuneResult(decision, report, final_profile=target.active())
+        if decision.switch and decision.best is not None:
+            chosen[0] = on_winner(decision.best) if on_winner is not None else decision.best
+    return TuneResult(decision, report, final_profile=target.active(), activities=activities)
 
 
 # -- deployments: candidates, the verify gate, history; the CLI's and the nightly job's entry point -------------
@@ -255,7 +271,7 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
                     concurrency: int | None = None, cache_reuse: bool | None = None,
                     temperature: float | None = None, period: Period | None = None, verify: bool = True,
                     stop: threading.Event | None = None, extra: Mapping[str, Any] | None = None,
-                    target: Target | None = None) -> TuneResult:
+                    target: Target | None = None, on_winner: Callable[[str], str] | None = None) -> TuneResult:
     """`specd tune` and the nightly job: resolve everything from the config, tune (fidelity-gated), record.
 
     `stop` (the nightly job's): once set, no request or switch starts except the one back to the live
@@ -281,11 +297,14 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
     try:
         result = tune(target, candidate_profiles(config, deployment, candidates), chosen, settings,
                       margin=config.tuner.margin if margin is None else margin, dry_run=dry_run,
-                      pinned=pin.profile if pin else None, progress=progress, guard=guard)
+                      pinned=pin.profile if pin else None, progress=progress, guard=guard,
+                      speculative=lambda name: needs_verification(deployment, name), on_winner=on_winner)
     finally:
         if own is not None:
             own.close()  # a target passed in is its caller's to close
     save_report(result.report, deployment.unit, settings)
+    activity.save(deployment.unit, result.activities.values(),
+                  {name: fingerprint(deployment, name) for name in result.activities})
     result.history_detail = record(deployment, result.decision, trigger,
                                    {**(extra or {}), **({"verify": verdicts} if verify else {})})
     return result

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -103,10 +103,12 @@ class Verification:
     checks: list[Check] = field(default_factory=list)
     at: float = 0.0
     notes: list[str] = field(default_factory=list)
+    drafted: dict[str, int] = field(default_factory=dict)  # tokens drafted over the probes, per profile
+    draft_problems: list[str] = field(default_factory=list)  # a type = "none" profile whose server drafted
 
     @property
     def structured_ok(self) -> bool:
-        return all(c.structured_ok is not False for c in self.checks)
+        return not self.draft_problems and all(c.structured_ok is not False for c in self.checks)
 
     @property
     def failures(self) -> list[Check]:
@@ -123,7 +125,11 @@ class Verification:
         prose = [c for c in self.checks if c.kind == "prose"]
         distances = ", ".join(str(c.distance) for c in prose)
         verdict = "passes" if self.structured_ok else f"FAILS {len(self.failures)} structured check(s)"
+        if self.draft_problems:
+            verdict = "FAILS: " + "; ".join(self.draft_problems)
         tools = "" if self.tool_calls_produced() else "; no tool calls produced"
+        if not self.checks:  # a plain profile checked alone: only its drafts were looked at
+            return f"{self.profile}: {verdict if self.draft_problems else 'no drafts: it decodes autoregressively'}"
         return (f"{self.profile} vs {self.against}: {verdict}; exact match {self.exact_rate() or 0.0:.0%} "
                 f"(structured {self.exact_rate(STRUCTURED) or 0.0:.0%}); prose edit distance [{distances}]{tools}")
 
@@ -132,7 +138,7 @@ class Verification:
                 "structured_ok": self.structured_ok, "exact_rate": self.exact_rate(),
                 "structured_exact_rate": self.exact_rate(STRUCTURED),
                 "tool_calls_produced": self.tool_calls_produced(), "summary": self.summary(),
-                "notes": self.notes, "checks": [asdict(c) for c in self.checks]}
+                "notes": self.notes, "drafted": self.drafted, "draft_problems": self.draft_problems, "checks": [asdict(c) for c in self.checks]}
 
 
 def probe_body(probe: Probe, seed: int = SEED) -> dict[str, Any]:
@@ -144,18 +150,49 @@ def collect(target: Target, profile: str, probes: Sequence[Probe], seed: int = S
     return [target.complete(probe_body(probe, seed)).payload for probe in probes]
 
 
+def drafted_tokens(payloads: Sequence[Mapping[str, Any]]) -> int:
+    """Tokens drafted over these answers: `timings.draft_n`, absent (as llama-server leaves it) = 0."""
+    total = 0
+    for payload in payloads:
+        timings = payload.get("timings")
+        drafted = timings.get("draft_n") if isinstance(timings, Mapping) else None
+        total += drafted if isinstance(drafted, int) and not isinstance(drafted, bool) else 0
+    return total
+
+
+def _no_drafts(result: Verification, name: str, payloads: Sequence[Mapping[str, Any]]) -> None:
+    result.drafted[name] = drafted = drafted_tokens(payloads)
+    if drafted:
+        result.draft_problems.append(f'{name} has type = "none" but its server drafted {drafted} tokens over '
+                                     f"{len(payloads)} probes (the binary speculates by default?)")
+
+
 def verify_profiles(target: Target, profile: str, against: str, probes: Sequence[Probe] = BUILTIN_PROBES,
-                    seed: int = SEED) -> Verification:
-    """Run every probe on `against` then on `profile` (ending there) and compare the answers."""
+                    seed: int = SEED, plain: Collection[str] = ()) -> Verification:
+    """Run every probe on `against` then on `profile` (ending there) and compare the answers; a profile
+    named in `plain` (type = "none") must also draft nothing."""
     if profile == against:
         raise UsageError(f"{profile} cannot be verified against itself", hint="pass --against REFERENCE")
     reference = collect(target, against, probes, seed)
     candidate = collect(target, profile, probes, seed)
     result = Verification(profile, against, at=time.time())
+    for name, payloads in ((against, reference), (profile, candidate)):
+        if name in plain:
+            _no_drafts(result, name, payloads)
+        else:
+            result.drafted[name] = drafted_tokens(payloads)
     for probe, ref, got in zip(probes, reference, candidate, strict=True):
         result.checks.append(compare(probe.name, probe.kind, answer_of(ref), answer_of(got)))
     if not any(p.name.startswith("traffic-") for p in probes):
         result.notes.append("no tool-call traffic captured on this box: built-in probes only")
+    return result
+
+
+def verify_plain(target: Target, profile: str, probes: Sequence[Probe] = BUILTIN_PROBES,
+                 seed: int = SEED) -> Verification:
+    """A type = "none" profile that is its own reference: the one thing to check is that it drafts nothing."""
+    result = Verification(profile, profile, at=time.time())
+    _no_drafts(result, profile, collect(target, profile, probes, seed))
     return result
 
 
@@ -246,7 +283,9 @@ def tuner_guard(deployment: Deployment, target: Target, bodies: Sequence[Mapping
             against = reference_profile(deployment)
             if against is None:
                 return None
-            result = verify_profiles(target, profile, against, (*BUILTIN_PROBES, *traffic_probes(bodies)))
+            plain = [name for name in (against,) if not needs_verification(deployment, name)]
+            result = verify_profiles(target, profile, against, (*BUILTIN_PROBES, *traffic_probes(bodies)),
+                                     plain=plain)
             save_verification(deployment, result)
             return None if result.structured_ok else f"{profile} fails the fidelity checks ({result.summary()})"
         return None if stored.structured_ok else f"{profile} failed its last verification ({stored.summary})"

@@ -103,6 +103,8 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
             if value is not None and key.name != "type":
                 written = dict(profile.written_paths).get(f"speculative.{key.name}", _format(value))
                 argv += [_spelling(flags, key, profile), written]
+    else:
+        argv += flags.speculation_off()  # a build that speculates by default: "none" must mean none
     taken = {flags.canonical(a) for a in argv[1:] if a.startswith("-")}
     for arg in profile.args:
         if arg.startswith("-") and flags.canonical(arg) in taken and arg != "--metrics":

@@ -3,7 +3,12 @@
 Modes (`--fake-mode`): ok, exit-at-start, never-healthy, wrong-alias, die-after-healthy (after
 --fake-seconds), hang-completion, abort-on-marker (a POST whose body holds ABORT_MARKER aborts the
 whole process with SIGABRT after reading it, as a GGML_ASSERT does in the real server: the
-connection drops after the server accepted the request). `--fake-log PATH` appends one line per
+connection drops after the server accepted the request), speculates (answers carry llama-server's
+`timings`, with `draft_n`/`draft_n_accepted` whenever a speculator is on), never-drafts (the same
+timings, but no draft ever: a speculator the binary accepts and never runs, as `--spec-type ngram-*`
+on a hybrid target in one fork). `--fake-spec-default-on` (put in front by a wrapper script, so its
+--help says it too) makes it a build with speculation on by default: `ngram-mod` runs unless
+`--no-spec-type ngram-mod` removes it, and `--spec-type` adds to it. `--fake-log PATH` appends one line per
 start (`start PID`) and per request served or aborted on (`request SHA256-OF-BODY`), so a test can
 count restarts and see that each request reached the server exactly once. In every mode a POST
 whose body holds ANSWER_500_MARKER is answered 500, and one holding GARBAGE_MARKER gets 200 with a
@@ -41,20 +46,53 @@ HELP = """----- common params -----
 --port PORT                             port to listen
 --metrics                               enable prometheus compatible metrics endpoint
 --jinja                                 use jinja template
---spec-type none,draft-simple,draft-mtp,ngram-simple
-                                        speculative decoding types
---spec-draft-n-max N                    number of tokens to draft
+@SPEC_TYPE@--spec-draft-n-max N                    number of tokens to draft
 --fake-mode MODE                        FAKE: which failure to produce
 --fake-seconds S                        FAKE: seconds before die-after-healthy dies
 --fake-log PATH                         FAKE: append starts and requests seen to PATH
+--fake-spec-default-on                  FAKE: a build that speculates (ngram-mod) unless told not to
 """
+SPEC_TYPE_OFF = """--spec-type none,draft-simple,draft-mtp,ngram-simple,ngram-mod
+                                        comma-separated list of types of speculative decoding to use (default:
+                                        none)
+"""
+SPEC_TYPE_ON = """--spec-type none,draft-simple,draft-mtp,ngram-simple,ngram-mod
+                                        comma-separated list of types of speculative decoding to add to the
+                                        default config (default: ngram-mod)
+--no-spec-type TYPE                     comma-separated list of speculative types to remove from the config
+"""
+DEFAULT_ON = ("ngram-mod",)
+DRAFTED_PER_TOKEN = 0.5  # FAKE speculates: draft_n = half the tokens predicted, 3 in 4 accepted
+
+
+def speculators(args: argparse.Namespace) -> set[str]:
+    """The speculative types this FAKE server runs with: the build's default, plus --spec-type, minus --no-spec-type."""
+    running = set(DEFAULT_ON) if args.fake_spec_default_on else set()
+    running |= {t for t in (args.spec_type or "").split(",") if t}
+    running -= {t for t in (args.no_spec_type or "").split(",") if t}
+    return running - {"none"}
+
+
+def completion(body: bytes, drafting: bool) -> dict[str, object]:
+    """An answer with llama-server's timings: as many tokens as asked for (up to 32), drafts when drafting."""
+    try:
+        asked = int(json.loads(body).get("max_tokens") or 16)
+    except (ValueError, AttributeError):
+        asked = 16
+    tokens = max(1, min(asked, 32))
+    timings: dict[str, object] = {"prompt_n": 3, "prompt_ms": 1.0, "predicted_n": tokens, "predicted_ms": 2.0 * tokens}
+    if drafting:
+        timings.update(draft_n=int(tokens * DRAFTED_PER_TOKEN), draft_n_accepted=int(tokens * DRAFTED_PER_TOKEN * 0.75))
+    return {"choices": [{"message": {"role": "assistant", "content": " ".join(["OK"] * tokens)}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": tokens}, "timings": timings}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     for flag in ("--threads", "-t", "--ctx-size", "-c", "--parallel", "-np", "--model", "-m", "--alias", "--host",
-                 "--spec-type", "--spec-draft-n-max", "--fake-mode", "--fake-log"):
+                 "--spec-type", "--no-spec-type", "--spec-draft-n-max", "--fake-mode", "--fake-log"):
         parser.add_argument(flag)
+    parser.add_argument("--fake-spec-default-on", action="store_true")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--fake-seconds", type=float, default=3.0)
     parser.add_argument("--metrics", action="store_true")
@@ -67,7 +105,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main() -> None:  # noqa: C901 - predates the complexity gate; split when next changed
     args = parse(sys.argv[1:])
     if args.help:
-        print(HELP)
+        print(HELP.replace("@SPEC_TYPE@", SPEC_TYPE_ON if args.fake_spec_default_on else SPEC_TYPE_OFF))
         return
     if args.version:
         print("version: 0 (FAKE llama-server for tests)")
@@ -130,6 +168,9 @@ def main() -> None:  # noqa: C901 - predates the complexity gate; split when nex
                 return
             if mode == "hang-completion":
                 time.sleep(3600)
+            if mode in ("speculates", "never-drafts"):
+                self._json(200, completion(body, drafting=mode == "speculates" and bool(speculators(args))))
+                return
             self._json(200, {"choices": [{"message": {"role": "assistant", "content": "OK"}}],
                              "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
 

@@ -18,16 +18,15 @@ import httpx
 import pytest
 
 from specd.emulator.model import (
-    OPTIONS,
     asks_to_repeat,
     decode_rate,
     expected_wall_ms,
-    help_text,
     interpolate,
     load_model,
     mode_for_spec_types,
     plan_request,
 )
+from specd.emulator.options import OPTIONS, help_text
 from specd.emulator.server import parse_args
 from specd.errors import PreflightError, UsageError
 from specd.profiles.flags import parse_help
