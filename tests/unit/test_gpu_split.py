@@ -203,7 +203,9 @@ def test_experts_in_host_memory_leave_the_gpu_but_keep_a_copy_margin(moe: GgufIn
     offloaded = estimate_vram(moe, None, 0, None, settings=ServerSettings(ctx_size=16384, cpu_moe=True))
     expert_tensor = 2048 * 768 * 256 // 32 * 34          # 408 MiB: more than the fit check's headroom
     assert everything.weights_bytes - offloaded.weights_bytes == 8 * 3 * expert_tensor
-    assert offloaded.compute_bytes - everything.compute_bytes == expert_tensor     # one copy on top
+    # The compute buffer now holds a copy of one host expert tensor (for prompt batches), in place of
+    # part of the graph's own temporaries: the measured rule is specd.gpu.expert_copies.
+    assert offloaded.compute_bytes >= expert_tensor > everything.compute_bytes
     assert offloaded.margin_bytes == expert_tensor and everything.margin_bytes == 0
     short_of_a_copy = GpuState((card(0, offloaded.total_bytes / GIB + 0.3),), "580", "13.0")
     assert not fit_check(offloaded, short_of_a_copy).ok     # 0.3 GiB beyond the estimate: less than a copy
