@@ -247,14 +247,22 @@ def history(
     if json_out:
         print_json([g.as_dict() | {"active": active is not None and g.id == active.id} for g in generations])
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
-    for header in ("gen", "time (UTC)", "kind", "profile", "slot", "strategy", "trigger", "outcome", "s"):
-        table.add_column(header, no_wrap=True, overflow="fold")
-    table.add_column("detail", overflow="fold", min_width=12)
+    # Slot and strategy columns only when blue-green was used: on a restart-only box they repeat
+    # "blue, restart" on every row and squeeze the rest out of an 80-column terminal.
+    slots = any(g.slot not in (None, "blue") or g.strategy == "blue-green" for g in generations)
+    cells: list[list[str]] = []
     for gen in generations:
         mark = "*" if active is not None and gen.id == active.id else ""
         total = f"{gen.total_s:.1f}" if gen.total_s is not None else ""
-        table.add_row(f"{gen.id}{mark}", gen.created_at[5:19].replace("T", " "), gen.kind, gen.profile or "",
-                      gen.slot or "", gen.strategy or "", gen.trigger, gen.outcome, total,
-                      textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
+        where = [gen.slot or "", gen.strategy or ""] if slots else []
+        cells.append([f"{gen.id}{mark}", gen.created_at[5:16].replace("T", " "), gen.kind, gen.profile or "", *where,
+                     gen.trigger, gen.outcome, total])
+    headers = ["gen", "time (UTC)", "kind", "profile", *(["slot", "strategy"] if slots else []), "trigger", "outcome",
+               "s"]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
+    for index, header in enumerate(headers):  # never squeezed: the detail column gives way instead
+        table.add_column(header, no_wrap=True, min_width=max([len(header), *(len(r[index]) for r in cells)]))
+    table.add_column("detail", overflow="fold", min_width=12)
+    for cell, gen in zip(cells, generations, strict=True):
+        table.add_row(*cell, textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
     console.print(table)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specd.errors import SystemdError
+from specd.paths import StateDir
 
 _POLL_S = 0.05
 
@@ -90,10 +91,8 @@ class PydbusSystemd:
                 if not address and runtime:
                     address = f"unix:path={runtime}/bus"
                 if not address:
-                    raise SystemdError(
-                        "no user bus: neither DBUS_SESSION_BUS_ADDRESS nor XDG_RUNTIME_DIR is set",
-                        hint="run specd inside a login session, or use `loginctl enable-linger $USER`",
-                    )
+                    raise SystemdError("no user bus: neither DBUS_SESSION_BUS_ADDRESS nor XDG_RUNTIME_DIR is set",
+                                       hint=_no_bus_hint())
                 self._bus = self._pydbus.connect(address)
             self._manager: Any = self._bus.get(".systemd1")
         except self._glib_error as exc:
@@ -217,3 +216,12 @@ def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path
     if not text or text.startswith("-- No entries --"):
         return "(the journal has no lines for this unit)"
     return text
+
+
+def _no_bus_hint() -> str:
+    """Where the user bus is: `specd quickstart`'s private manager when one runs here, else a login session."""
+    env_file = StateDir.from_environment().quickstart_manager / "env.sh"
+    if env_file.is_file():
+        return (f"`specd quickstart` left a private systemd --user running: `source {env_file}` in this shell, "
+                "then run specd again (`specd quickstart --stop` ends it)")
+    return "run specd inside a login session, or use `loginctl enable-linger $USER`"

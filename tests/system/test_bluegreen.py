@@ -151,6 +151,10 @@ def test_status_and_history_show_the_slot_and_the_strategy(box: Box) -> None:
     assert [(g["profile"], g["slot"], g["strategy"]) for g in history[:3]] == [
         ("ngram-mod", "green", "restart"), ("ngram-simple", "green", "blue-green"),
         ("autoregressive", "blue", "restart")]
+    table = box.specd("history", env={"COLUMNS": "80"}, check=True).stdout  # a terminal's usual width
+    header = table.splitlines()[0].split()
+    assert header[:6] == ["gen", "time", "(UTC)", "kind", "profile", "slot"] and "strategy" in header, table
+    assert "blue-green" in table.split() and "green" in table.split(), table
     assert box.specd("rollback", check=True).returncode == 0  # in place, in the green slot
     assert profile_of_unit(green_path(box).read_text()) == "ngram-simple" and pointer(box) == "green"
 

@@ -109,3 +109,19 @@ def test_switch_to_an_unknown_profile_lists_the_known_ones(box) -> None:
     refused = box.specd("switch", "nosuch")
     assert refused.returncode == 2
     assert "no such profile file" in refused.stderr and "autoregressive" in refused.stderr
+
+
+def test_history_reads_whole_words_in_an_80_column_terminal(box) -> None:
+    """A restart-only box: no slot/strategy columns repeating "blue restart"; kind, profile, trigger
+    and outcome are never cut mid-word (the detail column gives way)."""
+    box.specd("switch", "autoregressive", check=True)
+    box.specd("switch", "ngram-simple", check=True)
+    box.specd("rollback", check=True)
+    table = box.specd("history", env={"COLUMNS": "80"}, check=True).stdout
+    lines = table.splitlines()
+    assert lines[0].split()[:8] == ["gen", "time", "(UTC)", "kind", "profile", "trigger", "outcome", "s"], table
+    assert "strategy" not in lines[0] and all(len(line) <= 80 for line in lines), table
+    rows = [line.split() for line in lines[2:] if line.split() and line.split()[0].rstrip("*").isdigit()]
+    assert [(r[0], r[3], r[4], r[5], r[6]) for r in rows[:3]] == [
+        ("3*", "rollback", "autoregressive", "cli", "ok"), ("2", "switch", "ngram-simple", "cli", "ok"),
+        ("1", "switch", "autoregressive", "cli", "ok")], table

@@ -112,6 +112,9 @@ def test_quickstart_without_a_user_manager_keeps_a_private_one_until_stop(tmp_pa
         _assert_demo_answers(out)
         assert "back on autoregressive" in out
         assert (home / ".config" / "specd" / "specd.toml").exists()
+        # A new shell that did not source env.sh: the error says where the manager is, changing nothing.
+        unsourced = _specd(env, "switch", "ngram-mod")
+        assert unsourced.returncode == 1 and f"source {env_sh}" in " ".join(unsourced.stderr.split()), unsourced
         _assert_next_commands_work({**env, **_exports(env_sh)})
     finally:
         stopped = _specd(env, "quickstart", "--stop")
