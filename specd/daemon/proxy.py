@@ -237,7 +237,8 @@ class Proxy:
         deadline = exchange.started + self.settings.hold_timeout_s
         read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
-        dropped_before = False
+        dropped_before = False  # once True, a drop is answered 502 even when the server is up
+        stale = 0
         while True:
             if not await self._through_gate(deadline, exchange, send, loading):
                 return
@@ -264,11 +265,11 @@ class Proxy:
                 self._end_active()
             answers = False
             if outcome == "dropped":  # always judged: a server that went down names this request
-                lost = self._dropped(scope, body, exchange, "before answering")
-                answers = await self._crashes.survived(lost)
-                cause = f"{lost.request_id}, {cause}"
+                answers, cause = await self._judge_drop(scope, body, exchange, cause)
+                stale += answers  # a live server: a stale pooled connection, tried again up to a bound
             verdict = resend.decide(outcome, dropped_before=dropped_before, answers_health_now=answers)
-            dropped_before = dropped_before or outcome == "dropped"
+            dropped_before = dropped_before or (outcome == "dropped"
+                                                and (not answers or stale >= resend.MAX_STALE_RESENDS))
             if verdict.mark_unhealthy:
                 self.mark_unhealthy()
             if verdict.resend:
@@ -280,6 +281,13 @@ class Proxy:
             log.warning("%s %s: %s", scope["method"], scope["path"], exchange.error)
             await self._reject(send, exchange, verdict.status, exchange.error, "api_error")
             return
+
+    async def _judge_drop(self, scope: dict[str, Any], body: bytes, exchange: Exchange, cause: str
+                          ) -> tuple[bool, str]:
+        """(the server still answers /health, the cause naming the request); a server that went
+        down on it reports it (specd.daemon.crashes)."""
+        lost = self._dropped(scope, body, exchange, "before answering")
+        return await self._crashes.survived(lost), f"{lost.request_id}, {cause}"
 
     async def _through_gate(self, deadline: float, exchange: Exchange, send: Send, loading: bytes | None) -> bool:
         """Wait at the gate; False once the client was answered (held too long, or shutting down)."""

