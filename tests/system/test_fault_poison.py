@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,11 @@ def test_a_poison_request_costs_one_restart_and_the_others_are_served(
     events = json.loads(box.specd("history", "--events", "--json", check=True).stdout)
     blamed = [e["detail"] for e in events if e["kind"] == "crash-after-request"]
     assert len(blamed) == 1 and poison_sha[:12] in blamed[0], events  # one crash, one event, naming it
-    for s in earlier_failures:  # the others it dropped are listed with it: one of them is the cause
-        assert s.body_sha[:12] in blamed[0], (s, blamed[0])
+    # Every request the proxy saw dropped before an answer (its journal line names each one's id) is
+    # listed with the poison: one of them is the cause. (A client's 502 can also come from an answer
+    # cut off after its status line; whether that one is listed depends on when it was noticed.)
+    dropped_ids = re.findall(r"not re-sent \(([0-9a-f]{12}), ", daemon.log())
+    assert poison_sha[:12] in dropped_ids and all(i in blamed[0] for i in dropped_ids), (dropped_ids, blamed[0])
     assert "likely cause" in blamed[0] and ABORT_MARKER.decode() not in blamed[0]
     assert not any(e["kind"].startswith("daemon-rollback") for e in events), events
     assert poison_sha[:12] in daemon.log()
