@@ -102,7 +102,11 @@ def test_a_real_night_benches_what_the_proxy_recorded(box: Box, start_daemon: Ca
     event = wait_for_night(box.unit, lambda what, cond, t: daemon.wait_for(what, cond, t), 1500.0)
     assert event.kind == "tune", f"{event}\n--- daemon log ---\n{daemon.log()}"
     traffic = event.numbers["traffic"]
-    assert traffic["concurrency"] == 2 and traffic["sampling"] == {LABEL: traffic["size"]}
+    # The levels the proxy recorded (2 clients: 2 in flight, 1 at the start and the end) are what is
+    # replayed; a resampled synthetic workload may draw more of the 1s, so its median can be 1.
+    assert set(traffic["concurrency_levels"]) <= {"1", "2"} and "2" in traffic["concurrency_levels"], traffic
+    assert traffic["concurrency"] == 2 or not capture, traffic
+    assert traffic["sampling"] == {LABEL: traffic["size"]}
     assert set(traffic["class_mix"]) <= set(expected_mix(mix))
     if capture:
         assert traffic["source"] == "captured" and traffic["size"] == 14
