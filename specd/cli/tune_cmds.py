@@ -271,7 +271,7 @@ def tune_document(deployment: Deployment, decision: dict[str, Any], final_profil
                   bench_run: int | None) -> dict[str, Any]:
     """`specd tune --json`: the decision plus what makes it comparable across boxes (docs/json.md)."""
     models: dict[str, str | None] = {}
-    for name in decision["estimates"]:
+    for name in [*decision["estimates"], *decision.get("left_out", {})]:
         try:
             model = load_profile(deployment.profiles_dir, name).model
         except ProfileError:
@@ -295,6 +295,10 @@ def tune_table(
     table = Table("box", "hardware", "unit", "workload", "profile", "model", "n", "wall median", "95% CI", "")
     for row in rows:
         mark = ", ".join(m for m, on in (("best", row.best), ("active", row.active_after)) if on)
+        if row.median_ms is None or row.ci_lo_ms is None or row.ci_hi_ms is None:
+            table.add_row(row.box, row.hardware, row.deployment, row.workload, row.profile, row.model or "", "",
+                          "", row.verdict, mark)
+            continue
         table.add_row(row.box, row.hardware, row.deployment, row.workload, row.profile, row.model or "", str(row.n),
                       _fmt_ms(row.median_ms), f"{row.ci_lo_ms / 1000:.2f}-{row.ci_hi_ms / 1000:.2f} s", mark)
     console.print(table)

@@ -30,10 +30,8 @@ from specd.deploy.capacity import Capacity, CapacityCheck, capacity_check
 from specd.deploy.health import HealthResult, wait_healthy
 from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.plan import (
-    NOT_RESTARTED_STEPS,
     REVERT_STEPS,
     STEPS,
-    UNIT_UNTOUCHED_STEPS,
     WRITE_STEPS,
     FaultHook,
     HealthGate,
@@ -45,6 +43,7 @@ from specd.deploy.plan import (
     target_from_text,
 )
 from specd.deploy.preflight import Preflight, port_holders, run_preflight
+from specd.deploy.restore import restore_previous_unit
 from specd.deploy.rollback import rollback_target
 from specd.deploy.seams import Seams
 from specd.deploy.slots import Slot, StrategyRequest, same_but_port, slot, slots_of
@@ -329,49 +328,7 @@ class Switcher:
         """Put the previous unit back and bring it up; returns a sentence on the state reached."""
         if intent.strategy == "blue-green":
             return self._blue_green.restore(intent)
-        unit_path, unit = Path(intent.unit_path), slot(self.deployment, intent.slot).unit
-        installed = read_text(unit_path)
-        untouched = installed is not None and sha256_text(installed) == intent.old_sha256
-        if intent.step in UNIT_UNTOUCHED_STEPS and (untouched or (installed is None and not intent.old_existed)):
-            return f"nothing was changed: {unit} still runs as before"
-        old_text: str | None = None
-        if intent.old_existed:
-            old_text = self.store.get(intent.old_sha256 or "")
-            if old_text is None and intent.backup_path:
-                old_text = read_text(Path(intent.backup_path))
-            if old_text is None and installed is not None and sha256_text(installed) == intent.old_sha256:
-                old_text = installed
-            if old_text is None:
-                raise SwitchFailed(f"cannot revert {unit}: the previous unit text is lost "
-                                   f"(no backup at {intent.backup_path}); the unit now holds the new profile")
-            if read_text(unit_path) != old_text:
-                atomic_write(unit_path, old_text.encode("utf-8"), fault_name="revert-unit")
-        else:
-            unit_path.unlink(missing_ok=True)
-        self._passed("revert-write", "the previous unit is back in place")
-        self.systemd.reload()
-        self._passed("revert-reload")
-        if not intent.old_existed:
-            self.systemd.stop(unit)
-            self.systemd.reload()
-            return f"the new unit {unit} was removed again (there was none before)"
-        if not intent.old_active:
-            self.systemd.stop(unit)
-            return f"{unit} is back on {intent.old_profile or 'its previous unit'} (stopped, as it was)"
-        if intent.step in NOT_RESTARTED_STEPS and intent.old_main_pid:
-            now = self.systemd.unit_state(unit)
-            if now.running and now.main_pid == intent.old_main_pid:  # interrupted before the restart began
-                return (f"reverted to {intent.old_profile or 'the previous unit'} before its server was restarted: "
-                        f"it kept running (PID {now.main_pid})")
-        self.systemd.reset_failed(unit)
-        self.systemd.restart(unit)
-        self._passed("revert-restart")
-        assert old_text is not None
-        old = target_from_text(old_text, intent.old_profile, where=str(unit_path))
-        self._gate(old.base_url, old.alias, timeout_s=old.timeout_s, stability_s=min(old.stability_s, 2.0),
-                   unit_state=lambda: self.systemd.unit_state(unit), api_key=old.api_key)
-        self._passed("revert-gate", f"{intent.old_profile or 'the previous unit'} is healthy again")
-        return f"reverted to {intent.old_profile or 'the previous unit'}, which is healthy again"
+        return restore_previous_unit(self.seams, intent, gate=self._gate, passed=self._passed)
 
     def _revert(self, intent: intents.Intent, *, reason: str) -> None:
         failed_unit = slot(self.deployment, intent.slot).unit

@@ -31,9 +31,9 @@ class TuneRow:
     profile: str
     model: str | None
     n: int
-    median_ms: float
-    ci_lo_ms: float
-    ci_hi_ms: float
+    median_ms: float | None  # None: the profile was asked for but has no estimate; `verdict` says why
+    ci_lo_ms: float | None
+    ci_hi_ms: float | None
     best: bool
     active_after: bool
     verdict: str
@@ -67,14 +67,20 @@ def rows_of(document: dict[str, Any], source: str) -> list[TuneRow]:
     deployment = _field(document, "deployment", source)
     estimates: dict[str, dict[str, Any]] = _field(document, "estimates", source)
     models: dict[str, str | None] = document.get("models") or {}
+    left_out: dict[str, str] = document.get("left_out") or {}
     best = document.get("best")
     final = document.get("final_profile")
-    return [TuneRow(box=str(box["name"]), hardware=hardware, deployment=str(deployment["unit"]),
-                    workload=str(document.get("workload") or ""), profile=profile, model=models.get(profile),
-                    n=int(est["n"]), median_ms=float(est["median_ms"]), ci_lo_ms=float(est["ci_lo_ms"]),
-                    ci_hi_ms=float(est["ci_hi_ms"]), best=profile == best, active_after=profile == final,
-                    verdict=str(document.get("reason") or ""))
-            for profile, est in estimates.items()]
+    common = {"box": str(box["name"]), "hardware": hardware, "deployment": str(deployment["unit"]),
+              "workload": str(document.get("workload") or "")}
+    measured = [TuneRow(**common, profile=profile, model=models.get(profile),
+                        n=int(est["n"]), median_ms=float(est["median_ms"]), ci_lo_ms=float(est["ci_lo_ms"]),
+                        ci_hi_ms=float(est["ci_hi_ms"]), best=profile == best, active_after=profile == final,
+                        verdict=str(document.get("reason") or ""))
+                for profile, est in estimates.items()]
+    unmeasured = [TuneRow(**common, profile=profile, model=models.get(profile), n=0, median_ms=None, ci_lo_ms=None,
+                          ci_hi_ms=None, best=False, active_after=profile == final, verdict=str(why))
+                  for profile, why in left_out.items()]
+    return measured + unmeasured
 
 
 def load_rows(files: list[Path]) -> list[TuneRow]:
@@ -88,4 +94,4 @@ def load_rows(files: list[Path]) -> list[TuneRow]:
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path} line {exc.lineno}: not JSON: {exc.msg}") from exc
         rows.extend(rows_of(document, str(path)))
-    return sorted(rows, key=lambda row: (row.box, row.deployment, row.median_ms))
+    return sorted(rows, key=lambda row: (row.box, row.deployment, row.median_ms is None, row.median_ms or 0.0))

@@ -66,6 +66,7 @@ class Decision:
     bench_s: float = 0.0
     workload: str = ""
     traffic: Mapping[str, Any] = field(default_factory=dict)  # specd.tune.bench.bench_traffic
+    left_out: Mapping[str, str] = field(default_factory=dict)  # candidate -> why it has no estimate
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -166,6 +167,22 @@ def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard
         del remaining[best]
 
 
+def left_out_of(order: Sequence[str], summaries: Mapping[str, Summary],
+                activities: Mapping[str, activity.Activity], notes: Sequence[str]) -> dict[str, str]:
+    """Each profile asked for that has no estimate, and why: a fleet table shows it rather than drop the row."""
+    reasons: dict[str, str] = {}
+    for name in order:
+        if name in summaries:
+            continue
+        seen = activities.get(name)
+        bench_note = next((n.removeprefix(f"{name}: ") for n in notes if n.startswith(f"{name}: not benched")), None)
+        if seen is not None and seen.excluded:
+            reasons[name] = f"left out: {activity.INACTIVE} (no token drafted in {seen.requests} requests)"
+        else:
+            reasons[name] = bench_note or "not benched"
+    return reasons
+
+
 def tune(target: Target, candidates: Sequence[str], workload: Workload, settings: Settings, *,
          margin: float = 0.05, dry_run: bool = False, pinned: str | None = None,
          progress: Progress | None = None, guard: Guard | None = None,
@@ -206,7 +223,8 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
                           for e in decision.estimates)
         decision = Decision(**{**asdict(decision), "estimates": estimates, "crossovers": crossovers,
                                "notes": tuple(report.notes), "bench_s": report.elapsed_s,
-                               "workload": workload.name, "traffic": report.traffic})
+                               "workload": workload.name, "traffic": report.traffic,
+                               "left_out": left_out_of(order, summaries, activities, report.notes)})
         if decision.switch and decision.best is not None:
             chosen[0] = on_winner(decision.best) if on_winner is not None else decision.best
     return TuneResult(decision, report, final_profile=target.active(), activities=activities)

@@ -74,3 +74,35 @@ def test_box_identity_names_the_box_from_specd_box_and_says_why_there_is_no_gpu(
     assert with_gpu["name"] == with_gpu["hostname"]
     assert with_gpu["hardware"]["gpus"] == [{"index": 0, "name": "RTX 3090 Ti", "uuid": "GPU-1", "total_bytes": 24 * GIB}]
     assert with_gpu["hardware"]["gpu_driver"] == "550.54" and with_gpu["hardware"]["gpu_note"] is None
+
+
+def test_a_profile_left_out_on_one_box_keeps_its_row_and_says_why(tmp_path: Path) -> None:
+    """An n-gram profile that drafted nothing on one box is not silently missing from the fleet table."""
+    left = document("box2", "plain", {"plain": 800.0})
+    left["models"]["ngram"] = "qwen.gguf"
+    left["left_out"] = {"ngram": "left out: configured but inactive on this model/binary (no token drafted in 2 requests)"}
+    path = tmp_path / "box2.json"
+    path.write_text(json.dumps(left))
+
+    rows = load_rows([path])
+
+    assert [(r.profile, r.median_ms, r.best) for r in rows] == [("plain", 800.0, True), ("ngram", None, False)]
+    assert "no token drafted" in rows[1].verdict and rows[1].model == "qwen.gguf"
+
+
+def test_left_out_names_the_inactive_speculator_and_the_failed_bench() -> None:
+    from specd.tune.activity import Activity
+    from specd.tune.stats import summarize
+    from specd.tune.tuner import left_out_of
+
+    summaries = {"plain": summarize([100.0, 110.0, 120.0])}
+    activities = {"plain": Activity("plain", False, "plain", 3, 0, 0),
+                  "ngram": Activity("ngram", True, "inactive", 3, 0, 0)}
+    notes = ["mtp: not benched: the switch to mtp failed: health gate timed out", "ngram: no drafts"]
+
+    reasons = left_out_of(["plain", "ngram", "mtp", "draft"], summaries, activities, notes)
+
+    assert list(reasons) == ["ngram", "mtp", "draft"]
+    assert reasons["ngram"].startswith("left out: configured but inactive") and "3 requests" in reasons["ngram"]
+    assert reasons["mtp"] == "not benched: the switch to mtp failed: health gate timed out"
+    assert reasons["draft"] == "not benched"

@@ -83,12 +83,18 @@
       fact("pin", d.pin ? d.pin.profile + " since " + fmtTime(d.pin.at) : "not pinned"),
       d.state ? fact("marked", d.state, "bad") : null,
     ]);
+    // The options are rebuilt only when they change: a refresh while the user is choosing keeps the
+    // list open and the choice made.
     const select = $("profile-select");
     const chosen = select.value;
-    replace(select, d.profiles.map((p) => el("option", { value: p.name, disabled: p.error ? true : null },
-      p.name + (p.name === d.active_profile ? " (active)" : "") + (p.error ? " (invalid)" : ""))));
-    const fallback = d.profiles.find((p) => !p.error && p.name !== d.active_profile);
-    select.value = chosen && d.profiles.some((p) => p.name === chosen) ? chosen : fallback ? fallback.name : d.active_profile || "";
+    const options = d.profiles.map((p) => ({ value: p.name, disabled: Boolean(p.error),
+      label: p.name + (p.name === d.active_profile ? " (active)" : "") + (p.error ? " (invalid)" : "") }));
+    const shown = Array.from(select.options, (o) => ({ value: o.value, disabled: o.disabled, label: o.textContent }));
+    if (JSON.stringify(options) !== JSON.stringify(shown)) {
+      replace(select, options.map((o) => el("option", { value: o.value, disabled: o.disabled ? true : null }, o.label)));
+      const fallback = d.profiles.find((p) => !p.error && p.name !== d.active_profile);
+      select.value = chosen && d.profiles.some((p) => p.name === chosen) ? chosen : fallback ? fallback.name : d.active_profile || "";
+    }
     const running = (data.running_actions || []).find((a) => a.unit === d.unit);
     for (const id of ["switch", "rollback", "bench"]) $(id).disabled = Boolean(running);
   }
