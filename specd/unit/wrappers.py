@@ -11,6 +11,7 @@ keep the unit by hand) and a script with no llama-server arguments (specd cannot
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
@@ -108,9 +109,22 @@ def _server_command(argv: list[str], env: dict[str, str], notes: list[str], wher
                          "see into; write the llama-server command it runs into ExecStart= (or a copy of the unit) "
                          "and import that")
     if not is_llama_server(argv[0]) and not any(arg.split("=", 1)[0] in BY_FLAG for arg in argv[1:]):
-        raise UsageError(f"{where}: ExecStart= runs {' '.join(argv)[:80]}: neither the program's name nor its "
+        raise UsageError(f"{where}: ExecStart= runs {_shown(argv)}: neither the program's name nor its "
                          "arguments are llama-server's, so it is a wrapper specd cannot see into; write the "
                          "llama-server command it runs into ExecStart= (or a copy of the unit) and import that")
     if not is_llama_server(argv[0]):
         notes.append(f"{argv[0]} is taken as the llama-server binary (its name does not say so)")
     return Unwrapped(argv, env, tuple(notes))
+
+
+def _shown(argv: list[str], limit: int = 200) -> str:
+    """The command for a message: whole words, the program's full path always, long argument lists cut."""
+    text = shlex.join(argv)
+    if len(text) <= limit:
+        return text
+    kept = [argv[0]]
+    for word in argv[1:]:
+        if len(shlex.join([*kept, word])) > limit - 4:
+            break
+        kept.append(word)
+    return shlex.join(kept) + " ..."

@@ -53,8 +53,8 @@ def test_apprise_delivers_to_a_json_webhook() -> None:
 
 def test_a_hung_service_neither_blocks_the_caller_nor_stops_the_next_message() -> None:
     with receiver("hang") as hung, receiver() as inbox:
-        notifier = Notifier(NotifyConfig(urls=(f"json://{hung.url}/",), min_interval_s=0, timeout_s=2))
-        good = Notifier(NotifyConfig(urls=(f"json://{inbox.url}/",), min_interval_s=0, timeout_s=2))
+        notifier = Notifier(NotifyConfig(urls=(f"json://{hung.url}/",), min_interval_s=0, timeout_s=1))
+        good = Notifier(NotifyConfig(urls=(f"json://{inbox.url}/",), min_interval_s=0, timeout_s=1))
         try:
             started = time.monotonic()
             for kind in ("auto-revert", "health-lost", "bench-failed"):
