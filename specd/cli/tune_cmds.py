@@ -18,6 +18,7 @@ from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of
 from specd.context import seams_for, switcher_for
 from specd.deploy.history import now_iso
 from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
+from specd.profiles.axes import parse_axis
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
@@ -29,7 +30,7 @@ from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.pins import clear_pin, set_pin
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.shadow import ShadowTarget, clean_only, load_notes
-from specd.tune.sweep import SweepResult, parse_axis, sweep_deployment, sweep_json, sweep_sentence
+from specd.tune.sweep import SweepResult, sweep_deployment, sweep_json, sweep_sentence
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
     BUILTIN_PROBES,

@@ -18,6 +18,7 @@ import tomlkit.exceptions
 
 from specd import paths
 from specd.errors import ConfigError
+from specd.profiles.axes import axes_problem
 from specd.profiles.schema import Key, Table, in_range, matches, one_of, validate
 
 _UNIT = matches(r"[A-Za-z0-9:_.\\@-]{1,200}\.service", "a unit name ending in .service")
@@ -67,6 +68,8 @@ CONFIG_SCHEMA = Table(
             "n": Key(int, in_range(1, 1000), "requests per profile"),
             "workload": Key(str, doc="recent (recorded traffic), a built-in name or a JSONL file"),
             "candidates": Key(list, doc="profiles to compare"),
+            "sweep": Key(list, axes_problem, "vary the active profile's [speculative] keys instead of comparing "
+                                             "candidates, as `specd tune --sweep` does: [\"draft_n_max=2..8\"]"),
         }),
     },
 )
@@ -115,6 +118,7 @@ class TunerConfig:
     n: int = 10
     workload: str = "recent"
     candidates: tuple[str, ...] = ()
+    sweep: tuple[str, ...] = ()  # axes, as `specd tune --sweep` takes them (specd.profiles.axes)
 
 
 Scope = Literal["user", "system"]  # which systemd manager owns the unit
@@ -259,16 +263,18 @@ def load_config(explicit: Path | None = None) -> Config:
     if duplicates:
         raise ConfigError(f"{path}: unit {', '.join(duplicates)} is configured twice")
 
-    tuner_raw = dict(data.get("tuner", {}))
-    if "candidates" in tuner_raw:
-        tuner_raw["candidates"] = tuple(str(c) for c in tuner_raw["candidates"])
     return Config(
         path=path,
         deployments=tuple(deployments),
         daemon=_daemon(data.get("daemon", {}), path.parent),
-        tuner=TunerConfig(**tuner_raw),
+        tuner=_tuner(data.get("tuner", {})),
         notify=_notify(data.get("notify", {})),
     )
+
+
+def _tuner(raw: Mapping[str, Any]) -> TunerConfig:
+    lists = {key: tuple(str(item) for item in raw[key]) for key in ("candidates", "sweep") if key in raw}
+    return TunerConfig(**{**raw, **lists})
 
 
 def _shown(value: object, name: str = "") -> str:
@@ -276,6 +282,8 @@ def _shown(value: object, name: str = "") -> str:
         return str(value).lower()
     if value == () and name == "urls":
         return "none"
+    if value == () and name == "sweep":
+        return "off"
     return "off" if value is None else "all that validate" if value == () else str(value)
 
 

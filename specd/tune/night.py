@@ -35,11 +35,14 @@ from specd.clock import SYSTEM_CLOCK, Clock
 from specd.deploy.history import History
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.switch import Switcher
-from specd.errors import Interrupted, SpecdError
+from specd.errors import Interrupted, ProfileError, SpecdError
+from specd.profiles.axes import parse_axis
 from specd.profiles.config import Config, Deployment
+from specd.profiles.load import load_profile
 from specd.traffic import records as traffic
 from specd.tune.pins import get_pin
 from specd.tune.recent import resolve_workload
+from specd.tune.sweep import sweep_deployment
 from specd.tune.tuner import Decision, tune_deployment
 
 log = logging.getLogger(__name__)
@@ -184,10 +187,16 @@ def nightly(config: Config, deployment: Deployment, *, seams: SeamsFactory, clie
     log.info("%s: nightly run: idle after %.0f s; benching on %s (%d requests, %s, concurrency %d)",
              deployment.unit, wait.waited_s, facts.source, facts.size, facts.class_mix, facts.concurrency)
     watch = TrafficWatch(clients or (lambda: (0, 0)), clock)
+    sweep_base = _sweep_base(config, deployment, live, night)
     try:
         with watch:
-            result = tune_deployment(config, deployment, seams=seams, workload=workload, deadline=deadline,
-                                     trigger="tuner", stop=watch.arrived, extra=night.numbers)
+            options: dict[str, Any] = {"workload": workload, "deadline": deadline, "trigger": "tuner",
+                                       "stop": watch.arrived, "extra": night.numbers}
+            if sweep_base is not None:
+                axes = [parse_axis(text) for text in tuner.sweep]
+                result = sweep_deployment(config, deployment, axes, seams=seams, base=sweep_base, **options).tune
+            else:
+                result = tune_deployment(config, deployment, seams=seams, **options)
     except SpecdError as exc:
         if watch.arrived.is_set():  # stopped by clients; putting the live profile back may itself have failed
             failed = None if isinstance(exc, Interrupted) else str(exc).splitlines()[0]
@@ -214,6 +223,25 @@ def _stopped(deployment: Deployment, night: Night, watch: TrafficWatch, live: st
                 live=live, now_on=now_on, restore_s=round(restore_s, 1), hold_timeout_s=hold, restore_error=failed,
                 traffic=traffic_facts)
     log.info("%s: nightly run stopped by client traffic; %s restored in %.1f s", deployment.unit, live, restore_s)
+
+
+def _sweep_base(config: Config, deployment: Deployment, live: str | None, night: Night) -> str | None:
+    """The profile `[tuner] sweep` varies tonight: the live one, when it speculates; else None (and why, in
+    the night's numbers: the run then compares the candidates as usual)."""
+    if not config.tuner.sweep:
+        return None
+    if live is None:
+        night.numbers["sweep"] = "skipped: no profile is active to sweep"
+        return None
+    try:
+        speculates = load_profile(deployment.profiles_dir, live).speculative.type != "none"
+    except ProfileError as exc:
+        night.numbers["sweep"] = f"skipped: {live} does not load: {str(exc).splitlines()[0]}"
+        return None
+    if not speculates:
+        night.numbers["sweep"] = f"skipped: {live} does not speculate (type = \"none\"); compared the candidates"
+        return None
+    return live
 
 
 def _active_profile(seams: SeamsFactory, deployment: Deployment) -> str | None:

@@ -29,28 +29,15 @@ from tomlkit.items import Table
 
 from specd.deploy.seams import SeamsFactory
 from specd.errors import UsageError
+from specd.profiles.axes import SWEEPABLE, Axis, Value
 from specd.profiles.config import Config, Deployment
-from specd.profiles.keys import NAME_PATTERN, SPECULATIVE_KEYS, ProfileKey
+from specd.profiles.keys import NAME_PATTERN
 from specd.profiles.load import load_profile
-from specd.profiles.schema import check_value
 from specd.tune.targets import DeploymentTarget, Target
 from specd.tune.tuner import TuneResult, tune_deployment
 
-Value = int | float
 MAX_VARIANTS = 32
-MAX_RANGE = 64
 SWEEP_MARK = ".sweep."
-SWEEPABLE: dict[str, ProfileKey] = {k.name: k for k in SPECULATIVE_KEYS
-                                    if k.kind in (int, float) and not k.path and k.name != "draft_ngl"}
-_RANGE = re.compile(r"(-?\d+)\.\.(-?\d+)")
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One --sweep: a [speculative] key and the values to try, in the order given."""
-
-    key: str
-    values: tuple[Value, ...]
 
 
 @dataclass(frozen=True)
@@ -72,48 +59,6 @@ class Variant:
 
     def describe(self) -> str:
         return ", ".join(f"{key} = {value:g}" for key, value in self.settings)
-
-
-def _bad(text: str, problem: str, hint: str | None = None) -> UsageError:
-    return UsageError(f"--sweep {text}: {problem}", hint=hint)
-
-
-def _number(text: str, key: ProfileKey, word: str) -> Value:
-    try:
-        value: Value = int(word) if key.kind is int else float(word)
-    except ValueError:
-        kind = "an integer" if key.kind is int else "a number"
-        raise _bad(text, f"{key.name} takes {kind}; {word!r} is not one") from None
-    problem = check_value(value, key.schema_key)
-    if problem:
-        raise _bad(text, f"{key.name} {problem}")
-    return value
-
-
-def parse_axis(text: str) -> Axis:
-    """`key=a..b` (integers, both ends included) or `key=v1,v2,...`; the key must be a [speculative] one."""
-    key_name, sep, spec = text.partition("=")
-    key_name, spec = key_name.strip(), spec.strip()
-    if not sep or not key_name or not spec:
-        raise _bad(text, "expected KEY=A..B or KEY=V1,V2,...", hint="e.g. --sweep draft_n_max=2..8")
-    key = SWEEPABLE.get(key_name)
-    if key is None:
-        known = ", ".join(sorted(SWEEPABLE))
-        raise _bad(text, f"'{key_name}' is not a [speculative] key a sweep can vary", hint=f"sweepable: {known}")
-    if ".." in spec and key.kind is not int:
-        raise _bad(text, f"a range a..b is for integer keys; give {key.name} a list: {key.name}=0.5,0.75")
-    span = _RANGE.fullmatch(spec)
-    if span is not None:
-        lo, hi = int(span.group(1)), int(span.group(2))
-        if hi < lo or hi - lo >= MAX_RANGE:
-            raise _bad(text, f"the range {lo}..{hi} must run upwards over at most {MAX_RANGE} values")
-        words = [str(v) for v in range(lo, hi + 1)]
-    else:
-        words = [w.strip() for w in spec.split(",")]
-        if any(not w for w in words):
-            raise _bad(text, "an empty value in the list")
-    values = tuple(dict.fromkeys(_number(text, key, w) for w in words))
-    return Axis(key.name, values)
 
 
 def derive(base: str, axes: Sequence[Axis], base_settings: Mapping[str, Any]) -> list[Variant]:
@@ -215,8 +160,9 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
         for variant in variants:
             text = variant_text(base_text, variant, f"sweep of {base}: {variant.describe()} (temporary)")
             (deployment.profiles_dir / f"{variant.name}.toml").write_text(text)
+        extra = {**(tune_options.pop("extra", None) or {}), "sweep": sweep_facts}
         tuned = tune_deployment(config, deployment, seams=seams, candidates=[base, *by_name], target=target,
-                                dry_run=dry_run, on_winner=write_winner, extra={"sweep": sweep_facts}, **tune_options)
+                                dry_run=dry_run, on_winner=write_winner, extra=extra, **tune_options)
     finally:
         remove_stale(deployment.profiles_dir, base)
     best = tuned.decision.best

@@ -172,3 +172,26 @@ def test_a_switch_asked_for_after_the_stop_puts_the_live_profile_back_instead() 
     assert inner.active() == "plain" and inner.activated == ["mtp", "plain"]
     with pytest.raises(Interrupted):
         target.complete({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+
+
+def test_the_night_sweeps_only_a_live_profile_that_speculates_and_says_why_not(deployment: Deployment) -> None:
+    from specd.tune.night import Night, _sweep_base
+
+    profiles = deployment.profiles_dir
+    (profiles / "plain.toml").write_text('binary = "/opt/llama-server"\nmodel = "/models/m.gguf"\nalias = "m"\n'
+                                         'port = 8080\n')
+    (profiles / "mtp.toml").write_text('inherits = "plain"\n[speculative]\ntype = "mtp"\n')
+    (profiles / "broken.toml").write_text('inherits = "plain"\n[speculative\n')
+    sweeping = Config(path=profiles / "specd.toml", deployments=(deployment,),
+                      tuner=TunerConfig(sweep=("draft_n_max=2..4",)))
+
+    def base(config: Config, live: str | None) -> tuple[str | None, object]:
+        night = Night(fired_at=0.0, budget_s=60.0)
+        return _sweep_base(config, deployment, live, night), night.numbers.get("sweep")
+
+    assert base(sweeping, "mtp") == ("mtp", None)
+    assert base(Config(path=sweeping.path, deployments=(deployment,)), "mtp") == (None, None)  # no [tuner] sweep
+    assert base(sweeping, "plain") == (None, 'skipped: plain does not speculate (type = "none"); compared the candidates')
+    assert base(sweeping, None) == (None, "skipped: no profile is active to sweep")
+    skipped, why = base(sweeping, "broken")
+    assert skipped is None and str(why).startswith("skipped: broken does not load: ") and "line 2" in str(why)

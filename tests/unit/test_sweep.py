@@ -17,14 +17,13 @@ import tomlkit
 
 from specd.emulator.model import decode_rate, load_model
 from specd.errors import UsageError
+from specd.profiles.axes import Axis, parse_axis
 from specd.profiles.load import load_profile
 from specd.tune.bench import ModelTarget, Settings
 from specd.tune.sweep import (
     MAX_VARIANTS,
-    Axis,
     Variant,
     derive,
-    parse_axis,
     remove_stale,
     variant_text,
     winner_name,
