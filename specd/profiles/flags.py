@@ -26,12 +26,15 @@ SPEC_TYPE_SPELLINGS: dict[str, tuple[str, ...]] = {
     "eagle3": ("draft-eagle3", "eagle3"),
     "dspark": ("draft-dspark", "dspark"),
 }
-_OPTION_LINE = re.compile(r"^-")
+# An option line: llama.cpp prints it at column 0; ik_llama.cpp indents it by 2 ("  -md,   --model-draft")
+# or 9 ("         --spec-autotune"). Description lines are indented 34 (ik_llama.cpp) or 40 (llama.cpp).
+_OPTION_LINE = re.compile(r"^ {0,12}-")
 _SPLIT = re.compile(r"[,\s]+")
-_NAMES = re.compile(r"^-[\w-]+(?:,\s*-[\w-]+)*")
+_NAMES = re.compile(r"^ {0,12}(-[\w-]+(?:,\s*-[\w-]+)*)")
+_TYPES_LINE = re.compile(r"\btypes: ([\w-]+(?:, [\w-]+)+)")  # ik_llama.cpp: "types: none, draft, dflash, mtp, ..."
 _ENV_NOTE = re.compile(r"\(env: (LLAMA_ARG_\w+)\)")
 _DEFAULT = re.compile(r"\(default:\s*([^)]*)\)")
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4  # bumped when parsing changes: cached flags are read afresh
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ def conventional_variable(flag: str) -> str:
 
 
 def parse_help(binary: str, text: str) -> BinaryFlags:
-    """Option lines start at column 0 with comma-separated names, then an argument placeholder."""
+    """Option lines (column 0 in llama.cpp, indented in ik_llama.cpp) hold comma-separated names, then an
+    argument placeholder."""
     groups: list[tuple[str, ...]] = []
     spec_types: tuple[str, ...] = ()
     valued: set[str] = set()
@@ -148,6 +152,15 @@ def parse_help(binary: str, text: str) -> BinaryFlags:
             spec_types = tuple(v for v in re.split(r"[,|]", placeholder.strip("[]<>{}")) if v)
     if not groups:
         raise PreflightError(f"{binary}: --help printed no options; is this a llama-server binary?")
+    indented = any(_OPTION_LINE.match(line) and line.startswith(" ") for line in text.splitlines())
+    if indented and not any("--alias" in group for group in groups):
+        # ik_llama.cpp's layout: its argument parser takes -a/--alias (common.cpp, gpt_params_find_arg)
+        # but its usage text never lists it; the alias is what the health gate asks for.
+        groups.append(("-a", "--alias"))
+        valued.update(("-a", "--alias"))
+    if any(not re.fullmatch(r"[\w-]+", t) for t in spec_types):  # a placeholder, not a list: SPEC[:k=v,...]
+        listed = _TYPES_LINE.search(_description(text, "--spec-type"))
+        spec_types = tuple(re.split(r",\s*", listed.group(1))) if listed else ()
     flags = BinaryFlags(binary=binary, groups=tuple(groups), spec_types=spec_types, valued=frozenset(valued),
                         env_names=tuple(env_names))
     return replace(flags, spec_default=_spec_default(text, flags))
@@ -158,7 +171,7 @@ def _description(text: str, option: str) -> str:
     lines = text.splitlines()
     for index, line in enumerate(lines):
         names = _NAMES.match(line)
-        if names and option in _SPLIT.split(names.group(0)):
+        if names and option in _SPLIT.split(names.group(1)):
             entry = [line]
             for follow in lines[index + 1:]:
                 if _OPTION_LINE.match(follow) or not follow.startswith(" "):

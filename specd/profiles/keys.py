@@ -138,6 +138,10 @@ KEYS: tuple[ProfileKey, ...] = (
           table="speculative"),
     _flag("ngram_mod_n_max", int, "ngram-mod: most tokens drafted", ("--spec-ngram-mod-n-max",), in_range(1, 1024),
           table="speculative"),
+    # An engine that tunes its own draft settings while it serves (ik_llama.cpp PR #1595).
+    _flag("autotune", bool, "let the engine tune n_max/n_min/p_min as it serves (ik_llama.cpp `--spec-autotune`); "
+          "a sweep benches it as one more variant where the binary offers it", ("--spec-autotune",), default=False,
+          table="speculative"),
 )
 
 TOP_KEYS = tuple(k for k in KEYS if k.table == "top")

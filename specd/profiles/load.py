@@ -51,6 +51,7 @@ class Speculative:
     ngram_mod_n_match: int | None = None
     ngram_mod_n_min: int | None = None
     ngram_mod_n_max: int | None = None
+    autotune: bool = False
 
 
 @dataclass(frozen=True)

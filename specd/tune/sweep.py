@@ -28,11 +28,12 @@ import tomlkit
 from tomlkit.items import Table
 
 from specd.deploy.seams import SeamsFactory
-from specd.errors import UsageError
+from specd.errors import SpecdError, UsageError
 from specd.profiles.axes import SWEEPABLE, Axis, Value
 from specd.profiles.config import Config, Deployment
+from specd.profiles.flags import binary_flags
 from specd.profiles.keys import NAME_PATTERN
-from specd.profiles.load import load_profile
+from specd.profiles.load import Profile, load_profile
 from specd.tune.targets import DeploymentTarget, Target
 from specd.tune.tuner import TuneResult, tune_deployment
 
@@ -43,11 +44,11 @@ SWEEP_MARK = ".sweep."
 @dataclass(frozen=True)
 class Variant:
     base: str
-    settings: tuple[tuple[str, Value], ...]  # (key, value) in the order of the axes
+    settings: tuple[tuple[str, Value | bool], ...]  # (key, value) in the order of the axes; True: a switch on
 
     @property
     def label(self) -> str:
-        return ".".join(f"{key}-{value:g}" for key, value in self.settings)
+        return ".".join(key if value is True else f"{key}-{value:g}" for key, value in self.settings)
 
     @property
     def name(self) -> str:
@@ -58,7 +59,18 @@ class Variant:
         return f"{self.base[:40]}{SWEEP_MARK}{zlib.crc32(self.label.encode()):08x}"
 
     def describe(self) -> str:
-        return ", ".join(f"{key} = {value:g}" for key, value in self.settings)
+        return ", ".join(f"{key} = true" if value is True else f"{key} = {value:g}" for key, value in self.settings)
+
+
+AUTOTUNE_FLAG = "--spec-autotune"
+
+
+def engine_autotune(base: str, offers_autotune: bool, base_autotunes: bool) -> Variant | None:
+    """The "engine autotune" candidate (issue: use the engine's own tuner where it exists): the base with
+    `autotune = true`, when its binary offers --spec-autotune and the base does not already turn it on."""
+    if not offers_autotune or base_autotunes:
+        return None
+    return Variant(base, (("autotune", True),))
 
 
 def derive(base: str, axes: Sequence[Axis], base_settings: Mapping[str, Any]) -> list[Variant]:
@@ -139,6 +151,9 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
                          hint="sweep a speculative profile: --profile NAME")
     base_text = profile.path.read_text()
     variants = derive(base, axes, {key: getattr(profile.speculative, key) for key in SWEEPABLE})
+    autotune = engine_autotune(base, _offers_autotune(profile), profile.speculative.autotune)
+    if autotune is not None:
+        variants.append(autotune)
     by_name = {v.name: v for v in variants}
     sweep_facts: dict[str, Any] = {"base": base, "axes": {a.key: list(a.values) for a in axes},
                                    "variants": len(variants)}
@@ -169,6 +184,14 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
     would = (winner_name(deployment.profiles_dir, by_name[best])
              if dry_run and best in by_name and tuned.decision.reason.startswith("would switch") else None)
     return SweepResult(tuned, base, variants, written[0] if written else None, would)
+
+
+def _offers_autotune(profile: Profile) -> bool:
+    """Whether the base's binary lists --spec-autotune in its --help (one that cannot say: no)."""
+    try:
+        return binary_flags(profile.binary, profile.launcher).has(AUTOTUNE_FLAG)
+    except SpecdError:
+        return False
 
 
 def sweep_sentence(swept: SweepResult) -> str:

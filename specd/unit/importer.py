@@ -25,7 +25,7 @@ from specd.unit.parse import ParsedUnit, read_unit
 from specd.unit.syntax import UnitContext, read_unit_text, resolve_name_specifiers
 from specd.unit.wrappers import is_llama_server, unwrap
 
-_BOOLEAN = {flag: key.name for flag, key in BY_FLAG.items() if key.kind is bool}
+_BOOLEAN = {flag: key for flag, key in BY_FLAG.items() if key.kind is bool}
 _SECRET = {"api_key"}
 # What specd maps itself; everything else in the unit is carried as written ([systemd.*] in the profile).
 _MAPPED = {("Service", "ExecStart"), ("Service", "Environment")}
@@ -117,8 +117,9 @@ def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any
         step = 1 if inline_form else 2
         arity = flags.takes_value(name) if flags else None
         if name in _BOOLEAN and arity is not True:
-            data[_BOOLEAN[name]] = True
-            result.row(arg, f"{_BOOLEAN[name]} = true")
+            switch = _BOOLEAN[name]
+            (speculative if switch.table == "speculative" else data)[switch.name] = True
+            result.row(arg, f"{'speculative.' if switch.table == 'speculative' else ''}{switch.name} = true")
             index += 1
             continue
         target = _flag_target(name, data, speculative)

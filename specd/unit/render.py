@@ -100,9 +100,13 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
         argv += ["--spec-type", flags.spec_type_spelling(spec.type, profile_name=profile.name)]
         for key in SPECULATIVE_KEYS:
             value = getattr(spec, key.name)
-            if value is not None and key.name != "type":
-                written = dict(profile.written_paths).get(f"speculative.{key.name}", _format(value))
-                argv += [_spelling(flags, key, profile), written]
+            if value is None or value is False or key.name == "type":
+                continue
+            if key.kind is bool:
+                argv.append(_spelling(flags, key, profile))
+                continue
+            written = dict(profile.written_paths).get(f"speculative.{key.name}", _format(value))
+            argv += [_spelling(flags, key, profile), written]
     else:
         argv += flags.speculation_off()  # a build that speculates by default: "none" must mean none
     taken = {flags.canonical(a) for a in argv[1:] if a.startswith("-")}

@@ -24,6 +24,7 @@ from specd.tune.sweep import (
     MAX_VARIANTS,
     Variant,
     derive,
+    engine_autotune,
     remove_stale,
     variant_text,
     winner_name,
@@ -162,3 +163,39 @@ def test_on_the_emulator_code_and_creative_traffic_pick_different_draft_lengths(
         lengths[workload] = loaded.speculative.draft_n_max
     assert lengths["code"] is not None and lengths["creative"] is not None
     assert lengths["code"] >= 4 and lengths["creative"] <= 2, lengths
+
+
+# ik_llama.cpp's --help line for its own tuner, verbatim (common/common.cpp, gpt_params_print_usage,
+# ikawrakow/ik_llama.cpp at 8337e4c, 2026-08-15; added in PR #1595).
+IK_AUTOTUNE_HELP = "  --spec-autotune                  automatically tune speculative params to maximize tokens/sec\n"
+
+
+def test_engine_autotune_is_one_more_variant_only_where_the_binary_offers_it() -> None:
+    offered = engine_autotune("mtp", offers_autotune=True, base_autotunes=False)
+    assert offered is not None and offered.name == "mtp.sweep.autotune" and offered.describe() == "autotune = true"
+    assert engine_autotune("mtp", offers_autotune=False, base_autotunes=False) is None  # llama.cpp: no such flag
+    assert engine_autotune("mtp", offers_autotune=True, base_autotunes=True) is None  # the base already autotunes
+
+
+def test_the_autotune_variant_renders_the_engines_flag_and_is_refused_by_a_binary_without_it(tmp_path: Path) -> None:
+    from specd.errors import PreflightError
+    from specd.profiles.flags import parse_help
+    from specd.unit.render import build_argv
+    from tests.fakes.fake_llama_server import HELP, SPEC_TYPE_OFF
+
+    (tmp_path / "plain.toml").write_text(PLAIN)
+    (tmp_path / "mtp.toml").write_text(BASE)
+    variant = engine_autotune("mtp", offers_autotune=True, base_autotunes=False)
+    assert variant is not None
+    text = variant_text(BASE, variant, "mtp with the engine's own tuner")
+    assert "autotune = true" in text and "# MTP: the model's own next-token heads draft" in text
+    (tmp_path / "mtp-autotune.toml").write_text(text)
+    profile = load_profile(tmp_path, "mtp-autotune")
+    assert profile.speculative.autotune is True
+
+    llama_cpp = HELP.replace("@SPEC_TYPE@", SPEC_TYPE_OFF)  # llama-server's layout, as the FAKE server prints it
+    ik_llama = parse_help("/opt/ik_llama/llama-server", llama_cpp + IK_AUTOTUNE_HELP)
+    assert "--spec-autotune" in build_argv(profile, ik_llama)
+    assert "--spec-autotune" not in build_argv(load_profile(tmp_path, "mtp"), ik_llama)
+    with pytest.raises(PreflightError, match=r"autotune needs one of --spec-autotune, but /opt/llama-server offers none"):
+        build_argv(profile, parse_help("/opt/llama-server", llama_cpp))
