@@ -63,7 +63,7 @@ ShadowOption = Annotated[bool, typer.Option(
 
 
 @contextmanager
-def _progress(enabled: bool) -> Iterator[ProgressFn | None]:
+def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
     if not enabled:
         yield None
         return
@@ -138,7 +138,7 @@ def bench(
     else:
         target = DeploymentTarget(deployment, seams=seams_for, trigger="bench")
         try:
-            with _progress(not json_out) as progress:
+            with progress_bar(not json_out) as progress:
                 report = run_bench(target, names, chosen, settings, progress)
         finally:
             target.close()
@@ -163,9 +163,9 @@ def bench(
 
 
 def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, settings: Settings,
-                  progress_bar: bool) -> Report:
+                  show_progress: bool) -> Report:
     """Bench in the free slot; the report compares clean samples only when each profile kept enough."""
-    with ShadowTarget(seams_for(deployment)) as target, _progress(progress_bar) as progress:
+    with ShadowTarget(seams_for(deployment)) as target, progress_bar(show_progress) as progress:
         report = bench_profiles(target, names, workload, settings, progress)
     if not report.benched():
         raise PreflightError("shadow bench: no profile could be benched beside the live server\n"
@@ -233,7 +233,7 @@ def tune(
                                "temperature": temperature, "period": period, "verify": verify}
     swept: SweepResult | None = None
     try:
-        with _progress(not json_out) as progress:
+        with progress_bar(not json_out) as progress:
             if axes:
                 swept = sweep_deployment(cfg, deployment, axes, seams=seams_for, base=candidates[0] if candidates else None,
                                          target=shadow_target, dry_run=dry_run, progress=progress,

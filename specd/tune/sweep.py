@@ -36,6 +36,7 @@ from specd.profiles.keys import NAME_PATTERN
 from specd.profiles.load import Profile, load_profile
 from specd.tune.targets import DeploymentTarget, Target
 from specd.tune.tuner import TuneResult, tune_deployment
+from specd.tune.verify import carry_verification
 
 MAX_VARIANTS = 32
 SWEEP_MARK = ".sweep."
@@ -167,6 +168,7 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
         path = deployment.profiles_dir / f"{name}.toml"
         path.write_text(variant_text(base_text, variant, f"{base} with {variant.describe()} (specd tune --sweep)"))
         written.append(path)
+        sweep_facts["verification_carried"] = carry_verification(deployment, variant.name, name)
         sweep_facts["written"] = str(path)  # read by the history record, which is made after the switch
         return name
 

@@ -212,10 +212,32 @@ def reference_profile(deployment: Deployment) -> str | None:
     return next((n for n in names if not needs_verification(deployment, n)), None)
 
 
-def fingerprint(deployment: Deployment, profile: str) -> str:
+def fingerprint(deployment: Deployment, profile: str, *, named: bool = True) -> str:
+    """What a verification holds for: the resolved profile (its name too, unless `named` is False)."""
     loaded = asdict(load_profile(deployment.profiles_dir, profile))
-    kept = {k: v for k, v in loaded.items() if k not in ("path", "description", "inherits_chain")}
+    left_out = ("path", "description", "inherits_chain") if named else ("path", "description", "inherits_chain", "name")
+    kept = {k: v for k, v in loaded.items() if k not in left_out}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def carry_verification(deployment: Deployment, source: str, target: str) -> bool:
+    """A sweep's winning variant, written under its lasting name, keeps the verification its temporary
+    file earned — only when the two resolve to the same settings (names and descriptions aside)."""
+    stored = _last_row(deployment, source)
+    if stored is None or stored["fingerprint"] != fingerprint(deployment, source):
+        return False
+    if fingerprint(deployment, source, named=False) != fingerprint(deployment, target, named=False):
+        return False
+    summary = {**json.loads(stored["summary"]), "carried_from": source}
+    conn = store.connect()
+    try:
+        conn.execute("INSERT INTO verifications (unit, profile, against, at, fingerprint, structured_ok, summary) "
+                     "VALUES (?,?,?,?,?,?,?)",
+                     (deployment.unit, target, stored["against"], stored["at"], fingerprint(deployment, target),
+                      stored["structured_ok"], json.dumps(summary)))
+    finally:
+        conn.close()
+    return True
 
 
 def save_verification(deployment: Deployment, result: Verification) -> None:
@@ -241,14 +263,18 @@ class Stored:
     summary: str
 
 
-def last_verification(deployment: Deployment, profile: str) -> Stored | None:
+def _last_row(deployment: Deployment, profile: str) -> Any:
     conn = store.connect()
     try:
         store.ensure_schema(conn, SCHEMA)
-        row = conn.execute("SELECT * FROM verifications WHERE unit=? AND profile=? ORDER BY at DESC, id DESC LIMIT 1",
-                           (deployment.unit, profile)).fetchone()
+        return conn.execute("SELECT * FROM verifications WHERE unit=? AND profile=? ORDER BY at DESC, id DESC LIMIT 1",
+                            (deployment.unit, profile)).fetchone()
     finally:
         conn.close()
+
+
+def last_verification(deployment: Deployment, profile: str) -> Stored | None:
+    row = _last_row(deployment, profile)
     if row is None:
         return None
     return Stored(profile, row["against"], row["at"], row["fingerprint"] == fingerprint(deployment, profile),

@@ -25,7 +25,7 @@ from specd.tune.workloads import (
     typical_level,
 )
 from tests.conftest import Box
-from tests.system.test_bench import CODE_ASK, SEEDS, shaped
+from tests.system.test_bench import CODE_ASK, SEEDS, emulated_profiles, save, shaped
 from tests.system.test_tune_real import repeat_workload
 
 # --- rounds and replay -------------------------------------------------------------------------------
@@ -190,3 +190,23 @@ def test_a_concurrent_bench_on_the_real_server_runs_requests_side_by_side(box: B
         assert len(in_flight) == 8 and max(in_flight) > 1, in_flight  # requests overlapped on the server
         assert all(r["output_tokens"] > 0 for r in cell["requests"])
     assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "plain-np8"
+
+
+def test_tune_levels_names_the_best_per_level_and_the_single_choice_and_switches_nothing(
+        box: Box, tmp_path: Path) -> None:
+    """`specd tune-levels` on emulated servers under the private systemd: MTP wins one stream at a time,
+    plain wins at 8 in flight (the seeds' tables), and the box is back on the profile it started on."""
+    emulated_profiles(box)
+    box.edit_profile("base", parallel=8)
+    box.specd("switch", "plain", check=True)
+    workload = save(shaped(CODE_ASK, 500, 256), tmp_path / "code.jsonl")
+
+    result = box.specd("tune-levels", "plain", "mtp", "--levels", "1,8", "--workload", str(workload), "--n", "6",
+                       "--json", timeout=600, check=True)
+
+    plan = json.loads(result.stdout)
+    assert [(level["level"], level["best"]) for level in plan["levels"]] == [(1, "mtp"), (8, "plain")], plan
+    assert plan["single"] in ("plain", "mtp") and plan["regret"][plan["single"]] == min(plan["regret"].values())
+    assert "llama-server cannot switch by batch size" in plan["sentence"]
+    assert plan["back_on"] == "plain"
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "plain"

@@ -199,3 +199,30 @@ def test_the_autotune_variant_renders_the_engines_flag_and_is_refused_by_a_binar
     assert "--spec-autotune" not in build_argv(load_profile(tmp_path, "mtp"), ik_llama)
     with pytest.raises(PreflightError, match=r"autotune needs one of --spec-autotune, but /opt/llama-server offers none"):
         build_argv(profile, parse_help("/opt/llama-server", llama_cpp))
+
+
+def test_the_written_winner_keeps_the_verification_its_temporary_file_earned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verified as `mtp.sweep.draft_n_max-5`, switched to as `mtp-draft_n_max-5`: `specd switch` and
+    `specd profiles` must not call the winner unverified — unless its settings differ."""
+    from specd.profiles.config import Deployment
+    from specd.tune.verify import Verification, carry_verification, last_verification, save_verification
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    deployment = Deployment(unit="llama.service", scope="user", profiles_dir=tmp_path)
+    (tmp_path / "plain.toml").write_text(PLAIN)
+    (tmp_path / "mtp.toml").write_text(BASE)
+    variant = Variant("mtp", (("draft_n_max", 5),))
+    (tmp_path / f"{variant.name}.toml").write_text(variant_text(BASE, variant, "sweep of mtp (temporary)"))
+    (tmp_path / "mtp-draft_n_max-5.toml").write_text(variant_text(BASE, variant, "mtp with draft_n_max = 5"))
+    save_verification(deployment, Verification(variant.name, "plain", at=1000.0))
+
+    assert last_verification(deployment, "mtp-draft_n_max-5") is None
+    assert carry_verification(deployment, variant.name, "mtp-draft_n_max-5")
+    carried = last_verification(deployment, "mtp-draft_n_max-5")
+    assert carried is not None and carried.current and carried.structured_ok and carried.against == "plain"
+
+    other = Variant("mtp", (("draft_n_max", 6),))
+    (tmp_path / "mtp-draft_n_max-6.toml").write_text(variant_text(BASE, other, "not what was verified"))
+    assert not carry_verification(deployment, variant.name, "mtp-draft_n_max-6")
+    assert last_verification(deployment, "mtp-draft_n_max-6") is None
