@@ -196,12 +196,12 @@ def test_tune_levels_names_the_best_per_level_and_the_single_choice_and_switches
         box: Box, tmp_path: Path) -> None:
     """`specd tune-levels` on emulated servers under the private systemd: MTP wins one stream at a time,
     plain wins at 8 in flight (the seeds' tables), and the box is back on the profile it started on."""
-    emulated_profiles(box)
+    emulated_profiles(box, time_scale=0.1)  # a modelled 10 s request takes 1 s: 8 clients really overlap
     box.edit_profile("base", parallel=8)
     box.specd("switch", "plain", check=True)
-    workload = save(shaped(CODE_ASK, 500, 256), tmp_path / "code.jsonl")
+    workload = save(shaped(CODE_ASK, 500, 256, count=8), tmp_path / "code.jsonl")
 
-    result = box.specd("tune-levels", "plain", "mtp", "--levels", "1,8", "--workload", str(workload), "--n", "6",
+    result = box.specd("tune-levels", "plain", "mtp", "--levels", "1,8", "--workload", str(workload), "--n", "16",
                        "--json", timeout=600, check=True)
 
     plan = json.loads(result.stdout)
