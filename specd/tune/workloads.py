@@ -131,7 +131,8 @@ def period_note(levels: Mapping[str, int]) -> str | None:
     shown = ", ".join(f"{name} {level}" for name, level in levels.items())
     busiest = max(levels, key=lambda k: levels[k])
     return (f"traffic differs by time of day (typical concurrency: {shown}); speculation that wins one stream "
-            f"at a time may lose in the {busiest}: tune each period with --period NAME")
+            f"at a time may lose in the {busiest}: tune each period with --period NAME, or compare the levels "
+            "with `specd tune-levels`")
 
 
 @dataclass(frozen=True)
