@@ -124,8 +124,9 @@ def test_sigterm_to_the_daemon_mid_switch_holds_no_client_past_the_lease_and_res
         with Load(daemon.proxy_url, 1) as late:  # arrives during the pause: held at the gate
             daemon.wait_for("a request held by the pause", lambda: late.answered() == [] and
                             daemon.proxy_state(box.unit)["in_flight"] > daemon.proxy_state(box.unit)["active"])
-            os.kill(daemon_pid(daemon), signal.SIGTERM)
-            stopped = time.monotonic()
+            pid = daemon_pid(daemon)
+            stopped = time.monotonic()  # before the signal: the daemon may answer before this thread runs again
+            os.kill(pid, signal.SIGTERM)
             daemon.wait_for("the daemon to exit", lambda: daemon_pid(daemon) == 0, 60)
             exited_s = time.monotonic() - stopped
         out, err = cli.communicate(timeout=300)
