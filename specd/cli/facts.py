@@ -1,5 +1,5 @@
 """What `specd status --json` adds to the status itself so one call describes a box: where its
-profiles live, the tuner's pin and last verdict, and the box's identity and hardware (GPUs).
+profiles live, the tuner's pin, time-of-day pins (`schedule`) and last verdict, and the box's identity and hardware (GPUs).
 The Ansible collection's `specd_facts` reads exactly this (docs/json.md)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from specd.deploy.history import History
 from specd.errors import StateDbError
 from specd.profiles.config import Config, Deployment
 from specd.setup.box import box_identity
-from specd.tune.pins import get_pin
+from specd.tune.pins import get_pin, period_pins
 from specd.tune.tuner import parse_record
 
 TUNE_EVENTS = ("tune", "tune-dry-run", "tune-skip")
@@ -30,15 +30,28 @@ def last_tune(unit: str) -> dict[str, Any] | None:
     return None
 
 
+def pins_row(deployment: Deployment) -> str | None:
+    """`specd status`'s pins row: the all-day pin, the time-of-day pins, or None when nothing is pinned."""
+    try:
+        pin, schedule = get_pin(deployment.unit), period_pins(deployment.unit)
+    except StateDbError:
+        return None  # status reports the state DB's problem in its history row
+    parts = [f"{pin.profile} all day (the schedule waits)" if schedule else f"{pin.profile} all day"] if pin else []
+    parts += [f"{period} {p.profile}" for period, p in schedule.items()]
+    return ", ".join(parts) or None
+
+
 def facts_of(config: Config, deployment: Deployment) -> dict[str, Any]:
     facts: dict[str, Any] = {"config_path": str(config.path), "profiles_dir": str(deployment.profiles_dir),
                              "metrics_listen": config.daemon.metrics_listen}
     try:
         pin = get_pin(deployment.unit)
         facts["pin"] = None if pin is None else {"profile": pin.profile, "at": pin.at}
+        facts["schedule"] = {period: p.profile for period, p in period_pins(deployment.unit).items()}
         facts["last_tune"] = last_tune(deployment.unit)
     except StateDbError as exc:
         facts["pin"] = facts["last_tune"] = None
+        facts["schedule"] = {}
         facts["state_db_error"] = exc.message
     facts["box"] = box_identity().as_json()
     return facts

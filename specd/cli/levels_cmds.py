@@ -12,11 +12,14 @@ from specd.cli import console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.cli.tune_cmds import MaxTokensOption, NOption, PeriodOption, WorkloadOption, progress_bar
 from specd.context import seams_for
+from specd.errors import UsageError
 from specd.profiles.load import load_profile
 from specd.tune.bench import DeploymentTarget, Settings
-from specd.tune.levels import bench_levels, levels_of, parse_levels
-from specd.tune.recent import resolve_workload
+from specd.tune.levels import bench_levels, levels_of, parse_levels, schedule_of
+from specd.tune.pins import clear_period_pins, set_period_pin
+from specd.tune.recent import recorded_levels_by_period, resolve_workload
 from specd.tune.tuner import candidate_profiles
+from specd.tune.workloads import Period
 
 
 @cli_app.command("tune-levels")
@@ -31,14 +34,23 @@ def tune_levels(
     period: PeriodOption = None,
     config: ConfigOption = None,
     unit: UnitOption = None,
+    apply: Annotated[bool, typer.Option(
+        "--apply", help="pin each time of day the traffic was recorded in to the best profile at its typical level "
+                        "(`specd pin NAME --period`); the daemon switches when each period begins")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Bench the profiles at each concurrency level; say the best per level and the single profile that
-    loses least over the traffic's mix. Switches nothing: the original profile is back at the end."""
+    loses least over the traffic's mix. Switches nothing: the original profile is back at the end
+    (with --apply, the daemon switches by time of day from then on)."""
     cfg, deployment = deployment_of(config, unit)
     settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens)
     chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n, period)
     shares = parse_levels(levels) if levels else levels_of(chosen.facts().concurrency_levels)
+    by_period = (recorded_levels_by_period(deployment) if (workload or cfg.tuner.workload) == "recent"
+                 else chosen.facts().concurrency_by_period)
+    if apply and not by_period:
+        raise UsageError(f"--apply: the workload {chosen.name} records no time of day",
+                         hint="it needs recorded traffic: --workload recent (the proxy records it)")
     names = candidate_profiles(cfg, deployment, profiles or ())
     for name in names:
         load_profile(deployment.profiles_dir, name)
@@ -48,8 +60,14 @@ def tune_levels(
             plan = bench_levels(target, names, chosen, settings, shares, progress)
     finally:
         target.close()
+    schedule = schedule_of(plan, by_period)
+    if apply and schedule:
+        clear_period_pins(deployment.unit)
+        for period_name, profile in schedule.items():
+            set_period_pin(deployment.unit, period_name, profile)
     if json_out:
-        print_json(plan.as_json() | {"workload": chosen.name, "back_on": target.active()})
+        print_json(plan.as_json() | {"workload": chosen.name, "back_on": target.active(), "levels_by_period": by_period,
+                                     "schedule": schedule, "applied": apply and bool(schedule)})
         return
     table = Table("in flight", "share", *plan.levels[0].medians_ms, "best", title=f"workload {chosen.name}")
     for choice in plan.levels:
@@ -59,3 +77,19 @@ def tune_levels(
     console.print(table)
     console.print(plan.sentence(), highlight=False)
     console.print(f"nothing was switched; back on {target.active() or 'nothing'}", highlight=False)
+    _say_schedule(schedule, by_period, apply)
+
+
+def _say_schedule(schedule: dict[Period, str], by_period: dict[str, int], applied: bool) -> None:
+    if not by_period:
+        return
+    if not schedule:
+        console.print("one profile is the best at every time of day's typical level: nothing to schedule", highlight=False)
+        return
+    shown = ", ".join(f"{period} ({by_period[period]} in flight) {profile}" for period, profile in schedule.items())
+    if applied:
+        console.print(f"pinned by time of day: {shown}; the daemon switches when each period begins "
+                      "(`specd unpin --schedule` removes them)", highlight=False)
+    else:
+        console.print(f"by time of day: {shown}; `--apply` pins them and the daemon switches when each period begins",
+                      highlight=False)

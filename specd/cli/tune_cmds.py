@@ -27,7 +27,6 @@ from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles,
 from specd.tune.bench import Progress as ProgressFn
 from specd.tune.benchstore import save_report
 from specd.tune.fleet import TUNE_SCHEMA, load_rows
-from specd.tune.pins import clear_pin, set_pin
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.shadow import ShadowTarget, clean_only, load_notes
 from specd.tune.sweep import SweepResult, sweep_deployment, sweep_json, sweep_sentence
@@ -358,30 +357,4 @@ def verify_cmd(
         names = ", ".join(c.probe for c in result.failures)
         raise FidelityError(f"{profile} fails the structured checks against {reference}: {names}",
                             hint="the tuner will not switch to it; `specd switch` warns before using it")
-
-
-@cli_app.command()
-def pin(
-    profile: Annotated[str, typer.Argument(help="the profile the tuner must keep")],
-    config: ConfigOption = None,
-    unit: UnitOption = None,
-) -> None:
-    """Keep the tuner (and its nightly run) from switching this deployment away from PROFILE."""
-    _, deployment = deployment_of(config, unit)
-    load_profile(deployment.profiles_dir, profile)
-    set_pin(deployment.unit, profile)
-    console.print(f"pinned {deployment.unit} to [bold]{profile}[/]; the tuner will not switch it", highlight=False)
-    active = switcher_for(deployment).active_profile()
-    if active != profile:
-        console.print(f"[dim]note:[/] the active profile is {active or 'none'}; run `specd switch {profile}`",
-                      highlight=False)
-
-
-@cli_app.command()
-def unpin(config: ConfigOption = None, unit: UnitOption = None) -> None:
-    """Let the tuner switch this deployment again."""
-    _, deployment = deployment_of(config, unit)
-    old = clear_pin(deployment.unit)
-    console.print(f"unpinned {deployment.unit} (was {old.profile})" if old else f"{deployment.unit} was not pinned",
-                  highlight=False)
 

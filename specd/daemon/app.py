@@ -40,7 +40,7 @@ from specd.daemon.control import daemon_status
 from specd.daemon.crashes import Crash
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
-from specd.daemon.nightly import cron_trigger, nightly_job
+from specd.daemon.nightly import cron_trigger, nightly_job, schedule_job
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.proxy import Proxy, ProxySettings
@@ -93,8 +93,6 @@ class Runtime:
     info: dict[str, Any] = field(default_factory=dict)
     last_generation: int = 0
     last_outcome: str = ""  # of last_generation: a pending switch is seen again when it finishes
-
-
 
 
 class Daemon:
@@ -185,6 +183,10 @@ class Daemon:
                 sample = partial(sample_counters, self._http, self.state, runtime.deployment, runtime.info)
                 self.scheduler.add_job(self._job(f"sample {unit}", sample), "interval",
                                        seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=_now())
+            schedule = schedule_job(runtime.deployment, self._make_seams)
+            if schedule is not None:
+                self.scheduler.add_job(self._job(f"schedule {unit}", schedule), "interval",
+                                       seconds=daemon.schedule_check_s, id=f"schedule:{unit}", next_run_time=_now())
         upkeep = partial(housekeeping, self.state, self.deployments)
         self.scheduler.add_job(self._job("housekeeping", upkeep), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")

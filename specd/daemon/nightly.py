@@ -1,4 +1,4 @@
-"""When the nightly tuning fires, and what the daemon hands it.
+"""When the nightly tuning fires, and what the daemon hands it; the per-period pins' check.
 
 `[tuner] cron` is a crontab line (minute hour day month weekday); a sixth, leading field gives the
 second, for runs that must fire at an exact moment (the end-to-end tests of the night use it). The
@@ -48,3 +48,15 @@ def nightly_job(config: Config, deployment: Deployment, proxy: Proxy | None,
         return None
     return partial(module.nightly, config, deployment, seams=seams,
                    clients=None if proxy is None else (lambda: (proxy.accepted, proxy.in_flight)))
+
+
+def schedule_job(deployment: Deployment, seams: SeamsFactory) -> Callable[[], object] | None:
+    """The per-period pins' check for one deployment (specd.tune.schedule), or None without specd.tune."""
+    try:
+        module = importlib.import_module("specd.tune.schedule")
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("specd.tune"):
+            raise
+        return None
+    job: Callable[[], object] = module.ScheduleJob(deployment, seams=seams)
+    return job

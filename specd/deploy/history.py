@@ -49,9 +49,9 @@ GenerationKind = Literal["switch", "rollback", "external-edit"]
 # pending: under way (or interrupted); ok: installed and healthy; reverted: failed and put back;
 # failed: failed and the revert failed too.
 GenerationOutcome = Literal["pending", "ok", "reverted", "failed"]
-# Who asked: a person at the CLI or the status page, the daemon (monitor, watcher), the tuner, or a
-# bench/verify run.
-Trigger = Literal["cli", "daemon", "tuner", "bench", "verify", "web"]
+# Who asked: a person at the CLI or the status page, the daemon (monitor, watcher), the tuner, a
+# bench/verify run, or the per-period pins (the daemon at a period's start and end).
+Trigger = Literal["cli", "daemon", "tuner", "bench", "verify", "web", "schedule"]
 # Columns added after the first release: added to older databases when they are opened.
 _ADDED_COLUMNS = (("slot", "TEXT"), ("strategy", "TEXT"))
 

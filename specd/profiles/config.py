@@ -49,6 +49,8 @@ CONFIG_SCHEMA = Table(
             "rollback_grace_s": Key(float, in_range(0, 86400),
                                     "within this long after a switch, a failure rolls back instead of restarting"),
             "housekeeping_interval_s": Key(float, in_range(60, 86400 * 7), "pruning of backups, history, traffic"),
+            "schedule_check_s": Key(float, in_range(1, 3600), "seconds between checks of the per-period pins "
+                                                              "(`specd pin NAME --period`)"),
             "metrics_listen": Key(str, _LISTEN, "host:port for read-only /metrics and /status"),
             "http_listen": Key(str, _LISTEN, "host:port of the status page (loopback unless a token file is set)"),
             "http_token_file": Key(str, doc="the status page's action token (0600); required off loopback"),
@@ -95,6 +97,7 @@ class DaemonConfig:
     failures_before_restart: int = 3
     rollback_grace_s: float = 600.0
     housekeeping_interval_s: float = 3600.0
+    schedule_check_s: float = 60.0
     metrics_listen: str | None = None
     http_listen: str | None = None
     http_token_file: Path | None = None

@@ -4,12 +4,14 @@ Speculation that wins one stream at a time can lose when requests are batched (t
 DFlash lose at 8 in flight on a 3090 Ti). `specd tune-levels` benches the candidates at each level
 the recorded traffic met (its `concurrency_levels`, the most common first) or at `--levels 1,8`,
 and reports, per level, the best median wall clock. llama-server has no batch-size schedule (one
-`--spec-type` per server), and specd keeps no per-time-of-day pins, so nothing is applied: the
-report says which single profile loses least over the traffic's mix of levels, weighted by the
-share of requests at each level — `regret`, how much slower than each level's own best.
+`--spec-type` per server): the report says which single profile loses least over the traffic's mix
+of levels, weighted by the share of requests at each level — `regret`, how much slower than each
+level's own best. When the recorded traffic's typical level differs by time of day, `schedule_of`
+gives each time of day the best profile at its level, and `specd tune-levels --apply` pins them
+(specd.tune.pins; the daemon switches at each period's start: specd.tune.schedule).
 
-`plan_levels` is pure (unit-tested in milliseconds); `bench_levels` runs the bench once per level
-and restores the original profile on the way out.
+`plan_levels` and `schedule_of` are pure (unit-tested in milliseconds); `bench_levels` runs the
+bench once per level and restores the original profile on the way out.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from specd.errors import UsageError
 from specd.tune.bench import Progress, Settings, bench_profiles, restoring
 from specd.tune.targets import Target
-from specd.tune.workloads import Workload
+from specd.tune.workloads import PERIODS, Period, Workload
 
 MOST_LEVELS = 3  # levels benched by default: every level multiplies the bench time
 
@@ -50,7 +52,12 @@ class LevelPlan:
         per_level = ", ".join(f"{c.best} at {c.level} in flight" for c in self.levels)
         return (f"the best differs by level ({per_level}); llama-server cannot switch by batch size, so one profile "
                 f"for all of it: {self.single} loses least ({100 * self.regret[self.single]:.1f}% slower than "
-                f"each level's best, weighted by the traffic's share of requests at each level)")
+                f"each level's best, weighted by the traffic's share of requests at each level); where the level "
+                "follows the time of day, `--apply` pins each time of day to its level's best")
+
+    def best_near(self, level: int) -> LevelChoice:
+        """The benched level nearest `level` (ties: the lower one)."""
+        return min(self.levels, key=lambda c: (abs(c.level - level), c.level))
 
     def as_json(self) -> dict[str, Any]:
         return {"levels": [{"level": c.level, "share": round(c.share, 4), "best": c.best,
@@ -111,3 +118,11 @@ def bench_levels(target: Target, profiles: Sequence[str], workload: Workload, se
             common = report.common_n()
             medians[level] = {p: report.summary(p, common).median for p in report.benched()} if common else {}
     return plan_levels(medians, levels)
+
+
+def schedule_of(plan: LevelPlan, levels_by_period: Mapping[str, int]) -> dict[Period, str]:
+    """Each time of day the traffic was seen in -> the best profile at its typical level (the nearest
+    benched level). Empty when one profile would serve every one of them: there is nothing to schedule."""
+    schedule: dict[Period, str] = {period: plan.best_near(levels_by_period[period]).best
+                                   for period, _, _ in PERIODS if period in levels_by_period}
+    return schedule if len(set(schedule.values())) > 1 else {}

@@ -40,7 +40,7 @@ from specd.profiles.axes import parse_axis
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import load_profile
 from specd.traffic import records as traffic
-from specd.tune.pins import get_pin
+from specd.tune.pins import pin_in_force
 from specd.tune.recent import resolve_workload
 from specd.tune.sweep import sweep_deployment
 from specd.tune.tuner import Decision, tune_deployment
@@ -163,9 +163,9 @@ def nightly(config: Config, deployment: Deployment, *, seams: SeamsFactory, clie
     night = Night(fired_at=clock.monotonic(), budget_s=tuner.budget_minutes * 60.0)
     deadline = night.fired_at + night.budget_s
     night.numbers = {"budget_s": round(night.budget_s, 1), "idle_s": round(tuner.idle_minutes * 60.0, 1)}
-    pin = get_pin(deployment.unit)
+    pin = pin_in_force(deployment.unit, clock.time())
     if pin is not None:
-        night.event(deployment, "tune-skip", f"pinned to {pin.profile}")
+        night.event(deployment, "tune-skip", f"pinned to {pin.profile}" + (f" for the {pin.period}" if pin.period else ""))
         return None
     log.info("%s: nightly run: waiting for %g idle minutes (budget %g minutes)", deployment.unit,
              tuner.idle_minutes, tuner.budget_minutes)

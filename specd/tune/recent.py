@@ -33,6 +33,7 @@ from specd.tune.workloads import (
     Period,
     Workload,
     WorkloadRequest,
+    levels_by_period,
     load_workload,
     opening,
     parse_line,
@@ -191,6 +192,11 @@ def recent_workload(deployment: Deployment, n: int, *, days: float = RECENT_DAYS
                          "the 'recent' workload",
                          hint="run the daemon with its proxy, or pass --workload NAME|FILE (e.g. code, prose)")
     return synthetic_workload(rows, max(n, MIN_REQUESTS))
+
+
+def recorded_levels_by_period(deployment: Deployment, days: float = RECENT_DAYS) -> dict[str, int]:
+    """The typical concurrency per time of day over all the recorded requests (not a sample of them)."""
+    return levels_by_period([(r.ts, r.in_flight + 1) for r in recorded_rows(deployment, days)])
 
 
 def resolve_workload(spec: str, deployment: Deployment, n: int, period: Period | None = None) -> Workload:

@@ -30,7 +30,7 @@ from specd.tune import activity
 from specd.tune.bench import DeploymentTarget, Progress, Report, Settings, Target, bench_profiles, restoring
 from specd.tune.benchstore import save_report
 from specd.tune.perfmodel import MixItem, crossover_output_tokens, expected_wall_ms, fit_all
-from specd.tune.pins import get_pin
+from specd.tune.pins import pin_in_force
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.stats import Summary, cis_separated
 from specd.tune.targets import Interruptible
@@ -304,7 +304,7 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
         deadline = time.monotonic() + budget_s
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
                         cache_reuse=cache_reuse, temperature=temperature)
-    pin = get_pin(deployment.unit)
+    pin = pin_in_force(deployment.unit, time.time())
     own: DeploymentTarget | None = None
     if target is None:
         target = own = DeploymentTarget(deployment, seams=seams, trigger=trigger)

@@ -20,7 +20,7 @@ import pytest
 from specd.deploy import intent as intents
 from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.capacity import Capacity
-from specd.deploy.history import History
+from specd.deploy.history import History, Trigger
 from specd.deploy.preflight import Preflight
 from specd.deploy.seams import Seams
 from specd.deploy.slots import companion_unit, port_of, read_pointer, slot
@@ -129,15 +129,19 @@ class World:
     def pointer(self) -> str:
         return read_pointer(self.state, self.deployment)
 
-    def switcher(self, fault: FaultAt | None = None) -> Switcher:
+    def seams(self, history: History | None = None) -> Seams:
+        return Seams(self.deployment, self.state, history or self.history, connect=lambda: self.systemd,
+                     proxy=self.proxy,
+                     http=lambda timeout_s: httpx.Client(transport=httpx.MockTransport(self.load.handler)),
+                     clock=SteppedClock())
+
+    def switcher(self, fault: FaultAt | None = None, *, seams: Seams | None = None, trigger: Trigger = "cli") -> Switcher:
         def fake_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
             profile = load_profile(deployment.profiles_dir, name)
             return Preflight(profile, [], unit_text(name), GgufInfo.__new__(GgufInfo), None)
 
-        seams = Seams(self.deployment, self.state, self.history, connect=lambda: self.systemd, proxy=self.proxy,
-                      http=lambda timeout_s: httpx.Client(transport=httpx.MockTransport(self.load.handler)),
-                      clock=SteppedClock())
-        return Switcher(seams, gate=self.gate, journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
+        return Switcher(seams or self.seams(), trigger=trigger, gate=self.gate,
+                        journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
                         preflight=fake_preflight, capacity=lambda new, old: self.fits,
                         ports_in_use=lambda port: {4242} if port in self.ports_held else set())
 
