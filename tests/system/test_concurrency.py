@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -192,22 +193,31 @@ def test_a_concurrent_bench_on_the_real_server_runs_requests_side_by_side(box: B
     assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "plain-np8"
 
 
-def test_tune_levels_names_the_best_per_level_and_the_single_choice_and_switches_nothing(
+def test_tune_levels_names_the_best_per_level_and_the_single_choice_and_pins_each_time_of_day(
         box: Box, tmp_path: Path) -> None:
     """`specd tune-levels` on emulated servers under the private systemd: MTP wins one stream at a time,
-    plain wins at 8 in flight (the seeds' tables), and the box is back on the profile it started on."""
+    plain wins at 8 in flight (the seeds' tables), and the box is back on the profile it started on.
+    The workload was recorded one at a time at night and 8 at a time in the afternoon: `--apply` pins
+    the night to MTP and the afternoon to plain (the daemon applies them: tests/system/test_schedule.py)."""
     emulated_profiles(box, time_scale=0.2)  # a modelled 10 s request takes 2 s: 8 clients really overlap
     box.edit_profile("base", parallel=8)
     box.specd("switch", "plain", check=True)
-    workload = save(shaped(CODE_ASK, 500, 256, count=8), tmp_path / "code.jsonl")
+    requests = shaped(CODE_ASK, 500, 256, count=8).requests
+    night, afternoon = time.mktime((2026, 11, 20, 2, 0, 0, 0, 0, -1)), time.mktime((2026, 11, 20, 14, 0, 0, 0, 0, -1))
+    recorded = [dataclasses.replace(r, recorded_at=night + i, concurrency=1) if i % 2 else
+                dataclasses.replace(r, recorded_at=afternoon + i, concurrency=8) for i, r in enumerate(requests)]
+    workload = save(Workload("code", tuple(recorded)), tmp_path / "code.jsonl")
 
     result = box.specd("tune-levels", "plain", "mtp", "--levels", "1,8", "--workload", str(workload), "--n", "16",
-                       "--json", timeout=600, check=True)
+                       "--apply", "--json", timeout=600, check=True)
 
     plan = json.loads(result.stdout)
-    print(f"\ntune-levels on the emulator: {plan['levels']}; regret {plan['regret']}")
+    print(f"\ntune-levels on the emulator: {plan['levels']}; regret {plan['regret']}; schedule {plan['schedule']}")
     assert [(level["level"], level["best"]) for level in plan["levels"]] == [(1, "mtp"), (8, "plain")], plan
     assert plan["single"] in ("plain", "mtp") and plan["regret"][plan["single"]] == min(plan["regret"].values())
     assert "llama-server cannot switch by batch size" in plan["sentence"]
+    assert plan["levels_by_period"] == {"night": 1, "afternoon": 8}
+    assert plan["schedule"] == {"night": "mtp", "afternoon": "plain"} and plan["applied"] is True
     assert plan["back_on"] == "plain"
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["schedule"] == plan["schedule"]
     assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "plain"
