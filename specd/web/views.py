@@ -22,7 +22,7 @@ from specd.errors import SpecdError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
 from specd.traffic import records as traffic
-from specd.tune.pins import get_pin
+from specd.tune.pins import get_pin, period_pins
 
 TTFT_WINDOW_S = 15 * 60.0
 DIFF_MAX_LINES = 200
@@ -93,6 +93,7 @@ def deployment_view(config: Config, deployment: Deployment, daemon: dict[str, An
         "profile_errors": own.get("profile_errors") or {},
         "ttft_now": ttft_now(unit),
         "pin": None if pin is None else {"profile": pin.profile, "at": pin.at},
+        "schedule": {period: p.profile for period, p in period_pins(unit).items()},
         "profiles": profile_listing(deployment),
     }
 

@@ -25,7 +25,7 @@ from specd.daemon.service import bind_tcp, make_server
 from specd.errors import ConfigError
 from specd.profiles.config import load_config
 from specd.setup.sandbox import free_port
-from specd.tune.pins import get_pin
+from specd.tune.pins import get_pin, set_period_pin
 from specd.web import auth
 from specd.web.app import StatusPage
 
@@ -154,6 +154,9 @@ def test_with_the_token_and_the_csrf_token_pin_and_unpin_take_effect_and_are_str
         pin = get_pin(UNIT)
         assert pin is not None and pin.profile == "ngram-simple"
         assert client.get("/api/state").json()["deployments"][0]["pin"]["profile"] == "ngram-simple"
+        assert client.get("/api/state").json()["deployments"][0]["schedule"] == {}
+        set_period_pin(UNIT, "evening", "autoregressive")  # as `specd pin autoregressive --period evening` does
+        assert client.get("/api/state").json()["deployments"][0]["schedule"] == {"evening": "autoregressive"}
         seen = []
         for line in events.iter_lines():
             if line.startswith("data: "):

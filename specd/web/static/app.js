@@ -81,6 +81,8 @@
         monitor.healthy === false ? "bad" : ""),
       fact("next tuning run", data.tuner.enabled ? fmtTime(daemon.next_tuning) : "tuner off"),
       fact("pin", d.pin ? d.pin.profile + " since " + fmtTime(d.pin.at) : "not pinned"),
+      fact("by time of day", Object.entries(d.schedule || {}).map(([period, name]) => period + " " + name).join(", ")
+        || "no time-of-day pins"),
       d.state ? fact("marked", d.state, "bad") : null,
     ]);
     // The options are rebuilt only when they change: a refresh while the user is choosing keeps the
