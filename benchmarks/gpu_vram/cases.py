@@ -2,7 +2,7 @@
 
 Groups: fit (run 1) and check (run 2: Llama/Gemma), fit3 and held3 (run 3: the Qwen3.6 family),
 held4 (run 4: shapes never fitted), held5 (run 5: MoE expert offload after its rule changed), held6
-(run 6: expert offload after specd.gpu.expert_copies), split2
+(run 6: expert offload after specd.gpu.expert_copies), held7 (run 7: after its mask rule), split2
 (issue 17: two GPUs, not yet run). `blind(group, case)` says which estimates count as held out.
 """
 
@@ -175,6 +175,38 @@ HELD6_CASES: tuple[Case, ...] = (
          args=("--n-cpu-moe", "3"), group="held6"),
     Case("m30 c12k ncmoe7 ub384", "moe30-q8_0", 12288, ubatch=384, args=("--n-cpu-moe", "7"), group="held6"),
 )
+# Run 7: held out for the expert-copy rule read off runs 3-6 and a dry-run sweep of 336 settings
+# (sweep-run7.jsonl: ctx 16k/32k/64k/128k, ubatch 256-2048 in steps the cases below avoid, -np
+# unset/1/3). Fresh context, ubatch and -np values, some on either side of the rule's mask threshold
+# (moe35: n_kv x 2 B per token against 2 x n_used x n_ff_exp x 4 B = 32 KiB: 18k cells two copies,
+# 15k one), and three cases without offload. Decided before measuring; all held out.
+HELD7_CASES: tuple[Case, ...] = (
+    Case("m35 c18k cpu-moe ub896", "moe35-q8_0", 18432, ubatch=896, args=("--cpu-moe",), group="held7"),
+    Case("m35 c15k ncmoe7 ub1280", "moe35-q8_0", 15360, ubatch=1280, args=("--n-cpu-moe", "7"), group="held7"),
+    Case("m35 c44k ncmoe6 np2 ub448", "moe35-q8_0", 45056, parallel=2, ubatch=448, args=("--n-cpu-moe", "6"),
+         group="held7"),
+    Case("m35 c72k q8_0 ncmoe4 ub1792", "moe35-q8_0", 73728, "q8_0", "q8_0", ubatch=1792,
+         args=("--n-cpu-moe", "4"), group="held7"),
+    Case("m35 c36k ncmoe11 np4 ub640", "moe35-q8_0", 36864, parallel=4, ubatch=640, args=("--n-cpu-moe", "11"),
+         group="held7"),
+    Case("m35 c52k q4_0 ncmoe9 ub320", "moe35-q8_0", 53248, "q4_0", "q4_0", ubatch=320,
+         args=("--n-cpu-moe", "9"), group="held7"),
+    Case("n80 c36k cpu-moe np2 ub896", "next80-q8_0", 36864, parallel=2, ubatch=896, args=("--cpu-moe",),
+         group="held7"),
+    Case("n80 c44k q8_0 ncmoe2 ub1280", "next80-q8_0", 45056, "q8_0", "q8_0", ubatch=1280,
+         args=("--n-cpu-moe", "2"), group="held7"),
+    Case("n80 c24k ncmoe3 np4 ub448", "next80-q8_0", 24576, parallel=4, ubatch=448, args=("--n-cpu-moe", "3"),
+         group="held7"),
+    Case("m30 c36k cpu-moe ub896", "moe30-q8_0", 36864, ubatch=896, args=("--cpu-moe",), group="held7"),
+    Case("m30 c52k q8_0 ncmoe6 np2 ub1280", "moe30-q8_0", 53248, "q8_0", "q8_0", parallel=2, ubatch=1280,
+         args=("--n-cpu-moe", "6"), group="held7"),
+    Case("m30 c24k ncmoe2 np4 ub448", "moe30-q8_0", 24576, parallel=4, ubatch=448, args=("--n-cpu-moe", "2"),
+         group="held7"),
+    Case("m35 c40k q8_0 np2 ub768", "moe35-q8_0", 40960, "q8_0", "q8_0", parallel=2, ubatch=768, group="held7"),
+    Case("n80 c48k q4_0 np3 ub640", "next80-q8_0", 49152, "q4_0", "q4_0", parallel=3, ubatch=640, group="held7"),
+    Case("1b-f16 c40k q8_0 np2 ub768", "llama-1b-f16", 40960, "q8_0", "q8_0", parallel=2, ubatch=768,
+         group="held7"),
+)
 # Issue 17 (not yet run: needs the two-GPU kind): each GPU's share against its own reading, uneven
 # splits, and a draft pinned to the second GPU. Decided before measuring, like the others: all held out.
 SPLIT2_CASES: tuple[Case, ...] = (
@@ -194,7 +226,7 @@ SPLIT2_CASES: tuple[Case, ...] = (
          args=("-sm", "none", "-mg", "0", "-devd", "CUDA1"), group="split2"),
 )
 CASES = (CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES + HELD4_CASES + HELD5_CASES + HELD6_CASES
-         + SPLIT2_CASES)
+         + HELD7_CASES + SPLIT2_CASES)
 
 
 def offloads_experts(case: Case) -> bool:
@@ -206,11 +238,12 @@ def blind(case: Case) -> bool:
 
     run 1-3 are in-sample: their terms were set from them (check and held3 had been blind before,
     and their errors at that time are in the results file's `estimate`). held4 and held5 stay blind
-    except their expert-offload cases, whose rule changed after they were seen (run 4's, then run 5's:
-    specd.gpu.expert_copies was read off runs 3-5); held6 is blind."""
-    if case.group == "held6":
+    except their expert-offload cases, whose rule changed after they were seen (run 4's, run 5's,
+    then run 6's: specd.gpu.expert_copies' mask rule was read off runs 3-6 and the run-7 sweep), so
+    held6 (all offload) is in-sample now; held7 is blind."""
+    if case.group == "held7":
         return True
-    return case.group in ("held4", "held5") and not offloads_experts(case)
+    return case.group in ("held4", "held5", "held6") and not offloads_experts(case)
 
 
 def family(case: Case) -> str:

@@ -149,7 +149,7 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
             peak += max((layout.largest_of(index) for index in host_layers), default=0)
         if host_experts:
             copies = expert_copies(shape, ctx.ubatch, host_experts,
-                                   max(layout.largest_expert_of(index) for index in host_experts), peak)
+                                   max(layout.largest_expert_of(index) for index in host_experts), masks)
             peak = max(peak, copies.peak_bytes)
             tally.add(device, "margin", copies.margin_bytes)
         if draft and shape.reads_target and target is not None:

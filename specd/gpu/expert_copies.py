@@ -2,23 +2,34 @@
 
 With `--cpu-moe`/`--n-cpu-moe` a layer's `ffn_{gate,up,down}_exps` stay in host memory; for a prompt
 batch ggml's scheduler offloads their MUL_MAT_ID ops to the GPU and copies each weight in, one split
-per weight (ggml-backend.cpp: "by starting a new split, the memory of the previously offloaded weights
-can be reused"). Each copy is freed once its MUL_MAT_ID is done, so at most one copy is live at a
-time; the compute buffer is the highest offset ggml-alloc's best-fit allocator ever reaches, though,
-and that is one copy or two (benchmarks/gpu_vram/RESULTS.md, llama.cpp's `CUDA0 compute buffer size`):
+per weight (ggml-backend.cpp, pass 5: "by starting a new split, the memory of the previously offloaded
+weights can be reused"). A split's inputs are allocated at the split's start and each copy is freed
+once its MUL_MAT_ID is done, so at most one copy is live at a time; the compute buffer, though, is the
+highest offset ggml-alloc's best-fit allocator ever reaches, and that is one copy or two.
 
-- one copy: the copy, plus per ubatch token the routed experts' outputs before and after weighting,
-  their SwiGLU product and the router's logits/probabilities/order — next80 (qwen3next), moe30
-  (qwen3moe) and moe35 (qwen35moe) with only recurrent layers' experts in host memory, to the MiB;
-- two copies: in a hybrid (recurrent + attention) model, when a full-attention layer's experts and a
-  later layer's experts are both in host memory, the attention layer's tensors are left inside the
-  freed copy's region and the next copy is placed behind them; the buffer then reaches two copies,
-  plus per token the experts' outputs and their SwiGLU product (moe35 with `--cpu-moe`, `--n-cpu-moe`
-  6 and 9, ubatch 256 to 1024, to the MiB). A ubatch whose other temporaries already span a copy
-  leaves a hole the next copy fits in (moe35 at ubatch 2048: one copy).
+What makes it two (read off llama.cpp's own buffer sizes, see benchmarks/gpu_vram/RESULTS.md):
+the KQ mask is a graph input, so it lives in host memory and the scheduler copies it to the GPU as an
+input of the split that holds the first attention layer (one copy, kept until the last attention
+layer). In a hybrid model whose first layers are recurrent (qwen35moe: layers 0-2), and whose expert
+layers before it are in host memory, that split starts at the host `ffn_down_exps` multiplication of
+the layer before: its copy is allocated first, then the mask. Best fit puts the mask into the hole the
+layer's freed gate and up outputs left (2 x n_used x n_ff_exp f32 per ubatch token) when it fits
+there; when it does not, it lands next to the copy's region and stays there for the rest of the
+graph, and the next host copy (a layer after the attention layer) no longer fits the freed region:
+the buffer reaches two copies. So two copies when
 
-The rule was read off runs 3-5 (the allocator's placement is not modelled tensor by tensor), so the
-fit check keeps a second copy free wherever one copy is counted.
+- a host-expert layer comes before the first attention layer (the mask is copied in between host
+  copies) and another one after it (a later copy needs the region again), and
+- the mask (n_kv per stream x ubatch x 2 B, f16) is larger than that hole: per ubatch token,
+  n_kv x 2 B > 2 x n_used x n_ff_exp x 4 B (moe35: 16k cells fit, 20k do not; with `-np 3` each
+  stream's mask is a third).
+
+Else one copy: models that attend in their first layer (qwen3moe: the mask is copied before any
+expert), or whose host layers all precede or end at the first attention layer (next80 at 4 layers,
+`--n-cpu-moe` up to 4 for moe35). The rule was read off the offload cases of runs 3-6 and a dry-run
+sweep of 336 settings (benchmarks/gpu_vram/sweep-run7.jsonl: the CUDA compute buffer of the memory-fit
+pass, which places tensors as the real load does); the allocator's placement is not simulated tensor
+by tensor, so the fit check keeps a second copy free wherever one copy is counted.
 """
 
 from __future__ import annotations
@@ -43,23 +54,34 @@ def _router_floats(shape: ModelShape) -> int:
     return 3 * shape.experts                                  # logits, probabilities, their order
 
 
-def holds_two_copies(shape: ModelShape, host_layers: Sequence[int], copy_bytes: int, other_peak: int) -> bool:
-    """A full-attention layer of a hybrid model with a later host-expert layer, and no hole as big as a copy."""
-    if not any(kind.recurrent for kind in shape.layers) or other_peak >= copy_bytes:
+def first_attention_layer(shape: ModelShape) -> int | None:
+    """The first layer (MTP layers aside) that reads the KQ mask."""
+    return next((index for index, kind in enumerate(shape.layers) if kind.attention and not kind.mtp), None)
+
+
+def mask_displaced(shape: ModelShape, ubatch: int, mask_bytes: int) -> bool:
+    """Is the f16 KQ mask too big for the hole of a host layer's freed gate and up outputs?"""
+    return mask_bytes > ubatch * 4 * 2 * shape.experts_used * shape.n_ff_expert
+
+
+def holds_two_copies(shape: ModelShape, ubatch: int, host_layers: Sequence[int], mask_bytes: int) -> bool:
+    """Host-expert layers on both sides of the first attention layer, and a mask too big for the hole."""
+    first = first_attention_layer(shape)
+    if first is None or not mask_bytes:
         return False
-    ordered = sorted(host_layers)
-    return any(shape.layers[index].attention and not shape.layers[index].recurrent and not shape.layers[index].mtp
-               for index in ordered[:-1])
+    before = any(index < first for index in host_layers)
+    after = any(index > first and not shape.layers[index].mtp for index in host_layers)
+    return before and after and mask_displaced(shape, ubatch, mask_bytes)
 
 
 def expert_copies(shape: ModelShape, ubatch: int, host_layers: Sequence[int], copy_bytes: int,
-                  other_peak: int) -> ExpertCopies:
+                  mask_bytes: int) -> ExpertCopies:
     """The MoE-block peak of `host_layers` (their experts in host memory) on one GPU.
 
-    `copy_bytes` is the largest expert tensor of those layers; `other_peak` the rest of the graph's
-    largest working set (activations or attention, masks excluded) on that GPU."""
+    `copy_bytes` is the largest expert tensor of those layers; `mask_bytes` the graph's KQ masks on
+    that GPU (n_kv per stream x ubatch x 2 B for each attention cache; 0 without one)."""
     routed = shape.experts_used * shape.n_embd               # experts' outputs (f32 per token)
     product = shape.experts_used * shape.n_ff_expert         # their SwiGLU product
-    if holds_two_copies(shape, host_layers, copy_bytes, other_peak):
+    if holds_two_copies(shape, ubatch, host_layers, mask_bytes):
         return ExpertCopies(2, 2 * copy_bytes + ubatch * 4 * (routed + product + _router_floats(shape)), 0)
     return ExpertCopies(1, copy_bytes + ubatch * 4 * (2 * routed + product + _router_floats(shape)), copy_bytes)
