@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_models import write_model  # noqa: E402
+from make_models import write_model
 
 _BREAKDOWN = re.compile(r"\|\s+- (\S+).*?(\d+) = +(\d+) \+ +(\d+) \+ +(\d+)")   # self = model + context + compute
 _REAL = re.compile(r"(\S+) compute buffer size =\s*([\d.]+) MiB")
