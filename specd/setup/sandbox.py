@@ -88,6 +88,24 @@ def _xdg(name: str, default: Path, keep: bool) -> str:
     return value or str(default)
 
 
+def _sockets_fit(runtime: Path) -> bool:
+    """AF_UNIX socket paths hold ~107 bytes: systemd's deepest one must fit, with room to spare."""
+    return len(str(runtime / "systemd" / "inaccessible" / "private")) <= 100
+
+
+def runtime_dir(base: Path) -> Path:
+    """The manager's XDG_RUNTIME_DIR: under `base` when its sockets' paths fit; else a new directory in
+    $TMPDIR, else in /tmp (a deep $TMPDIR too would make systemd exit without a word)."""
+    if _sockets_fit(base / "runtime"):
+        return base / "runtime"
+    for parent in (None, "/tmp"):
+        candidate = Path(tempfile.mkdtemp(prefix="specd-run-", dir=parent))
+        if _sockets_fit(candidate):
+            return candidate
+        candidate.rmdir()
+    raise SystemdError(f"no directory with paths short enough for systemd's sockets: {base} and /tmp are too deep")
+
+
 def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
                           home: Path | None = None) -> PrivateSystemd:
     """Start a manager whose HOME/XDG_* live under `root` (or keep `home` as HOME, for quickstart)."""
@@ -95,10 +113,7 @@ def start_private_systemd(root: Path | None = None, timeout_s: float = 30.0, *,
         raise SystemdError(f"{SYSTEMD} is missing: install systemd")
     Path("/run/systemd/system").mkdir(parents=True, exist_ok=True)
     base = root or Path(tempfile.mkdtemp(prefix="specd-systemd-"))
-    runtime = base / "runtime"
-    if len(str(runtime / "systemd" / "inaccessible" / "private")) > 100:
-        # AF_UNIX socket paths hold ~107 bytes: a deep base dir gets its sockets under /tmp instead.
-        runtime = Path(tempfile.mkdtemp(prefix="specd-run-"))
+    runtime = runtime_dir(base)
     keep_xdg = home is not None
     home = home or base / "home"
     runtime.mkdir(parents=True, exist_ok=True)

@@ -101,8 +101,13 @@ def test_install_role_installs_specd_from_a_wheel_into_a_fresh_venv(ansible: Ans
         "specd_install_source": str(wheel), "specd_install_python": sys.executable,
         "specd_install_config": config, "specd_install_daemon": False, "specd_install_linger": False}}}}))
 
+    # a fresh box: no XDG_* of the test session's private manager (the role writes specd.toml under the
+    # box's XDG_CONFIG_HOME when it has one; run after other system tests, this one inherited theirs)
+    fresh = {key: value for key, value in ansible.env.items()
+             if not key.startswith("XDG_") and key != "DBUS_SESSION_BUS_ADDRESS"}
+
     def install() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ansible-playbook", "-i", str(inventory), "specd.fleet.install"], env=ansible.env,
+        return subprocess.run(["ansible-playbook", "-i", str(inventory), "specd.fleet.install"], env=fresh,
                               capture_output=True, text=True, timeout=900, check=False)
 
     first = install()
