@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 from apscheduler.triggers.cron import CronTrigger
 
@@ -37,26 +38,30 @@ def cron_trigger(cron: str, config_path: Path | None) -> CronTrigger:
                           hint="five crontab fields (30 3 * * *), or six with the second first") from exc
 
 
-def nightly_job(config: Config, deployment: Deployment, proxy: Proxy | None,
-                seams: SeamsFactory) -> Callable[[], object] | None:
-    """The nightly run for one deployment, or None when specd.tune is not installed."""
+def _tune_module(name: str) -> ModuleType | None:
+    """specd.tune.`name`, imported lazily (the tuner sits above the daemon), or None when it is not installed."""
     try:
-        module = importlib.import_module("specd.tune.night")
+        return importlib.import_module(f"specd.tune.{name}")
     except ModuleNotFoundError as exc:
         if exc.name is None or not exc.name.startswith("specd.tune"):
             raise
+        return None
+
+
+def nightly_job(config: Config, deployment: Deployment, proxy: Proxy | None,
+                seams: SeamsFactory) -> Callable[[], object] | None:
+    """The nightly run for one deployment, or None when specd.tune is not installed."""
+    module = _tune_module("night")
+    if module is None:
         return None
     return partial(module.nightly, config, deployment, seams=seams,
                    clients=None if proxy is None else (lambda: (proxy.accepted, proxy.in_flight)))
 
 
 def schedule_job(deployment: Deployment, seams: SeamsFactory) -> Callable[[], object] | None:
-    """The per-period pins' check for one deployment (specd.tune.schedule), or None without specd.tune."""
-    try:
-        module = importlib.import_module("specd.tune.schedule")
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not exc.name.startswith("specd.tune"):
-            raise
+    """The time-of-day pins' check for one deployment (specd.tune.schedule), or None without specd.tune."""
+    module = _tune_module("schedule")
+    if module is None:
         return None
     job: Callable[[], object] = module.ScheduleJob(deployment, seams=seams)
     return job
