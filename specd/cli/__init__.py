@@ -60,7 +60,7 @@ def readable_metavars(command: Any) -> Any:
             param._usage_display_name = lambda usage=usage, many=param.nargs != 1: usage + ("..." if many else "")
         else:
             typed = str(param.display_type(None)).strip("<>")
-            label = param.metavar or _METAVARS.get(typed, typed.upper())
+            label = param.metavar or _METAVARS.get(typed, typed if "|" in typed else typed.upper())  # choices as typed
             param.display_type = lambda ctx, label=label: label
     for sub in getattr(command, "commands", {}).values():
         readable_metavars(sub)

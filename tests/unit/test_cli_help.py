@@ -38,3 +38,9 @@ def test_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(typer.testing, "_get_command", lambda app: command())
     result = typer.testing.CliRunner().invoke(typer.Typer(), ["--version"], prog_name="specd")
     assert result.exit_code == 0 and re.fullmatch(r"specd \d+\.\d+\.\d+\n", result.output)
+
+
+def test_choices_are_shown_as_the_cli_accepts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--period NIGHT|...` was shown upper case, and `--period NIGHT` is refused: show what works."""
+    assert "--period night|morning|afternoon|evening" in _help(monkeypatch, "pin")
+    assert "--strategy auto|blue-green|restart" in _help(monkeypatch, "switch")
