@@ -37,9 +37,14 @@ def test_ctrl_c_while_a_switch_drains_resumes_the_proxy_within_a_second(box: Box
     box.specd("switch", "autoregressive", check=True)
     old_pid = daemon.main_pid(box.unit)
     cli, _stream = switch_waiting_on_a_stream(box, daemon)
-    cli.send_signal(signal.SIGINT)
-    waited = _served_within(daemon, box.unit, 1.0)
-    out, err = cli.communicate(timeout=60)
+    try:
+        cli.send_signal(signal.SIGINT)
+        waited = _served_within(daemon, box.unit, 1.0)
+        out, err = cli.communicate(timeout=60)
+    finally:  # a failed check must not leave the CLI running into the next test
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
     assert cli.returncode != 0 and "interrupt" in (out + err).lower(), out + err
     assert "waiting for 1 in-flight request" in err, err
     # through the gate to the backend (a completion would queue behind the stream on the one slot)
