@@ -15,6 +15,7 @@ from specd.daemon.control import DaemonProxyLink, DrainingSystemd, StepRelay
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import History, Trigger
 from specd.deploy.plan import StepHook
+from specd.deploy.priority import ThreadNice
 from specd.deploy.seams import Seams
 from specd.deploy.switch import Switcher
 from specd.deploy.systemd import SystemdClient, connect_systemd
@@ -39,7 +40,7 @@ def seams_for(deployment: Deployment, *, history: History | None = None,
     operations builds its own (one SQLite connection per thread)."""
     state = state_dir()
     return Seams(deployment, state, history or History(state.db), lambda: systemd_for(deployment),
-                 proxy=DaemonProxyLink(state), _systemd=systemd)
+                 proxy=DaemonProxyLink(state), priority=ThreadNice(), _systemd=systemd)
 
 
 def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: History | None = None,

@@ -29,6 +29,7 @@ from specd.deploy.health import HealthResult
 from specd.deploy.load import wait_until_idle
 from specd.deploy.plan import FaultHook, HealthGate, Target, target_from_text
 from specd.deploy.preflight import port_holders
+from specd.deploy.priority import Lowered
 from specd.deploy.seams import Seams
 from specd.deploy.slots import (
     Slot,
@@ -148,14 +149,16 @@ class BlueGreen:
         systemd.reset_failed(new.unit)
         systemd.reload()
         self._reached(intent, "reload")
-        systemd.restart(new.unit)
+        started_state = systemd.restart(new.unit)
         start_s = clock.monotonic() - started
+        lowered = self.seams.priority.lower(started_state.main_pid) if started_state.main_pid > 0 else None
         self._reached(intent, "start")
         health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s, stability_s=target.stability_s,
                             unit_state=lambda: systemd.unit_state(new.unit), api_key=target.api_key)
         self._reached(intent, "gate")
+        notes = [self._priority_note(lowered)]  # back to full priority before it gets a request
         write_pointer(self.seams.state, self.seams.deployment, new.name)
-        notes = [self._flip_note(new, self.seams.proxy.retarget(self.seams.deployment.unit))]
+        notes.append(self._flip_note(new, self.seams.proxy.retarget(self.seams.deployment.unit)))
         self._reached(intent, "flip")
         notes.append(self._drain_old(current, old))
         self._reached(intent, "drain")
@@ -167,6 +170,17 @@ class BlueGreen:
             notes.append(f"{new.unit} is now the one enabled at boot (was {old.unit})")
         self._reached(intent, "enable")
         return start_s, health, tuple(notes)
+
+    def _priority_note(self, lowered: Lowered | str | None) -> str:
+        if lowered is None:
+            return "the new server had no process to lower the priority of while it loaded"
+        if isinstance(lowered, str):
+            return f"the new server loaded beside the live one at its own priority: {lowered}"
+        failed = self.seams.priority.restore(lowered)
+        if failed is not None:
+            return f"the new server loaded at nice {lowered.loading_nice}; {failed}"
+        return (f"the new server loaded and was gated at nice {lowered.loading_nice} (the live server kept "
+                f"its CPU), then went back to nice {lowered.nice}")
 
     def _flip_note(self, new: Slot, told: bool | None) -> str:
         if told is None:

@@ -18,6 +18,7 @@ import httpx
 from specd.clock import SYSTEM_CLOCK, Clock
 from specd.deploy.history import History
 from specd.deploy.lock import deployment_lock
+from specd.deploy.priority import ProcessPriority, UnchangedPriority
 from specd.deploy.slots import Slot, serving_slot
 from specd.deploy.systemd import SystemdClient
 from specd.deploy.unitfiles import ContentStore
@@ -65,6 +66,7 @@ class Seams:
     http: HttpFactory = default_http
     nvml: Nvml | None = None  # None: pynvml, when the box has an NVIDIA driver
     proxy: ProxyLink = field(default_factory=NoProxy)
+    priority: ProcessPriority = field(default_factory=UnchangedPriority)  # a loading server's CPU share
     _systemd: SystemdClient | None = field(default=None, repr=False)
 
     @property

@@ -80,8 +80,10 @@ class FakeGate:
 
     failures: list[BaseException] = field(default_factory=list)
     gated: list[str] = field(default_factory=list)
+    before: Callable[[], None] = lambda: None  # runs as each gate begins (what the test wants to see then)
 
     def __call__(self, base_url: str, alias: str, *, unit_state: Callable[[], UnitState], **_: Any) -> HealthResult:
+        self.before()
         self.gated.append(base_url)
         if self.failures:
             raise self.failures.pop(0)

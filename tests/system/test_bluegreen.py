@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
@@ -137,8 +138,13 @@ def test_a_new_server_that_fails_its_gate_leaves_the_old_one_serving_untouched(b
 def test_status_and_history_show_the_slot_and_the_strategy(box: Box) -> None:
     spare = two_fit(box)
     box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    old_nice = os.getpriority(os.PRIO_PROCESS, int(show(box, box.unit)["MainPID"]))
     forced = box.specd("switch", "ngram-simple", "--strategy", "blue-green", check=True)
     assert "blue-green, green slot" in forced.stdout
+    said = " ".join(forced.stdout.split())
+    assert f"gated at nice {old_nice + 10} (the live server kept its CPU), then went back to nice {old_nice}" in said
+    new_threads = psutil.Process(int(show(box, box.green_unit)["MainPID"])).threads()
+    assert len(new_threads) > 1 and {os.getpriority(os.PRIO_PROCESS, t.id) for t in new_threads} == {old_nice}
     status = json.loads(box.specd("status", "--json", check=True).stdout)
     assert (status["slot"], status["slot_unit"], status["strategy"]) == ("green", box.green_unit, "blue-green")
     assert status["endpoint"] == f"http://127.0.0.1:{spare}" and status["active_profile"] == "ngram-simple"

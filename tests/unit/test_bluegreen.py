@@ -22,6 +22,7 @@ from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.capacity import Capacity
 from specd.deploy.history import History, Trigger
 from specd.deploy.preflight import Preflight
+from specd.deploy.priority import Lowered
 from specd.deploy.seams import Seams
 from specd.deploy.slots import companion_unit, port_of, read_pointer, slot
 from specd.deploy.switch import Switcher
@@ -51,11 +52,13 @@ class FakeProxyLink:
     deployment: Deployment
     serves: bool = True
     followed: list[str] = field(default_factory=list)
+    before: Callable[[], None] = lambda: None  # runs as each retarget begins
 
     def serving(self, unit: str) -> bool:
         return self.serves
 
     def retarget(self, unit: str) -> bool | None:
+        self.before()
         self.followed.append(read_pointer(self.state, self.deployment))
         return True
 
@@ -73,6 +76,28 @@ class FakeOldServerLoad:
             busy = self.reads <= self.busy_polls
             return httpx.Response(200, json=[{"id": 0, "is_processing": busy}])
         return httpx.Response(404)
+
+
+@dataclass
+class FakePriority:
+    """The new server's CPU priority as a fake: what was lowered and given back, and what the gate and
+    the proxy's flip saw at their moment (a real setpriority on fake PIDs could hit a real process)."""
+
+    refuse: str | None = None
+    lowered: dict[int, int] = field(default_factory=dict)  # pid -> nice while loading
+    log: list[str] = field(default_factory=list)
+
+    def lower(self, pid: int) -> Lowered | str:
+        if self.refuse is not None:
+            return self.refuse
+        self.lowered[pid] = 10
+        self.log.append(f"lower {pid}")
+        return Lowered(pid, 0, 10)
+
+    def restore(self, lowered: Lowered) -> str | None:
+        del self.lowered[lowered.pid]
+        self.log.append(f"restore {lowered.pid}")
+        return None
 
 
 @dataclass
@@ -115,6 +140,7 @@ class World:
     state: StateDir
     proxy: FakeProxyLink
     load: FakeOldServerLoad
+    priority: FakePriority = field(default_factory=FakePriority)
     fits: Capacity = field(default_factory=lambda: Capacity(True, "fits (fake)"))
     ports_held: set[int] = field(default_factory=set)
 
@@ -131,7 +157,7 @@ class World:
 
     def seams(self, history: History | None = None) -> Seams:
         return Seams(self.deployment, self.state, history or self.history, connect=lambda: self.systemd,
-                     proxy=self.proxy,
+                     proxy=self.proxy, priority=self.priority,
                      http=lambda timeout_s: httpx.Client(transport=httpx.MockTransport(self.load.handler)),
                      clock=SteppedClock())
 
@@ -195,6 +221,31 @@ def test_blue_green_starts_beside_the_old_server_and_flips_only_after_the_gate(w
     assert world.intent() is None
     assert next(b.path.read_text() for b in list_backups(world.blue)) == unit_text("old")  # backups beside the unit
     assert any("blue-green into the green slot" in note for note in outcome.notes)
+
+
+def test_the_new_server_loads_and_is_gated_at_low_priority_and_serves_at_its_own(world: World) -> None:
+    seen_by_gate: list[dict[int, int]] = []
+    seen_by_flip: list[dict[int, int]] = []
+    world.gate.before = lambda: seen_by_gate.append(dict(world.priority.lowered))
+    world.proxy.before = lambda: seen_by_flip.append(dict(world.priority.lowered))
+    outcome = world.switcher().switch("new")
+    new_pid = world.serving_pid()
+    assert world.priority.log == [f"lower {new_pid}", f"restore {new_pid}"]
+    assert seen_by_gate == [{new_pid: 10}]  # the gate's requests ran at the lowered priority
+    assert seen_by_flip == [{}]  # given back before the proxy sent it anything
+    assert any("gated at nice 10 (the live server kept its CPU), then went back to nice 0" in n for n in outcome.notes)
+
+
+def test_a_server_whose_priority_could_not_be_given_back_is_never_lowered(world: World) -> None:
+    world.priority.refuse = "giving it back after the gate would need root, CAP_SYS_NICE or LimitNICE= in its unit"
+    outcome = world.switcher().switch("new")
+    assert outcome.generation.outcome == "ok" and world.priority.log == []
+    assert any("loaded beside the live one at its own priority: giving it back" in n for n in outcome.notes)
+
+
+def test_a_restart_switch_leaves_the_priority_alone(world: World) -> None:
+    world.switcher().switch("new", "restart")
+    assert world.priority.log == []
 
 
 def test_successive_blue_green_switches_alternate_slots_and_ports(world: World) -> None:
