@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from specd.daemon.warmup import WARM_BUDGET_S
 from specd.deploy.systemd import SystemdClient, UnitState
 from specd.paths import StateDir
 
@@ -135,7 +136,7 @@ class DaemonProxyLink:
 
     def retarget(self, unit: str) -> bool | None:
         answer = _request(self.state, "POST", "/retarget", {"unit": unit, "timeout": RETARGET_TIMEOUT_S},
-                          RETARGET_TIMEOUT_S + 5)
+                          RETARGET_TIMEOUT_S + WARM_BUDGET_S + 5)  # the daemon warms the new server first
         return None if answer is None else bool(answer.get("retargeted"))
 
 

@@ -45,6 +45,7 @@ from specd.daemon.relay import (
     send_whole,
 )
 from specd.daemon.upstream import Upstream, UpstreamFailed, answers_health_now, forwarded_headers
+from specd.daemon.warmup import RecentRequests
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
@@ -63,6 +64,7 @@ class Backend:
 
     url: str
     profile: str | None = None
+    api_key: str | None = None  # the server's own key (a warm-up sends it; clients send theirs)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class Proxy:
         self._idle.set()
         self._relays: set[Relay] = set()
         self._waiting: set[asyncio.Future[Any]] = set()  # sent upstream, no status line yet
+        self.recent = RecentRequests()  # what a blue-green flip warms the new server's cache with
 
     # ---- the ASGI app and its lifecycle ---------------------------------------------------------
 
@@ -209,6 +212,7 @@ class Proxy:
                              "invalid_request_error")
             return
         exchange, document = Exchange.of_request(scope["method"], scope["path"], body, self.in_flight, self._finished)
+        self.recent.note(scope["path"], document, len(body))
         if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
             self._capture.submit(document, in_flight=self.in_flight)
         self.in_flight += 1

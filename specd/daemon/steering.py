@@ -4,12 +4,14 @@ A deployment has two slots (specd.deploy.slots); the proxy sends to the one the 
 names. A drain asked for a slot's unit pauses the proxy only when that slot serves: restarting or
 stopping the other slot (a blue-green switch's new or old server, a shadow bench's candidate)
 cuts nothing the proxy sends. A retarget is the blue-green flip: the pointer already moved; the
-proxy's backend follows in one assignment, after a /health of the new server off the request path.
+proxy's backend follows in one assignment, after the new server's prompt cache is warmed with the
+latest requests (`specd.daemon.warmup`) and a /health of it, both off the request path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import httpx
 
 from specd.daemon.proxy import Backend, Proxy
+from specd.daemon.warmup import Warmed, warm_up
 from specd.deploy.slots import Slot, serving_slot, slot_of_unit
 from specd.deploy.unitfiles import read_text
 from specd.errors import SpecdError
@@ -25,7 +28,13 @@ from specd.profiles.config import Deployment
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
+log = logging.getLogger(__name__)
+
 NO_BACKEND = Backend("http://127.0.0.1:9", None)  # nothing listens on discard: requests are held
+
+
+def _said(warmed: Warmed | None) -> str | None:
+    return None if warmed is None else warmed.describe()
 
 
 def backend_of(deployment: Deployment, state: StateDir) -> Backend:
@@ -35,7 +44,8 @@ def backend_of(deployment: Deployment, state: StateDir) -> Backend:
     if text is None:
         return NO_BACKEND
     try:
-        return Backend(parse_unit(text, str(serving.unit_path)).base_url, profile_of_unit(text))
+        command = parse_unit(text, str(serving.unit_path))
+        return Backend(command.base_url, profile_of_unit(text), command.api_key)
     except SpecdError:
         return NO_BACKEND
 
@@ -95,6 +105,10 @@ class ProxySteering:
             return None
         deployment, proxy = self.proxies[unit]
         wanted = await asyncio.to_thread(backend_of, deployment, self.state)
+        warmed = None
+        if wanted.url != proxy.backend.url and wanted is not NO_BACKEND:
+            warmed = await warm_up(wanted.url, proxy.recent.distinct(), api_key=wanted.api_key)
+            log.info("%s: %s", unit, warmed.describe())
         try:
             async with httpx.AsyncClient(timeout=min(timeout_s, 5.0)) as probe:
                 answered = (await probe.get(f"{wanted.url}/health")).status_code == 200
@@ -102,12 +116,12 @@ class ProxySteering:
             answered = False
         if answered:
             proxy.backend = wanted
-            return {"unit": unit, "retargeted": True, "backend": wanted.url}
+            return {"unit": unit, "retargeted": True, "backend": wanted.url, "warmed": _said(warmed)}
         proxy.mark_unhealthy()  # the gate re-resolves and waits for /health there
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             now = proxy.status()
             if now.get("backend") == wanted.url and now.get("healthy"):
-                return {"unit": unit, "retargeted": True, "backend": wanted.url}
+                return {"unit": unit, "retargeted": True, "backend": wanted.url, "warmed": _said(warmed)}
             await asyncio.sleep(0.01)
         return {"unit": unit, "retargeted": False, "backend": proxy.status().get("backend"), "wanted": wanted.url}

@@ -197,6 +197,33 @@ def test_blue_green_under_streaming_load_fails_no_request_and_the_daemon_follows
 
 
 @real_stack
+def test_after_the_flip_the_new_server_has_the_clients_prompts_cached(box: Box, start_daemon: Any) -> None:
+    box.edit_profile("base", threads=1)
+    spare = free_port()
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    daemon = start_daemon(grace_s=0, proxy=f"spare_port = {spare}\n")
+    prompt = "import json\n\n\ndef load_settings(path):\n    \"\"\"Read the settings file at path.\"\"\"\n"
+
+    def ask() -> dict[str, Any]:
+        response = httpx.post(f"{daemon.proxy_url}/v1/completions", timeout=60,
+                              json={"model": "tiny", "prompt": prompt, "max_tokens": 4, "temperature": 0})
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    cold = ask()["timings"]
+    assert cold["prompt_n"] > 10 and cold["cache_n"] <= 1  # a fresh server (the gate's BOS at most): all processed
+    warm = ask()["timings"]  # the same prompt again, on the server that has it cached
+    assert warm["cache_n"] > cold["prompt_n"] / 2, (cold, warm)
+    switched = box.specd("switch", "ngram-simple", "--strategy", "blue-green", check=True)
+    assert "strategy: blue-green" in " ".join(switched.stdout.split())
+    assert daemon.live_status(box.unit)["proxy"]["backend"].endswith(f":{spare}")
+    after = ask()["timings"]  # the first request the new server gets from a client
+    assert after["cache_n"] >= warm["cache_n"] and after["prompt_n"] <= warm["prompt_n"], (cold, warm, after)
+    assert "warmed the new server's prompt cache with 1 of 1 recent prompt(s)" in daemon.log()
+
+
+@real_stack
 def test_auto_restarts_when_two_servers_would_share_the_cores_and_says_why(box: Box, start_daemon: Any) -> None:
     cores = len(os.sched_getaffinity(0))
     box.edit_profile("base", threads=cores)

@@ -1,0 +1,89 @@
+"""The warm-up before a blue-green flip: which recent requests are replayed, how (one token, not
+streamed, the server's key), all at once, and never longer than the budget. The new server is
+httpx's MockTransport here; the real llama-server's cache after a real switch is
+tests/system/test_bluegreen.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from specd.daemon.warmup import MAX_BODY_BYTES, Recent, RecentRequests, one_token, warm_up
+
+
+def chat(text: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": text}], **extra}
+
+
+def test_the_newest_request_of_each_distinct_prompt_is_kept_newest_first() -> None:
+    recent = RecentRequests()
+    recent.note("/v1/chat/completions", chat("a", temperature=0), 100)
+    recent.note("/v1/chat/completions", chat("b"), 100)
+    recent.note("/v1/chat/completions", chat("a", temperature=1), 100)  # the same prompt again: the newer wins
+    recent.note("/v1/completions", {"model": "tiny", "prompt": "def f():"}, 100)
+    chosen = recent.distinct()
+    assert [(r.path, r.document.get("temperature"), r.document.get("prompt")) for r in chosen] == [
+        ("/v1/completions", None, "def f():"), ("/v1/chat/completions", 1, None), ("/v1/chat/completions", None, None)]
+    assert [r.document["messages"][0]["content"] for r in chosen[1:]] == ["a", "b"]
+
+
+def test_only_generation_requests_of_a_bounded_size_are_remembered() -> None:
+    recent = RecentRequests(keep=3)
+    recent.note("/v1/embeddings", {"input": "x", "prompt": "x"}, 10)  # not a generation
+    recent.note("/v1/completions", None, 10)  # not JSON
+    recent.note("/v1/completions", {"prompt": "big"}, MAX_BODY_BYTES + 1)
+    assert recent.distinct() == []
+    for n in range(5):
+        recent.note("/v1/completions", {"prompt": str(n)}, 10)
+    assert [r.document["prompt"] for r in recent.distinct()] == ["4", "3", "2"]  # the last `keep` only
+    assert len(RecentRequests().distinct(limit=2)) == 0
+
+
+def test_a_warm_up_request_is_the_same_prompt_for_one_token_not_streamed() -> None:
+    original = chat("hi", stream=True, stream_options={"include_usage": True}, max_completion_tokens=500,
+                    temperature=0.2, tools=[{"type": "function"}])
+    warm = one_token(original)
+    assert warm == {"model": "tiny", "messages": original["messages"], "temperature": 0.2,
+                    "tools": [{"type": "function"}], "stream": False, "max_tokens": 1, "n_predict": 1}
+    assert original["stream"] is True  # the remembered request is not changed
+
+
+def test_every_prompt_is_sent_at_once_with_the_servers_key() -> None:
+    seen: list[tuple[str, dict[str, Any], str | None]] = []
+    concurrent = {"now": 0, "most": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        concurrent["now"] += 1
+        concurrent["most"] = max(concurrent["most"], concurrent["now"])
+        await asyncio.sleep(0.05)
+        concurrent["now"] -= 1
+        seen.append((request.url.path, json.loads(request.content), request.headers.get("authorization")))
+        return httpx.Response(200, json={"choices": []})
+
+    requests = [Recent("/v1/completions", {"prompt": str(n), "stream": True}) for n in range(4)]
+    warmed = asyncio.run(warm_up("http://new-server", requests, api_key="k3y", transport=httpx.MockTransport(handler)))
+    assert (warmed.sent, warmed.answered) == (4, 4) and concurrent["most"] == 4
+    assert sorted(doc["prompt"] for _, doc, _ in seen) == ["0", "1", "2", "3"]
+    assert all(path == "/v1/completions" and doc["stream"] is False and doc["max_tokens"] == 1 and key == "Bearer k3y"
+               for path, doc, key in seen)
+    assert "warmed the new server's prompt cache with 4 of 4 recent prompt(s)" in warmed.describe()
+
+
+def test_a_server_that_does_not_answer_in_time_delays_the_flip_by_the_budget_only() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["prompt"] == "fails":
+            return httpx.Response(500)
+        if json.loads(request.content)["prompt"] == "hangs":
+            await asyncio.sleep(30)
+        return httpx.Response(200, json={})
+
+    requests = [Recent("/v1/completions", {"prompt": p}) for p in ("hangs", "fails", "fine")]
+    started = time.monotonic()
+    warmed = asyncio.run(warm_up("http://new-server", requests, budget_s=0.3, transport=httpx.MockTransport(handler)))
+    assert time.monotonic() - started < 5
+    assert (warmed.sent, warmed.answered) == (3, 1)
+    assert asyncio.run(warm_up("http://new-server", [])).describe().startswith("no recent request")
