@@ -1,6 +1,7 @@
 """Does a shadow bench pick what an exclusive bench picks, while the live server keeps serving?
 
-    .venv/bin/python benchmarks/shadow_bench.py [--n 6] [--workload repeat-input] [--out benchmarks/results/shadow-bench]
+    .venv/bin/python benchmarks/shadow_bench.py [--n 6] [--workload repeat-input]
+        [--out benchmarks/results/shadow-bench]
 
 Everything is real: a private `systemd --user`, the real llama-server (CPU build) with the tiny
 Gemma 3 270M model, `specd daemon` proxying, the real CLI. Two profiles, plain decoding
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "elapsed_s": round(shadow_s, 1)},
             "same_pick": exclusive_pick == shadow_pick,
             "trivial_baseline_pick": PROFILES[0],
-            "live": {"clients": args.live_clients, "pause_s": args.live_pause, "requests": live.sent, "failed": len(live.failures),
+            "live": {"clients": args.live_clients, "pause_s": args.live_pause, "requests": live.sent,
+                     "failed": len(live.failures),
                      "failure_examples": live.failures[:5],
                      "wall_s_median": round(sorted(live.walls)[len(live.walls) // 2], 2) if live.walls else None,
                      "profile_after": live_profile},
@@ -175,7 +177,8 @@ def markdown(report: dict[str, Any], command: str, commit: str) -> str:
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}, specd {commit}",
         ("- server: the real llama-server 0.3.36 (CPU build), Gemma 3 270M Q4_K_M, `threads = 1`, `parallel = 1`; "
         "the real `specd daemon` proxies the live server"),
-        f"- workload: `{report['workload']}` (built in), n = {report['n']} per profile, max_tokens {report['max_tokens']}",
+        (f"- workload: `{report['workload']}` (built in), n = {report['n']} per profile, "
+        f"max_tokens {report['max_tokens']}"),
         ("- truth: the exclusive bench's pick (it has the server to itself); trivial baseline: keep the live "
         f"profile ({report['trivial_baseline_pick']}) without measuring"),
         "",

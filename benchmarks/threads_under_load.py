@@ -73,7 +73,8 @@ def main() -> None:
             for threads in ((1, 2) if round_number % 2 else (2, 1)):
                 loads.append(os.getloadavg()[0])
                 port = servers[threads][0]
-                timings = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=900).json()["timings"]
+                timings = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body,
+                                     timeout=900).json()["timings"]
                 if round_number:
                     rates[threads].append(float(timings["predicted_per_second"]))
     finally:

@@ -301,7 +301,8 @@ def markdown(result: dict[str, Any]) -> str:
     for case in result["cases"]:
         truth = case["truth"]
         means = ", ".join(f"{p} {truth['mean_ms'][p]:.0f}" for p in PROFILES)
-        picks = "; ".join(f"{d['final_profile']} ({', '.join(str(d['requests_per_profile'].get(p, 0)) for p in PROFILES)})"
+        picks = "; ".join(f"{d['final_profile']} "
+                          f"({', '.join(str(d['requests_per_profile'].get(p, 0)) for p in PROFILES)})"
                           for d in case["tuner"])
         load = case["load_1min"]
         lines.append(f"| {case['case']} | {means} | {truth['best']} | {', '.join(truth['tied_with_best'])} | "
@@ -352,7 +353,8 @@ def main() -> None:
             "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
             "date": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "commit": commit, "minutes": (ended - started) / 60, "heldout": args.heldout, "reps": args.reps,
-            "tuner_n": tuner.n, "tuner_margin": tuner.margin, "threads": args.threads, "load_1min": sampler.between(started, ended)}
+            "tuner_n": tuner.n, "tuner_margin": tuner.margin, "threads": args.threads,
+            "load_1min": sampler.between(started, ended)}
     result = {"meta": meta, "summary": summarise(cases), "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tuner-accuracy-real.json").write_text(json.dumps(result, indent=1) + "\n")

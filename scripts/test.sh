@@ -12,7 +12,7 @@ fi
 scripts/build-llama-server.sh >/dev/null
 scripts/get-test-model.sh >/dev/null
 export PYTHONUNBUFFERED=1
-echo "test.sh: mypy --strict specd, ruff check specd tests" >&2
+echo "test.sh: mypy --strict specd, ruff check specd tests benchmarks" >&2
 .venv/bin/python -m mypy specd
-.venv/bin/python -m ruff check specd tests
+.venv/bin/python -m ruff check specd tests benchmarks
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

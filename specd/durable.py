@@ -76,7 +76,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, fault_name: str 
 def remove_stale_temp_files(path: Path) -> list[Path]:
     """Temp files a crash left beside `path` or beside one of its `.pre-*` backups (never the
     target itself, which is always whole)."""
-    stale = [*path.parent.glob(f".{path.name}{TMP_INFIX}*"), *path.parent.glob(f".{path.name}{BACKUP_INFIX}*{TMP_INFIX}*")]
+    stale = [*path.parent.glob(f".{path.name}{TMP_INFIX}*"),
+             *path.parent.glob(f".{path.name}{BACKUP_INFIX}*{TMP_INFIX}*")]
     for leftover in stale:
         leftover.unlink(missing_ok=True)
     return stale

@@ -76,7 +76,8 @@ class Box:
         result = subprocess.run(command, env={**self.env, **(env or {})}, capture_output=True, text=True,
                                 timeout=timeout, check=False)
         if check and result.returncode != 0:
-            raise AssertionError(f"specd {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+            raise AssertionError(f"specd {' '.join(args)} exited {result.returncode}:\n"
+                                 f"{result.stdout}\n{result.stderr}")
         return result
 
     def write_profile(self, name: str, text: str) -> Path:

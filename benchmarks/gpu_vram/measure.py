@@ -310,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--results", type=Path, required=True)
     run_parser.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", "0")))
     run_parser.add_argument("--only", default="")
-    run_parser.add_argument("--groups", default="fit3,held3", help="case groups to run (fit, check, fit3, held3, held4, held5, held6)")
+    run_parser.add_argument("--groups", default="fit3,held3",
+                            help="case groups to run (fit, check, fit3, held3, held4, held5, held6)")
     report_parser = sub.add_parser("report")
     report_parser.add_argument("results", type=Path)
     report_parser.add_argument("--models", type=Path, required=True)

@@ -5,7 +5,8 @@
 llama-server's fit step (`common_params_fit`, on by default) first builds the context with
 `no_alloc` and prints its memory breakdown (`CUDA0 ... (self = model + context + compute)`, MiB) —
 the same graph reservation, the same ggml-alloc placement as the real load, without allocating.
-Each setting's server is stopped as soon as that line appears, so a setting costs a CUDA context and a header read (about a second). The
+Each setting's server is stopped as soon as that line appears, so a setting costs a CUDA context and a
+header read (about a second). The
 models are header-only GGUFs made sparse to their full size (no tensor data is read by the dry run).
 Used to read how many host expert copies ggml's allocator reaches (specd.gpu.expert_copies); the
 measured VRAM of whole processes stays measure.py's job.

@@ -12,7 +12,8 @@ from specd.deploy.slots import StrategyRequest
 from specd.profiles.config import Config, Deployment, load_config
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="specd.toml (default: $SPECD_CONFIG, then $XDG_CONFIG_HOME/specd/specd.toml)")
+    Path | None, typer.Option("--config",
+                              help="specd.toml (default: $SPECD_CONFIG, then $XDG_CONFIG_HOME/specd/specd.toml)")
 ]
 UnitOption = Annotated[str | None, typer.Option("--unit", help="which configured unit (when there are several)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]

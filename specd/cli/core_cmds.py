@@ -142,7 +142,8 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
         rows = [("unit", report.unit), ("active profile", report.active_profile), ("slot", slot),
                 ("state", report.state), ("unit state", report.unit_state), ("endpoint", report.endpoint),
                 ("health", report.health), ("vram", report.vram), ("generation", report.generation),
-                ("history", report.history_problem), ("last tuning", report.last_tuning), ("pins", pins_row(deployment)),
+                ("history", report.history_problem), ("last tuning", report.last_tuning),
+                ("pins", pins_row(deployment)),
                 ("pending", report.pending),
                 ("daemon", str(daemon.get("detail", "")) + next_run)]
         for label, value in rows:

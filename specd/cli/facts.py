@@ -1,5 +1,6 @@
 """What `specd status --json` adds to the status itself so one call describes a box: where its
-profiles live, the tuner's pin, time-of-day pins (`schedule`) and last verdict, and the box's identity and hardware (GPUs).
+profiles live, the tuner's pin, time-of-day pins (`schedule`) and last verdict, and the box's identity
+and hardware (GPUs).
 The Ansible collection's `specd_facts` reads exactly this (docs/json.md)."""
 
 from __future__ import annotations

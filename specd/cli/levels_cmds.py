@@ -26,8 +26,8 @@ from specd.tune.workloads import Period
 def tune_levels(
     profiles: Annotated[list[str] | None, typer.Argument(help="profiles to compare (default: the candidates)")] = None,
     levels: Annotated[str | None, typer.Option(
-        "--levels", metavar="N,N,...", help="concurrency levels to bench, e.g. 1,4,8 (default: the 3 levels the recorded traffic "
-                         "met most, weighted by its requests)")] = None,
+        "--levels", metavar="N,N,...", help="concurrency levels to bench, e.g. 1,4,8 (default: the 3 levels "
+                         "the recorded traffic met most, weighted by its requests)")] = None,
     workload: WorkloadOption = None,
     n: NOption = None,
     max_tokens: MaxTokensOption = None,
@@ -84,7 +84,8 @@ def _say_schedule(schedule: dict[Period, str], by_period: dict[str, int], applie
     if not by_period:
         return
     if not schedule:
-        console.print("one profile is the best at every time of day's typical level: nothing to schedule", highlight=False)
+        console.print("one profile is the best at every time of day's typical level: nothing to schedule",
+                      highlight=False)
         return
     shown = ", ".join(f"{period} ({by_period[period]} in flight) {profile}" for period, profile in schedule.items())
     if applied:

@@ -36,7 +36,8 @@ def pin(
     if period is not None:
         set_period_pin(deployment.unit, period, profile)
         console.print(f"pinned {deployment.unit} to [bold]{profile}[/] in the {period}: the daemon switches to it "
-                      "when the period begins (within [daemon] schedule_check_s) and back when it ends", highlight=False)
+                      "when the period begins (within [daemon] schedule_check_s) and back when it ends",
+                      highlight=False)
         if get_pin(deployment.unit) is not None:
             console.print("[dim]note:[/] an all-day pin holds everything; the schedule waits until `specd unpin`",
                           highlight=False)

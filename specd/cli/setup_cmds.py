@@ -85,7 +85,8 @@ def _import_llama_swap(config: Path, profiles_dir: Path, *, force: bool, json_ou
         table = Table("llama-swap model", "profile")
         table.add_column("what specd did", overflow="fold")
         for outcome in outcomes:
-            said = "; ".join(r.became for r in outcome.result.rows if "not carried" in r.became) if outcome.result else ""
+            said = ("; ".join(r.became for r in outcome.result.rows if "not carried" in r.became)
+                    if outcome.result else "")
             table.add_row(outcome.model, outcome.profile.stem if outcome.profile else "-",
                           said if outcome.profile else f"not imported: {outcome.reason}")
         console.print(table)
@@ -97,8 +98,10 @@ def _import_llama_swap(config: Path, profiles_dir: Path, *, force: bool, json_ou
 
 @app.command()
 def quickstart(
-    stop_after: Annotated[bool, typer.Option("--stop-after", help="stop the demo server (and a private systemd) at the end")] = False,
-    stop: Annotated[bool, typer.Option("--stop", help="only stop the private systemd an earlier quickstart left running")] = False,
+    stop_after: Annotated[bool, typer.Option(
+        "--stop-after", help="stop the demo server (and a private systemd) at the end")] = False,
+    stop: Annotated[bool, typer.Option(
+        "--stop", help="only stop the private systemd an earlier quickstart left running")] = False,
 ) -> None:
     """Build llama-server and the tiny model, then switch, ask, and roll back for real.
 

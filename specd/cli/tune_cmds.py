@@ -45,7 +45,8 @@ from specd.tune.workloads import Period, Workload
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
-NOption = Annotated[int | None, typer.Option("--n", min=1, help="requests per profile (default: [tuner] n in specd.toml, else 10)")]
+NOption = Annotated[int | None, typer.Option(
+    "--n", min=1, help="requests per profile (default: [tuner] n in specd.toml, else 10)")]
 MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", min=1, help="cap every request's max_tokens")]
 ConcurrencyOption = Annotated[int | None, typer.Option(
     "--concurrency", "-c",
@@ -204,7 +205,8 @@ def tune(
     period: PeriodOption = None,
     verify: Annotated[bool, typer.Option("--verify/--no-verify",
                                          help="gate the switch on `specd verify` (default on)")] = True,
-    margin: Annotated[float | None, typer.Option("--margin", help="required gain, 0.05 = 5% (default: [tuner] margin in specd.toml, else 0.05)")]
+    margin: Annotated[float | None, typer.Option(
+        "--margin", help="required gain, 0.05 = 5% (default: [tuner] margin in specd.toml, else 0.05)")]
     = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="decide only; end on the original profile")] = False,
     candidates: Annotated[list[str] | None, typer.Option("--profile", "-p", help="candidate (repeatable)")] = None,
@@ -234,7 +236,8 @@ def tune(
     try:
         with progress_bar(not json_out) as progress:
             if axes:
-                swept = sweep_deployment(cfg, deployment, axes, seams=seams_for, base=candidates[0] if candidates else None,
+                swept = sweep_deployment(cfg, deployment, axes, seams=seams_for,
+                                         base=candidates[0] if candidates else None,
                                          target=shadow_target, dry_run=dry_run, progress=progress,
                                          budget_s=60.0 * cfg.tuner.budget_minutes, **options)
                 result = swept.tune

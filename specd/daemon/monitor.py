@@ -3,7 +3,8 @@ says clearly that it could not.
 
 One round reads the unit's state, then checks the alias endpoint (health + alias listed; no
 completion, so a round costs the server nothing). It watches the slot that serves (the unit
-itself, or its green companion after a blue-green switch: specd.deploy.slots). The policy (`decide`, pure) always ends in a
+itself, or its green companion after a blue-green switch: specd.deploy.slots). The policy
+(`decide`, pure) always ends in a
 healthy endpoint or a clear alarm:
 
 - a unit its owner stopped (`systemctl stop`, `specd`'s own stop: inactive with result success) is

@@ -3,7 +3,8 @@
 `[tuner] cron` is a crontab line (minute hour day month weekday); a sixth, leading field gives the
 second, for runs that must fire at an exact moment (the end-to-end tests of the night use it). The
 job itself lives in specd.tune.night, imported here lazily: the tuner sits above the daemon. Its
-switches run over the daemon's seams factory (specd.context.seams_for: restarts drain this daemon's proxy). The daemon hands it
+switches run over the daemon's seams factory (specd.context.seams_for: restarts drain this daemon's proxy).
+The daemon hands it
 the proxy's counts of client requests (accepted so far, in flight now), so the run waits while
 clients are about and stops when they come back.
 """

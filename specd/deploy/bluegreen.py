@@ -187,8 +187,10 @@ class BlueGreen:
             return (f"the {new.name} slot serves now; the specd daemon is not running, so its proxy will send "
                     "there when it starts")
         if told is False:
-            return f"the {new.name} slot serves now; the proxy did not confirm in time (it follows within its next check)"
-        return f"the proxy sends new requests to the {new.name} slot ({new.unit}); streams in flight finish where they are"
+            return (f"the {new.name} slot serves now; the proxy did not confirm in time "
+                    "(it follows within its next check)")
+        return (f"the proxy sends new requests to the {new.name} slot ({new.unit}); "
+                "streams in flight finish where they are")
 
     def _drain_old(self, current: str | None, old: Slot) -> str:
         if current is None:
@@ -205,7 +207,8 @@ class BlueGreen:
             return (f"the old server still had requests after {drained.waited_s:.0f} s: stopped anyway "
                     "(their clients see the stream end)")
         if drained.busy_at_start:
-            return f"the old server finished its {drained.busy_at_start} request(s) in flight in {drained.waited_s:.1f} s"
+            return (f"the old server finished its {drained.busy_at_start} request(s) in flight in "
+                    f"{drained.waited_s:.1f} s")
         return "the old server had no request in flight"
 
     # -- revert ------------------------------------------------------------------------------

@@ -62,7 +62,8 @@ def check_once(client: httpx.Client, base_url: str, alias: str | None, *, comple
             return HealthResult(True, "healthy")
         if not _alias_listed(models.json(), alias):
             ids = [str(m.get("id")) for m in models.json().get("data", []) if isinstance(m, dict)]
-            return HealthResult(False, f"/v1/models does not list alias '{alias}' (it lists {', '.join(ids) or 'nothing'})")
+            return HealthResult(False, f"/v1/models does not list alias '{alias}' "
+                                       f"(it lists {', '.join(ids) or 'nothing'})")
         if complete:
             body = {"model": alias, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1,
                     "temperature": 0}

@@ -147,7 +147,8 @@ class History:
         )
         return int(cursor.lastrowid or 0)
 
-    def finish(self, generation_id: int, *, outcome: GenerationOutcome, detail: str = "", preflight_s: float | None = None,
+    def finish(self, generation_id: int, *, outcome: GenerationOutcome, detail: str = "",
+               preflight_s: float | None = None,
                restart_s: float | None = None, health_s: float | None = None, total_s: float | None = None) -> None:
         self._execute(
             "UPDATE generations SET outcome=?, detail=?, preflight_s=COALESCE(?, preflight_s),"

@@ -5,7 +5,8 @@ preflight -> intent -> backup -> write -> reload -> restart -> gate -> commit. T
 is rewritten with the step reached after each one. That is the *restart* strategy, in the slot
 that serves (specd.deploy.slots); the *blue-green* strategy starts the new server in the free
 slot and flips the proxy to it instead (specd.deploy.bluegreen, its own steps and revert), and
-`--strategy auto` picks it when clients come through the daemon's proxy and both servers fit. Any exception after `intent` (a health or
+`--strategy auto` picks it when clients come through the daemon's proxy and both servers fit.
+Any exception after `intent` (a health or
 systemd failure, a disk error, a bug, Ctrl-C) reverts: when the unit file was not yet replaced
 nothing is restarted; otherwise the previous unit is put back, restarted and health-gated, and
 SwitchFailed says why. A kill anywhere is undone by the next *mutating* specd command or the
@@ -148,7 +149,8 @@ class Switcher:
                             pre.profile.health_timeout_s, pre.profile.stability_s,
                             pre.profile.api_key, pre.secrets)
             plan = self._plan(strategy, target, current, state is not None and state.running,
-                              lambda: self._capacity(pre, parse_unit(current, str(serving.unit_path)) if current else None))
+                              lambda: self._capacity(pre, parse_unit(current, str(serving.unit_path))
+                                                     if current else None))
             return self._install(plan, kind="switch", restores_id=None, preflight_s=pre.seconds,
                                  started=started, notes=(*pre.notes, plan.note))
 
@@ -245,7 +247,8 @@ class Switcher:
         )
         intent = intents.Intent(
             unit=self.unit, unit_path=str(new_slot.unit_path), generation_id=generation_id, profile=target.profile,
-            kind=kind, old_existed=current is not None, old_active=bool(old_state and old_state.active_state == "active"),
+            kind=kind, old_existed=current is not None,
+            old_active=bool(old_state and old_state.active_state == "active"),
             old_sha256=sha256_text(current) if current is not None else None, old_profile=old_profile,
             backup_path=str(backup) if backup else None, new_sha256=new_sha,
             old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
@@ -350,7 +353,8 @@ class Switcher:
         self.history.event(self.unit, JOURNAL_EVENT, f"generation {intent.generation_id}\n{journal}")
         self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
         intents.clear(self._intent_path)
-        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {failed_unit}'s journal ---\n{journal}",
+        raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {failed_unit}'s journal ---\n"
+                           f"{journal}",
                            generation_id=intent.generation_id, revert_outcome="reverted", revert_state=state,
                            journal=journal)
 

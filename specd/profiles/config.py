@@ -34,7 +34,8 @@ PROXY_SCHEMA = Table(keys={
 })
 DEPLOYMENT_KEYS = {
     "unit": Key(str, _UNIT, "the llama-server unit specd owns (required)"),
-    "scope": Key(str, one_of("user", "system"), "where the unit lives: user (~/.config/systemd/user) or system (/etc/systemd/system)"),
+    "scope": Key(str, one_of("user", "system"),
+                 "where the unit lives: user (~/.config/systemd/user) or system (/etc/systemd/system)"),
     "profiles_dir": Key(str, doc="where the profile files are (required; relative paths are from specd.toml)"),
     "backups_keep": Key(int, in_range(1, 1000), "`.pre-*` copies of the unit kept beside it"),
     "lock_timeout_s": Key(float, in_range(0, 3600), "how long a command waits for another's lock"),

@@ -78,7 +78,8 @@ KEYS: tuple[ProfileKey, ...] = (
     _flag("models_preset", str, "router mode: an INI file of model presets", ("--models-preset",), _ABS_PATH,
           path=True),
     ProfileKey("router", bool, "router mode with neither models_dir nor models_preset: llama-server (a build "
-               "with --models-dir) serves the models of its download cache ($LLAMA_CACHE, ~/.cache/huggingface/hub), as it "
+               "with --models-dir) serves the models of its download cache ($LLAMA_CACHE, "
+               "~/.cache/huggingface/hub), as it "
                "does when no model is given",
                default=False),
     _flag("models_max", int, "router mode: models loaded at once", ("--models-max",), in_range(0, 1024)),

@@ -87,7 +87,8 @@ def check_value(value: Any, spec: Key) -> str | None:
         return f"must be {kind_name(spec.kind)}, not {type(value).__name__} {value!r}"
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, not {value!r}"
-    strings = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+    strings = [value] if isinstance(value, str) else (
+        [v for v in value if isinstance(v, str)] if isinstance(value, list) else [])
     for item in strings:
         if _CONTROL.search(item):
             return f"contains a control character (newline, tab, NUL...) in {item!r}; that could break the unit file"

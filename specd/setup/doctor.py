@@ -86,7 +86,8 @@ def _profiles(config_path: Path | None) -> list[Finding]:
     for deployment in config.deployments:
         findings.append(_systemd(deployment.scope))
         if not deployment.profiles_dir.is_dir():
-            findings.append(Finding(f"{deployment.unit} profiles", False, f"{deployment.profiles_dir} is not a directory",
+            findings.append(Finding(f"{deployment.unit} profiles", False,
+                                    f"{deployment.profiles_dir} is not a directory",
                                     "create it and put profile files in it (see profiles/ in the repo)"))
             continue
         main_pid = main_pid_of(seams_for(deployment))
@@ -111,7 +112,8 @@ def _profiles(config_path: Path | None) -> list[Finding]:
 
 _SPECULATION_FIX = ("its last bench saw speculation not doing what the profile says: pick another speculative type or "
                     "build for this model (the tuner leaves an inactive one out), or, for type = \"none\" on a binary "
-                    "that speculates by default, `specd switch` it again so the flag that turns speculation off is rendered")
+                    "that speculates by default, `specd switch` it again so the flag that turns speculation off "
+                    "is rendered")
 
 
 Engine = Literal["beellama", "ik_llama", "llama.cpp"]

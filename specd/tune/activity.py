@@ -70,7 +70,8 @@ class Activity:
         if self.verdict == "drafting-plain":
             return f"{self.profile}: {DRAFTING_PLAIN}: {counts}"
         if self.verdict == "unknown":
-            return f"{self.profile}: speculation not checked: no answer carried timings with {MIN_OUTPUT_TOKENS}+ tokens"
+            return (f"{self.profile}: speculation not checked: no answer carried timings with "
+                    f"{MIN_OUTPUT_TOKENS}+ tokens")
         accepted = f", {self.draft_accepted} accepted" if self.verdict == "active" else ""
         return f"{self.profile}: {counts}{accepted}"
 

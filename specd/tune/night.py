@@ -165,7 +165,8 @@ def nightly(config: Config, deployment: Deployment, *, seams: SeamsFactory, clie
     night.numbers = {"budget_s": round(night.budget_s, 1), "idle_s": round(tuner.idle_minutes * 60.0, 1)}
     pin = pin_in_force(deployment.unit, clock.time())
     if pin is not None:
-        night.event(deployment, "tune-skip", f"pinned to {pin.profile}" + (f" for the {pin.period}" if pin.period else ""))
+        night.event(deployment, "tune-skip",
+                    f"pinned to {pin.profile}" + (f" for the {pin.period}" if pin.period else ""))
         return None
     log.info("%s: nightly run: waiting for %g idle minutes (budget %g minutes)", deployment.unit,
              tuner.idle_minutes, tuner.budget_minutes)

@@ -218,7 +218,8 @@ class ShadowTarget:
             systemd.stop(free.unit)  # the previous candidate
             holders = port_holders(port)
             if holders:
-                raise PreflightError(f"shadow bench: port {port} is in use (pid {', '.join(map(str, sorted(holders)))})",
+                raise PreflightError(f"shadow bench: port {port} is in use "
+                                     f"(pid {', '.join(map(str, sorted(holders)))})",
                                      hint="set [proxy] spare_port to a free port")
             for secret, content in pre.secrets:
                 atomic_write(secret, content.encode("utf-8"), mode=0o600)

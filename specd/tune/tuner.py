@@ -105,7 +105,8 @@ def decide(summaries: Mapping[str, Summary], active: str | None, *, margin: floa
         if len(ranked) == 1:
             return result(False, f"kept {active}: the only profile benched")
         runner, second = ranked[1]
-        return result(False, f"kept {active}: fastest; {runner} is {100.0 * (second.median / current.median - 1.0):.0f}% "
+        return result(False, f"kept {active}: fastest; {runner} is "
+                             f"{100.0 * (second.median / current.median - 1.0):.0f}% "
                              f"slower ({current.median:.0f} vs {second.median:.0f} ms median)")
     gain = _pct(top.median, current.median)
     if pinned is not None:
@@ -246,7 +247,8 @@ def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequenc
 
 
 def record(deployment: Deployment, decision: Decision, trigger: Trigger, extra: Mapping[str, Any] | None = None) -> str:
-    """One history event per decision: the sentence, then the numbers (and the traffic they were measured on) as JSON."""
+    """One history event per decision: the sentence, then the numbers (and the traffic they were
+    measured on) as JSON."""
     numbers = {"best": decision.best, "active": decision.active, "switched": decision.switch, "margin": decision.margin,
                "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
@@ -282,7 +284,8 @@ def _watched(guard: Guard, outcomes: dict[str, str]) -> Guard:
     return checked
 
 
-def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFactory, workload: str | Workload | None = None,
+def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFactory,
+                    workload: str | Workload | None = None,
                     n: int | None = None, margin: float | None = None, dry_run: bool = False,
                     candidates: Sequence[str] = (), budget_s: float | None = None, deadline: float | None = None,
                     trigger: Trigger = "tuner", max_tokens: int | None = None, progress: Progress | None = None,

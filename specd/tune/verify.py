@@ -138,7 +138,8 @@ class Verification:
                 "structured_ok": self.structured_ok, "exact_rate": self.exact_rate(),
                 "structured_exact_rate": self.exact_rate(STRUCTURED),
                 "tool_calls_produced": self.tool_calls_produced(), "summary": self.summary(),
-                "notes": self.notes, "drafted": self.drafted, "draft_problems": self.draft_problems, "checks": [asdict(c) for c in self.checks]}
+                "notes": self.notes, "drafted": self.drafted, "draft_problems": self.draft_problems,
+                "checks": [asdict(c) for c in self.checks]}
 
 
 def probe_body(probe: Probe, seed: int = SEED) -> dict[str, Any]:

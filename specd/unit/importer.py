@@ -293,7 +293,8 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
     manager = {"HOME": context.home, "USER": context.user, "LOGNAME": context.user} if context.scope == "user" else {}
     unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where, manager_environment=manager)
     result = profile_from_command(unwrapped.argv, {**parsed.assigned, **unwrapped.environment}, description,
-                                  where=where, notes=(*parsed.notes, *unwrapped.notes), unset_cause=parsed.unset_cause(),
+                                  where=where, notes=(*parsed.notes, *unwrapped.notes),
+                                  unset_cause=parsed.unset_cause(),
                                   settings_environment={**parsed.command.environment, **unwrapped.environment})
     if unwrapped.launcher:
         result.data["launcher"] = list(unwrapped.launcher)

@@ -102,7 +102,8 @@ def _server_command(argv: list[str], env: dict[str, str], notes: list[str], wher
     server_at = next((i for i, word in enumerate(argv) if i > 0 and is_llama_server(word)), None)
     if not is_llama_server(argv[0]) and server_at is not None:
         launcher = tuple(argv[:server_at])
-        notes.append(f"`{' '.join(launcher)}` is kept as the launcher in front of llama-server (profile key 'launcher')")
+        notes.append(f"`{' '.join(launcher)}` is kept as the launcher in front of llama-server "
+                     "(profile key 'launcher')")
         return Unwrapped(argv[server_at:], env, tuple(notes), launcher)
     if len(argv) == 1 and not is_llama_server(argv[0]):
         raise UsageError(f"{where}: ExecStart= runs {argv[0]} with no arguments, a wrapper script specd cannot "

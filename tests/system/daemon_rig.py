@@ -99,7 +99,8 @@ def write_config(box: Box, proxy_port: int, *, grace_s: float, daemon_extra: str
     appends tables."""
     box.config_path.write_text(
         f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
-        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\ncapture_bodies = {str(capture).lower()}\n{proxy}\n'
+        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n'
+        f'capture_bodies = {str(capture).lower()}\n{proxy}\n'
         f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n"
         f"{daemon_extra}\n[tuner]\n{tuner}\n{extra}"
     )

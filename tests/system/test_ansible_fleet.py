@@ -150,7 +150,8 @@ def test_rollout_stops_at_the_box_whose_gate_fails_and_converges_idempotently(bo
     ansible.write_inventory(fleet_boxes, group_vars={"specd_rollout_content": GOOD_REFORMATTED})
     reformatted = ansible.playbook("rollout", {"specd_rollout_profile": PROFILE})
     assert reformatted.returncode == 0 and reformatted.changed_hosts() == [], reformatted.output[-6000:]
-    assert "only formatting or comments differ" in reformatted.of("box1", "Ship the profile file")[0]["result"]["reason"]
+    assert "only formatting or comments differ" in (
+        reformatted.of("box1", "Ship the profile file")[0]["result"]["reason"])
     assert (box1.profiles_dir / f"{PROFILE}.toml").read_text() == GOOD
 
 
@@ -159,7 +160,8 @@ def test_a_profile_specd_rejects_is_put_back_and_stops_the_rollout(boxes) -> Non
     box1 = fleet_boxes[0]
     before = {box.name: (box.unit_path.read_text(), (box.profiles_dir / f"{PROFILE}.toml").read_text()
                          if (box.profiles_dir / f"{PROFILE}.toml").exists() else None) for box in fleet_boxes}
-    ansible.write_inventory(fleet_boxes, group_vars={"specd_rollout_content": GOOD.replace("draft_n_max", "draft_n_mx")})
+    ansible.write_inventory(fleet_boxes,
+                            group_vars={"specd_rollout_content": GOOD.replace("draft_n_max", "draft_n_mx")})
 
     run = ansible.playbook("rollout", {"specd_rollout_profile": PROFILE})
 

@@ -1,4 +1,5 @@
-"""Concurrency, prompt-cache reuse and reasoning in bench and tuner: pure pieces, the emulator model, the tiny server."""
+"""Concurrency, prompt-cache reuse and reasoning in bench and tuner: pure pieces, the emulator model,
+the tiny server."""
 
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ def test_every_corpus_file_is_listed_with_its_source() -> None:
     listed = _sources()
     on_disk = {p.name for folder in ("units", "units-heldout", "llama-swap", "support")
                for p in (CORPUS / folder).iterdir()}
-    assert on_disk == set(listed), f"not in SOURCES.md: {on_disk - set(listed)}; listed but absent: {set(listed) - on_disk}"
+    assert on_disk == set(listed), (f"not in SOURCES.md: {on_disk - set(listed)}; "
+                                    f"listed but absent: {set(listed) - on_disk}")
     assert len(UNITS) >= 25 and len(SWAP_CONFIGS) >= 3
 
 
@@ -279,7 +280,8 @@ def _write_results(section: str, rows: list[Row], summary: dict[str, object]) ->
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=False).stdout.strip()
     data.update({
-        "command": "SPECD_WRITE_RESULTS=1 .venv/bin/python -m pytest -p no:cacheprovider -q tests/system/test_corpus.py",
+        "command": ("SPECD_WRITE_RESULTS=1 .venv/bin/python -m pytest -p no:cacheprovider -q "
+                    "tests/system/test_corpus.py"),
         "machine": f"{platform.node()}: {platform.platform()}, {os.cpu_count()} CPUs, systemd "
                    + subprocess.run(["systemctl", "--version"], capture_output=True, text=True,
                                     check=False).stdout.split()[1],

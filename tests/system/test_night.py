@@ -158,7 +158,8 @@ EMULATOR_SCALE = 0.1  # a modelled 10 s request takes 1 s: long enough that 8 cl
 
 
 def code_mix(count: int) -> list[Conversation]:
-    return [Conversation((f"Reference material:\n{filler_text(480, seed)}\n\n{CODE_ASK}",), 256) for seed in range(count)]
+    return [Conversation((f"Reference material:\n{filler_text(480, seed)}\n\n{CODE_ASK}",), 256)
+            for seed in range(count)]
 
 
 def exhaustive_best(box: Box, concurrency: int, candidates: list[str]) -> tuple[str, dict[str, float]]:

@@ -56,6 +56,7 @@ def test_a_pin_for_the_time_of_day_switches_the_live_server_and_its_removal_swit
     box.specd("unpin", "--period", period, check=True)
     daemon.wait_for("the switch back", lambda: newest() == ("autoregressive", "schedule", "ok"), timeout_s=120)
     events = [e for e in box.history().events(box.unit) if e["kind"] == "schedule"]
-    assert len(events) == 2 and "was removed" in events[0]["detail"] and "switched to autoregressive" in events[0]["detail"]
+    assert (len(events) == 2 and "was removed" in events[0]["detail"]
+            and "switched to autoregressive" in events[0]["detail"])
     time.sleep(3)  # three more checks: nothing changed, so nothing moves
     assert active() == "autoregressive" and len(box.history().list(box.unit, limit=50)) == 3

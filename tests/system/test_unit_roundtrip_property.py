@@ -44,7 +44,8 @@ def specd_exec_argv(text: str, context: UnitContext) -> list[str]:
     from specd.unit.parse import read_unit
     from specd.unit.syntax import UnitContext as SpecdContext
 
-    return list(read_unit(text, context.unit_name, SpecdContext(context.unit_name, "user", home=context.home)).command.argv)
+    return list(read_unit(text, context.unit_name,
+                          SpecdContext(context.unit_name, "user", home=context.home)).command.argv)
 
 
 def specd_rendered_unit(argv: list[str]) -> str:

@@ -44,7 +44,8 @@ def step_names(driver: Any) -> list[str]:
 
 
 def first_timeline_entry(driver: Any) -> str:
-    text: str = driver.execute_script("const li = document.querySelector('#timeline li'); return li ? li.innerText : ''")
+    text: str = driver.execute_script("const li = document.querySelector('#timeline li'); "
+                                      "return li ? li.innerText : ''")
     return text
 
 
@@ -79,12 +80,14 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         driver.get(url)  # the browser's first page: it starts its renderer, which is not the page's time
         wait(driver, "the page to show the active profile", lambda d: text_of(d, "active-profile") == "autoregressive")
         first_ms = int(driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded-ms") or 0)
-        wait(driver, "every section", lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "all")
+        wait(driver, "every section",
+             lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "all")
         driver.get(url)  # opened again in the running browser, as a user would
         wait(driver, "the page to show the active profile", lambda d: text_of(d, "active-profile") == "autoregressive")
         loaded_ms = int(driver.find_element(By.TAG_NAME, "body").get_attribute("data-loaded-ms") or 0)
         assert 0 < loaded_ms < 1000, f"the page showed its state after {loaded_ms} ms (first open: {first_ms} ms)"
-        wait(driver, "every section", lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "all")
+        wait(driver, "every section",
+             lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "all")
         assert console_errors(driver) == []
 
         # Without the token: the click reaches the daemon, which refuses; nothing changes.
@@ -108,7 +111,8 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         Select(driver.find_element(By.ID, "profile-select")).select_by_value("ngram-simple")
         driver.find_element(By.ID, "switch").click()
         try:
-            steps = wait(driver, "the gate steps and the commit", lambda d: "commit" in (names := step_names(d)) and names)
+            steps = wait(driver, "the gate steps and the commit",
+                         lambda d: "commit" in (names := step_names(d)) and names)
         except TimeoutException:
             raise AssertionError(f"steps seen: {step_names(driver)}; message: {text_of(driver, 'action-message')}; "
                                  f"live: {text_of(driver, 'live')}\n--- daemon log ---\n{daemon.log()}") from None

@@ -161,7 +161,8 @@ class World:
                      http=lambda timeout_s: httpx.Client(transport=httpx.MockTransport(self.load.handler)),
                      clock=SteppedClock())
 
-    def switcher(self, fault: FaultAt | None = None, *, seams: Seams | None = None, trigger: Trigger = "cli") -> Switcher:
+    def switcher(self, fault: FaultAt | None = None, *, seams: Seams | None = None,
+                 trigger: Trigger = "cli") -> Switcher:
         def fake_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
             profile = load_profile(deployment.profiles_dir, name)
             return Preflight(profile, [], unit_text(name), GgufInfo.__new__(GgufInfo), None)

@@ -15,7 +15,8 @@ PYTHONISMS = re.compile(r"<(str|int|float|bool|path|list\[[a-z]+\]|int range|flo
 
 def _help(monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
     monkeypatch.setattr(typer.testing, "_get_command", lambda app: command())
-    result = typer.testing.CliRunner().invoke(typer.Typer(), [*args, "--help"], prog_name="specd", env={"COLUMNS": "100"})
+    result = typer.testing.CliRunner().invoke(typer.Typer(), [*args, "--help"], prog_name="specd",
+                                              env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
     return result.output
 

@@ -53,7 +53,8 @@ def test_several_deployments_and_unit_selection(tmp_path: Path) -> None:
          "line 4: 'tuner.sweep' draft_n_max=8..2: the range 8..2 must run upwards"),
         ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = ["draft_nmax=2..8"]\n',
          "'draft_nmax' is not a [speculative] key a sweep can vary (sweepable: "),
-        ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = "draft_n_max=2..8"\n', "'tuner.sweep' must be a list"),
+        ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = "draft_n_max=2..8"\n',
+         "'tuner.sweep' must be a list"),
         ('unit = "a.service"\n', "'profiles_dir' is required"),
         ('unit = "a.service\nprofiles_dir = "p"\n', "TOML syntax error"),
     ],
@@ -74,7 +75,8 @@ def test_missing_config_says_how_to_make_one(tmp_path: Path) -> None:
 
 def test_the_nightly_sweep_is_read_as_specd_tune_sweep_takes_it(tmp_path: Path) -> None:
     path = tmp_path / "specd.toml"
-    path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = ["draft_n_max=2..4", "draft_p_min=0.5,0.9"]\n')
+    path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\n'
+                    'sweep = ["draft_n_max=2..4", "draft_p_min=0.5,0.9"]\n')
     assert load_config(path).tuner.sweep == ("draft_n_max=2..4", "draft_p_min=0.5,0.9")
     path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = ["draft_n_max=2..4", "draft_n_max=6"]\n')
     with pytest.raises(ConfigError, match="names a key twice: draft_n_max, draft_n_max"):

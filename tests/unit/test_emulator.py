@@ -267,7 +267,8 @@ class Server:
 @pytest.fixture(scope="module")
 def mtp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One MTP-mode emulator for the module (each start models a 2 s load); tests use distinct prompts."""
-    server = Server(tmp_path_factory.mktemp("mtp"), "--alias", "qwen,backup", "-np", "2", "--spec-type", "draft-mtp", "--metrics")
+    server = Server(tmp_path_factory.mktemp("mtp"), "--alias", "qwen,backup", "-np", "2", "--spec-type", "draft-mtp",
+                    "--metrics")
     try:
         server.wait_healthy()
         yield server

@@ -67,7 +67,8 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> GgufInfo:
     for i in range(8):
         shapes += [(f"blk.{i}.attn_q.weight", (2048, 4096)), (f"blk.{i}.attn_k.weight", (2048, 512)),
                    (f"blk.{i}.attn_v.weight", (2048, 512)), (f"blk.{i}.attn_output.weight", (4096, 2048)),
-                   (f"blk.{i}.ffn_gate_exps.weight", (2048, 768, 256)), (f"blk.{i}.ffn_up_exps.weight", (2048, 768, 256)),
+                   (f"blk.{i}.ffn_gate_exps.weight", (2048, 768, 256)),
+                   (f"blk.{i}.ffn_up_exps.weight", (2048, 768, 256)),
                    (f"blk.{i}.ffn_down_exps.weight", (768, 2048, 256))]
     for name, ne in shapes:
         block, size = GGML_QUANT_SIZES[Q8_0]
@@ -181,7 +182,8 @@ def test_a_profile_that_does_not_fit_is_told_its_biggest_parts_and_what_to_chang
         llama8b: GgufInfo, moe: GgufInfo) -> None:
     state = GpuState((card(0, 9.0),), "580", "13.0")
     dense = fit_check(estimate_vram(llama8b, None, 65536, None), state)
-    assert dense.message.startswith("needs ~") and "does not fit (biggest: KV cache 8.0 GiB, weights 7.4 GiB" in dense.message
+    assert (dense.message.startswith("needs ~")
+            and "does not fit (biggest: KV cache 8.0 GiB, weights 7.4 GiB" in dense.message)
     assert dense.hint is not None
     for change in ("a smaller ctx_size", "cache_type_k/cache_type_v = q8_0", "n_gpu_layers"):
         assert change in dense.hint

@@ -28,15 +28,18 @@ IK_ENTRIES = (
     ("-md,   --model-draft FNAME", "draft model for speculative decoding (default: unused)"),
     ("--spec-type SPEC[:k=v,...]", (
         "canonical speculative stage entry; repeat for a supported two-stage chain.\n"
-        "types: none, draft, dflash, dspark, mtp, ngram-cache, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, suffix\n"
-        "canonical keys: n_max,n_min,p_min,heads,cross_ctx,ngram_size_n,ngram_size_m,ngram_min_hits,suffix_min_match_len,suffix_max_depth,suffix_corpus\n"
+        "types: none, draft, dflash, dspark, mtp, ngram-cache, ngram-simple, ngram-map-k, ngram-map-k4v, "
+        "ngram-mod, suffix\n"
+        "canonical keys: n_max,n_min,p_min,heads,cross_ctx,ngram_size_n,ngram_size_m,ngram_min_hits,"
+        "suffix_min_match_len,suffix_max_depth,suffix_corpus\n"
         "MTP heads: heads=1 is the default; heads>1 and heads=0 (all model heads) are experimental\n"
         "for comma-bearing string values, quote the value inside the stage payload for normal shell use\n"
         "if argv is passed directly without shell unescaping, the parser also accepts escaped commas as \\,\n"
         "examples: --spec-type mtp:n_max=1,p_min=0.0\n"
         "          --model-draft draft.gguf --spec-type dflash:n_max=4,cross_ctx=512\n"
         "          --spec-type ngram-mod:n_max=64,n_min=2,ngram_size_n=8 --spec-type mtp:n_max=1,p_min=0.0\n"
-        "          --spec-type \"suffix:n_max=16,n_min=2,suffix_min_match_len=5,suffix_max_depth=64,suffix_corpus='/tmp/spec,type-corpus.json'\"\n"
+        "          --spec-type \"suffix:n_max=16,n_min=2,suffix_min_match_len=5,suffix_max_depth=64,"
+        "suffix_corpus='/tmp/spec,type-corpus.json'\"\n"
         "legacy --spec-stage, --draft-*, --spec-ngram-*, --suffix-* and -mtp flags are rejected"
     )),
     ("--spec-autotune", "automatically tune speculative params to maximize tokens/sec"),

@@ -59,7 +59,8 @@ def test_no_model_is_router_mode_over_the_cache_as_llama_server_does_it(tmp_path
 
 
 def test_settings_from_llama_arg_variables_are_the_profiles_and_stay_variables(tmp_path: Path) -> None:
-    result = imported("[Service]\nEnvironment=LLAMA_ARG_MODEL=/m/qwen.gguf LLAMA_ARG_PORT=9001 LLAMA_ARG_CTX_SIZE=8192\n"
+    result = imported("[Service]\nEnvironment=LLAMA_ARG_MODEL=/m/qwen.gguf LLAMA_ARG_PORT=9001 "
+                      "LLAMA_ARG_CTX_SIZE=8192\n"
                       "ExecStart=/opt/llama-server --host 0.0.0.0\n")
     assert (result.data["model"], result.data["port"], result.data["alias"]) == ("/m/qwen.gguf", 9001, "qwen.gguf")
     assert "router" not in result.data  # the model comes from the environment: not router mode

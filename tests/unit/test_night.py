@@ -191,7 +191,8 @@ def test_the_night_sweeps_only_a_live_profile_that_speculates_and_says_why_not(d
 
     assert base(sweeping, "mtp") == ("mtp", None)
     assert base(Config(path=sweeping.path, deployments=(deployment,)), "mtp") == (None, None)  # no [tuner] sweep
-    assert base(sweeping, "plain") == (None, 'skipped: plain does not speculate (type = "none"); compared the candidates')
+    assert base(sweeping, "plain") == (None, ('skipped: plain does not speculate (type = "none"); '
+                                              'compared the candidates'))
     assert base(sweeping, None) == (None, "skipped: no profile is active to sweep")
     skipped, why = base(sweeping, "broken")
     assert skipped is None and str(why).startswith("skipped: broken does not load: ") and "line 2" in str(why)

@@ -34,8 +34,8 @@ def history(tmp_path: Path) -> History:
     return History(tmp_path / "state" / "specd.db")
 
 
-def observer_with(history: History, clock: list[float] | None = None) -> tuple[HistoryObserver, Recorded,
-                                                                                  Notifier, list[tuple[str, dict[str, Any]]]]:
+def observer_with(history: History, clock: list[float] | None = None) -> tuple[
+        HistoryObserver, Recorded, Notifier, list[tuple[str, dict[str, Any]]]]:
     sent = Recorded()
     notifier = Notifier(NotifyConfig(urls=("json://unused",), min_interval_s=0, timeout_s=5), sender=sent)
     published: list[tuple[str, dict[str, Any]]] = []

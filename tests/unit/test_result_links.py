@@ -31,5 +31,6 @@ def test_each_linked_result_file_exists_and_names_its_command(doc: Path, result:
     assert result.is_file(), f"{doc.name} links {result}, which is not in the tree"
     if result.suffix == ".md":
         text = result.read_text(encoding="utf-8")
-        assert re.search(r"^(?:[-|] |\*\*).*\bcommands?\b|not specd's measurements", text, re.MULTILINE | re.IGNORECASE), (
+        assert re.search(r"^(?:[-|] |\*\*).*\bcommands?\b|not specd's measurements", text,
+                         re.MULTILINE | re.IGNORECASE), (
             f"{result.name} says neither which command made it nor that it quotes others' figures")

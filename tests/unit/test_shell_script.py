@@ -60,7 +60,8 @@ def test_a_sourced_file_of_assignments_is_read_and_exports_reach_the_server(tmp_
                            read_source=lambda p: Path(p).read_text() if Path(p).exists() else None)
     assert found.argv == ["/opt/llama-server", "-m", "/m/q.gguf"]
     assert found.exported == {"CUDA_VISIBLE_DEVICES": "1"}
-    missing = script_command("source /nonexistent.env; exec /opt/llama-server -m /m.gguf", {}, "t", read_source=no_files)
+    missing = script_command("source /nonexistent.env; exec /opt/llama-server -m /m.gguf", {}, "t",
+                             read_source=no_files)
     assert missing.argv[-1] == "/m.gguf" and any("does not exist here" in note for note in missing.notes)
 
 

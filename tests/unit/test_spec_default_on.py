@@ -19,7 +19,8 @@ from tests.fakes.fake_llama_server import HELP, SPEC_TYPE_ON
 REFERENCE_EXCERPT = """\
 --port PORT                             port to listen (default: 8080)
                                         (env: LLAMA_ARG_PORT)
---spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache
+--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,ngram-simple,ngram-map-k,\
+ngram-map-k4v,ngram-mod,ngram-cache
                                         comma-separated list of types of speculative decoding to use (default:
                                         none)
                                         \n\

@@ -197,7 +197,8 @@ def test_the_autotune_variant_renders_the_engines_flag_and_is_refused_by_a_binar
     ik_llama = parse_help("/opt/ik_llama/llama-server", llama_cpp + IK_AUTOTUNE_HELP)
     assert "--spec-autotune" in build_argv(profile, ik_llama)
     assert "--spec-autotune" not in build_argv(load_profile(tmp_path, "mtp"), ik_llama)
-    with pytest.raises(PreflightError, match=r"autotune needs one of --spec-autotune, but /opt/llama-server offers none"):
+    with pytest.raises(PreflightError,
+                       match=r"autotune needs one of --spec-autotune, but /opt/llama-server offers none"):
         build_argv(profile, parse_help("/opt/llama-server", llama_cpp))
 
 

@@ -72,7 +72,8 @@ def test_box_identity_names_the_box_from_specd_box_and_says_why_there_is_no_gpu(
     monkeypatch.delenv("SPECD_BOX")
     with_gpu = box_identity(GpuState((card,), "550.54", "12.4")).as_json()
     assert with_gpu["name"] == with_gpu["hostname"]
-    assert with_gpu["hardware"]["gpus"] == [{"index": 0, "name": "RTX 3090 Ti", "uuid": "GPU-1", "total_bytes": 24 * GIB}]
+    assert with_gpu["hardware"]["gpus"] == [{"index": 0, "name": "RTX 3090 Ti", "uuid": "GPU-1",
+                                             "total_bytes": 24 * GIB}]
     assert with_gpu["hardware"]["gpu_driver"] == "550.54" and with_gpu["hardware"]["gpu_note"] is None
 
 
@@ -80,7 +81,8 @@ def test_a_profile_left_out_on_one_box_keeps_its_row_and_says_why(tmp_path: Path
     """An n-gram profile that drafted nothing on one box is not silently missing from the fleet table."""
     left = document("box2", "plain", {"plain": 800.0})
     left["models"]["ngram"] = "qwen.gguf"
-    left["left_out"] = {"ngram": "left out: configured but inactive on this model/binary (no token drafted in 2 requests)"}
+    left["left_out"] = {"ngram": "left out: configured but inactive on this model/binary "
+                                 "(no token drafted in 2 requests)"}
     path = tmp_path / "box2.json"
     path.write_text(json.dumps(left))
 

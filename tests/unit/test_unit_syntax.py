@@ -30,7 +30,8 @@ def test_comment_lines_inside_a_continuation_are_skipped() -> None:
 
 
 def test_specifiers_resolve_for_the_unit_and_its_instance() -> None:
-    text = "[Service]\nExecStart=%h/llama.cpp/llama-server -m %h/models/%i.gguf --alias %i --slot-save-path %t/x 100%%\n"
+    text = ("[Service]\nExecStart=%h/llama.cpp/llama-server -m %h/models/%i.gguf --alias %i "
+            "--slot-save-path %t/x 100%%\n")
     assert argv_of(text) == ["/home/ann/llama.cpp/llama-server", "-m", "/home/ann/models/qwen.gguf", "--alias",
                              "qwen", "--slot-save-path", argv_of("[Service]\nExecStart=%t/x\n")[0], "100%"]
     system = UnitContext.for_unit("llama.service", "system")
@@ -141,8 +142,10 @@ def test_a_bare_flag_that_usually_takes_a_value_is_kept_with_its_neighbour() -> 
 
 
 def test_the_rest_of_the_unit_is_carried_as_written() -> None:
-    result = profile_from_unit("[Unit]\nAfter=network-online.target\n[Service]\nExecStart=/opt/llama-server -m /m.gguf\n"
-                               "User=llama\nLimitMEMLOCK=infinity\nExecStartPre=/bin/rm -f %t/x\nExecStartPre=/bin/true\n"
+    result = profile_from_unit("[Unit]\nAfter=network-online.target\n[Service]\n"
+                               "ExecStart=/opt/llama-server -m /m.gguf\n"
+                               "User=llama\nLimitMEMLOCK=infinity\nExecStartPre=/bin/rm -f %t/x\n"
+                               "ExecStartPre=/bin/true\n"
                                "[X-Extra]\nKey=v\n", "t", "d", CTX)
     assert result.data["systemd"] == {"Unit": {"After": "network-online.target"},
                                       "Service": {"User": "llama", "LimitMEMLOCK": "infinity",
@@ -167,14 +170,16 @@ def test_carried_directives_replace_the_templates_and_add_the_rest() -> None:
     from specd.profiles.load import Directive
     from specd.unit.render import carry_directives
 
-    template = "[Unit]\nDescription=x\n\n[Service]\nType=simple\nExecStart=/bin/a\nRestart=on-failure\n\n[Install]\nWantedBy=default.target\n"
+    template = ("[Unit]\nDescription=x\n\n[Service]\nType=simple\nExecStart=/bin/a\nRestart=on-failure\n\n"
+                "[Install]\nWantedBy=default.target\n")
     text = carry_directives(template, (Directive("Service", "Restart", "always"), Directive("Service", "User", "llama"),
                                        Directive("Service", "ExecStartPre", "/bin/true"),
                                        Directive("Service", "ExecStartPre", "/bin/false")))
     service = text.split("[Service]\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert service == ["Type=simple", "ExecStart=/bin/a", "Restart=always", "User=llama", "ExecStartPre=/bin/true",
                        "ExecStartPre=/bin/false"]
-    assert text.startswith("[Unit]\nDescription=x\n\n[Service]") and text.endswith("[Install]\nWantedBy=default.target\n")
+    assert (text.startswith("[Unit]\nDescription=x\n\n[Service]")
+            and text.endswith("[Install]\nWantedBy=default.target\n"))
 
 
 def test_several_environment_files_and_globs_are_read_in_order_later_ones_winning(tmp_path: Path) -> None:
@@ -193,7 +198,8 @@ def test_import_says_what_each_specifier_resolved_to() -> None:
     result = profile_from_unit("[Service]\nExecStart=%h/bin/llama-server -m %h/models/%i.gguf --port 9000 -a x%%\n",
                                "t.service", "d", CTX)
     said = [row.became for row in result.rows if row.source == "unit"]
-    assert "%h is '/home/ann': the home directory of the manager's user (llama-server@qwen.service, user manager)" in said
+    assert ("%h is '/home/ann': the home directory of the manager's user (llama-server@qwen.service, "
+            "user manager)") in said
     assert "%i is 'qwen': the unit's instance (llama-server@qwen.service, user manager)" in said
     assert not any(line.startswith("%%") for line in said)
 
