@@ -3,15 +3,19 @@
     python benchmarks/proxy_overhead.py [--backend synthetic|llama|both] [--rounds 400]
         [--stream-rounds 6] [--idle-s 20] [--out benchmarks/results/proxy-overhead.json]
 
-Three ways to reach one backend: A direct, B through nginx (Debian's package, one worker, pooled
+Four ways to reach one backend: A direct, B through nginx (Debian's package, one worker, pooled
 keep-alive upstream connections, buffering off: the usual SSE setup), C through the real
-`specd daemon` proxy. Every round sends the same streamed request once through each, in a
-shuffled order, so load drift from the shared machine hits all three alike; the added TTFT of B
-and C is taken against A *in the same round* (median with a 95% bootstrap interval, and p95, of
-those differences). Streaming rounds do the same with one long stream each: achieved tokens/s
-and the p99 gap between token arrivals at the client. CPU per request is each proxy's CPU time
-over the TTFT rounds less its background rate measured just before. The load average is sampled
-before and after each phase and written to the result.
+`specd daemon` proxy, D through a bare forwarder (`serve_bare_forwarder_for_benchmark`, below: a
+FAKE proxy that only copies bytes both ways on asyncio + httptools, doing none of specd's work;
+the floor of a Python proxy on this machine). Every round sends the same streamed request once
+through each, in a shuffled order, so load drift from the shared machine hits all alike; the
+added TTFT of B, C and D is taken against A *in the same round* (median with a 95% bootstrap
+interval, and p95, of those differences), and specd's over nginx's is a ratio of the two medians
+with a paired bootstrap interval (the same resampled rounds for both). Streaming rounds do the
+same with one long stream each: achieved tokens/s and the p99 gap between token arrivals at the
+client. CPU per request is each proxy's CPU time over the TTFT rounds less its background rate
+measured just before. The load average is sampled before and after each phase and written to the
+result.
 
 Backends: `synthetic` is `serve_paced_backend_for_benchmark` (below; a FAKE llama-server that
 paces tokens on an absolute schedule, so the client sees the proxies' jitter, not a model's);
@@ -41,7 +45,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import psutil
@@ -52,7 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")
 LLAMA_SERVER = CACHE / "llama-server" / "0.3.36-cpu" / "build" / "bin" / "llama-server"
 TINY_MODEL = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
-ROUTES = ("direct", "nginx", "specd")
+ROUTES = ("direct", "nginx", "specd", "bare")
 
 
 def free_port() -> int:
@@ -100,7 +104,89 @@ def serve_paced_backend_for_benchmark(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-# ---- the three routes ------------------------------------------------------------------------------
+class _BareUpstreamForBenchmark(asyncio.Protocol):
+    """The bare forwarder's pooled connection to the backend: every byte back to the client."""
+
+    idle: ClassVar[list[_BareUpstreamForBenchmark]] = []
+
+    def __init__(self) -> None:
+        import httptools
+
+        self.client: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.client.transport.write(data)
+        self.parser.feed_data(data)
+
+    def on_message_complete(self) -> None:
+        self.client = None
+        self.idle.append(self)
+
+
+class _BareClientForBenchmark(asyncio.Protocol):
+    """The bare forwarder's client connection: each request's head rebuilt for the backend."""
+
+    backend_port = 0
+
+    def connection_made(self, transport: Any) -> None:
+        import httptools
+
+        self.transport = transport
+        self.parser = httptools.HttpRequestParser(self)
+        self.url, self.headers, self.body = b"", [b""], [b""]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() not in (b"host", b"connection", b"content-length"):
+            self.headers.append(name + b": " + value + b"\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self.body)
+        request = (b"%b %b HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-length: %d\r\n%b\r\n%b"
+                   % (self.parser.get_method(), self.url, self.backend_port, len(body), b"".join(self.headers), body))
+        self.url, self.headers, self.body = b"", [b""], [b""]
+        if _BareUpstreamForBenchmark.idle:
+            upstream = _BareUpstreamForBenchmark.idle.pop()
+            upstream.client = self
+            upstream.transport.write(request)
+        else:
+            asyncio.ensure_future(self.connect(request))
+
+    async def connect(self, request: bytes) -> None:
+        _, upstream = await asyncio.get_running_loop().create_connection(_BareUpstreamForBenchmark, "127.0.0.1",
+                                                                         self.backend_port)
+        upstream.client = self
+        upstream.transport.write(request)
+
+
+def serve_bare_forwarder_for_benchmark(port: int, backend_port: int) -> None:
+    """A FAKE proxy: each request's head rebuilt for the backend on a pooled connection, every
+    response byte copied back as it arrives; no gate, no re-send, no recording, no error handling.
+    What a Python proxy on uvloop and httptools cannot go below on this machine."""
+    import uvloop
+
+    _BareClientForBenchmark.backend_port = backend_port
+
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_server(_BareClientForBenchmark, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(serve())
+
+
+# ---- the routes ------------------------------------------------------------------------------------
 
 
 def wait_http(url: str, timeout_s: float = 120) -> None:
@@ -180,7 +266,8 @@ def daemon_home(root: Path, backend_port: int, port: int, specd_from: Path) -> d
 
 @contextmanager
 def routes(backend: str, root: Path, specd_from: Path) -> Iterator[tuple[dict[str, str], dict[str, list[int]]]]:
-    """Start the backend, nginx and the daemon; yield each route's URL and the proxies' PIDs."""
+    """Start the backend, nginx, the daemon and the bare forwarder; yield each route's URL and the
+    proxies' PIDs."""
     backend_port, nginx_port, specd_port = free_port(), free_port(), free_port()
     with ExitStack() as stack:
         if backend == "synthetic":
@@ -198,8 +285,11 @@ def routes(backend: str, root: Path, specd_from: Path) -> Iterator[tuple[dict[st
         daemon = stack.enter_context(process([sys.executable, "-m", "specd", "daemon"], root / "daemon.log",
                                              env=daemon_home(root, backend_port, specd_port, specd_from),
                                              cwd=str(specd_from)))
+        bare_port = free_port()
+        bare = stack.enter_context(process(
+            [sys.executable, __file__, "--serve-bare", str(bare_port), str(backend_port)], root / "bare.log"))
         urls = {"direct": f"http://127.0.0.1:{backend_port}", "nginx": f"http://127.0.0.1:{nginx_port}",
-                "specd": f"http://127.0.0.1:{specd_port}"}
+                "specd": f"http://127.0.0.1:{specd_port}", "bare": f"http://127.0.0.1:{bare_port}"}
         try:
             for url in urls.values():
                 wait_http(f"{url}/health", 30)
@@ -208,7 +298,7 @@ def routes(backend: str, root: Path, specd_from: Path) -> Iterator[tuple[dict[st
                   file=sys.stderr)
             raise
         nginx_pids = [nginx.pid] + [c.pid for c in psutil.Process(nginx.pid).children()]
-        yield urls, {"nginx": nginx_pids, "specd": [daemon.pid]}
+        yield urls, {"nginx": nginx_pids, "specd": [daemon.pid], "bare": [bare.pid]}
 
 
 # ---- measuring -------------------------------------------------------------------------------------
@@ -317,7 +407,8 @@ def added_ttft(ttft: dict[str, list[float]], route: str) -> dict[str, Any]:
     """The route's TTFT minus the direct one of the same round: median (95% bootstrap CI) and p95."""
     added = [p - d for p, d in zip(ttft[route], ttft["direct"], strict=True)]
     lo, hi = bootstrap_ci(added)
-    return {"added_ttft_ms_p50": round(statistics.median(added), 3), "added_ttft_ms_p50_ci95": [round(lo, 3), round(hi, 3)],
+    return {"added_ttft_ms_p50": round(statistics.median(added), 3),
+            "added_ttft_ms_p50_ci95": [round(lo, 3), round(hi, 3)],
             "added_ttft_ms_p95": round(percentile(added, 0.95), 3)}
 
 
@@ -348,7 +439,7 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
     rates = {route: statistics.median((len(a) - 1) / (a[-1] - a[0]) for a in arrivals[route]) for route in ROUTES}
     result["direct"] = {"stream_tok_s": round(rates["direct"], 1),
                         "gap_ms_p99": round(percentile(gaps["direct"], 0.99), 3)}
-    for route in ("nginx", "specd"):
+    for route in ("nginx", "specd", "bare"):
         result[route] = {
             **added_ttft(ttft, route),
             "stream_tok_s": round(rates[route], 1),
@@ -357,10 +448,27 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
             "cpu_ms_per_request": round(1000 * cpu_used[route] / args.rounds, 3),
             "background_cpu_percent": round(100 * background[route], 2),
         }
-    ratio = result["specd"]["added_ttft_ms_p50"] / max(result["nginx"]["added_ttft_ms_p50"], 1e-3)
+    ratio, (lo, hi) = ratio_of_added(ttft, "specd", "nginx")
     result["specd_over_nginx_added_ttft_p50"] = round(ratio, 2)
+    result["specd_over_nginx_ci95"] = [round(lo, 2), round(hi, 2)]
     result["within_3x_of_nginx"] = ratio <= 3.0
     return result
+
+
+def ratio_of_added(ttft: dict[str, list[float]], route: str, baseline: str, resamples: int = 2000,
+                   seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """median added TTFT of `route` over that of `baseline`, with a paired percentile-bootstrap 95%
+    interval: each resample draws whole rounds, so both medians come from the same rounds."""
+    import numpy as np
+
+    direct = np.array(ttft["direct"])
+    ours, theirs = np.array(ttft[route]) - direct, np.array(ttft[baseline]) - direct
+    point = float(np.median(ours) / max(float(np.median(theirs)), 1e-3))
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, direct.size, size=(resamples, direct.size))
+    ratios = np.median(ours[rows], axis=1) / np.maximum(np.median(theirs[rows], axis=1), 1e-3)
+    lo, hi = np.quantile(ratios, [0.025, 0.975])
+    return point, (float(lo), float(hi))
 
 
 def idle_cost(pid: int, idle_s: float) -> dict[str, float]:
@@ -373,9 +481,11 @@ def idle_cost(pid: int, idle_s: float) -> dict[str, float]:
 
 
 def provenance(specd_from: Path) -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(specd_from), "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
+    commit = subprocess.run(["git", "-C", str(specd_from), "rev-parse", "--short", "HEAD"], check=False,
+                            capture_output=True,
                             text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(specd_from), "status", "--porcelain", "--", "specd", "benchmarks"], check=False,
+    dirty = subprocess.run(["git", "-C", str(specd_from), "status", "--porcelain", "--", "specd", "benchmarks"],
+                           check=False,
                            capture_output=True, text=True).stdout.strip()
     nginx = subprocess.run(["nginx", "-v"], check=False, capture_output=True, text=True).stderr.strip()
     return {"command": shlex.join(["python", *sys.argv]),
@@ -389,7 +499,7 @@ def provenance(specd_from: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("synthetic", "llama", "both"), default="both")
-    parser.add_argument("--rounds", type=int, default=400, help="TTFT rounds (one request per route each)")
+    parser.add_argument("--rounds", type=int, default=1500, help="TTFT rounds (one request per route each)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--stream-rounds", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=2000, help="synthetic stream length")
@@ -402,9 +512,13 @@ def main() -> None:
     parser.add_argument("--specd-from", type=Path, default=REPO,
                         help="the checkout whose `specd daemon` is measured (another commit, to compare)")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bare", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_backend:
         serve_paced_backend_for_benchmark(args.serve_backend)
+        return
+    if args.serve_bare:
+        serve_bare_forwarder_for_benchmark(*args.serve_bare)
         return
     if shutil.which("nginx") is None:
         sys.exit("proxy_overhead: nginx is not installed (scripts/install-system-deps.sh installs it)")
@@ -413,7 +527,8 @@ def main() -> None:
     for backend in ("synthetic", "llama") if args.backend == "both" else (args.backend,):
         if backend == "llama" and not (LLAMA_SERVER.exists() and TINY_MODEL.exists()):
             sys.exit(f"proxy_overhead: {LLAMA_SERVER} or {TINY_MODEL} is missing")
-        with tempfile.TemporaryDirectory(prefix="specd-overhead-") as tmp, routes(backend, Path(tmp), args.specd_from) as (urls, pids):
+        with (tempfile.TemporaryDirectory(prefix="specd-overhead-") as tmp,
+              routes(backend, Path(tmp), args.specd_from) as (urls, pids)):
             report["results"][backend] = measure(backend, urls, pids, args, shuffle)
             if backend == "synthetic" and args.idle_s > 0:
                 report["daemon_idle"] = idle_cost(pids["specd"][0], args.idle_s)

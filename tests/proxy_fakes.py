@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specd.daemon.service import QuietServer, make_server, new_event_loop
+from specd.daemon.service import Server, bind_tcp, make_server, new_event_loop
 
 
 def eventually(condition: Callable[[], object], what: str, timeout_s: float = 20.0) -> None:
@@ -40,24 +40,29 @@ def free_port() -> int:
 
 
 class ServerThread:
-    """One uvicorn server on 127.0.0.1:port in its own thread and event loop."""
+    """One server on 127.0.0.1:port in its own thread and event loop: the proxy's own (given a
+    `Proxy`, or anything else with its `server(grace_s)`), as the daemon runs it, or uvicorn
+    (given an ASGI app)."""
 
     def __init__(self, app: Any, port: int, *, header_timeout_s: float = 30.0) -> None:
         self.app, self.port, self.header_timeout_s = app, port, header_timeout_s
-        self.server: QuietServer | None = None
+        self.server: Server | None = None
         self.thread: threading.Thread | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> ServerThread:
-        self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=5,
-                                  header_timeout_s=self.header_timeout_s)
+        if hasattr(self.app, "server"):
+            self.server = self.app.server(grace_s=5)
+        else:
+            self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=5,
+                                      header_timeout_s=self.header_timeout_s)
         ready = threading.Event()
 
         def run() -> None:
             self.loop = new_event_loop()
             ready.set()
             assert self.server is not None
-            self.loop.run_until_complete(self.server.serve())
+            self.loop.run_until_complete(self.server.serve([bind_tcp("127.0.0.1", self.port)]))
             self.loop.close()
 
         self.thread = threading.Thread(target=run, daemon=True)

@@ -44,7 +44,7 @@ from specd.daemon.nightly import cron_trigger, nightly_job, schedule_job
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.proxy import Proxy, ProxySettings
-from specd.daemon.service import QuietServer, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
+from specd.daemon.service import Server, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
 from specd.daemon.steering import ProxySteering, backend_of
 from specd.daemon.upkeep import SAMPLE_INTERVAL_S, housekeeping, sample_counters
 from specd.daemon.watcher import DeploymentWatcher
@@ -89,7 +89,7 @@ class Runtime:
     monitor: HealthMonitor
     watcher: DeploymentWatcher
     proxy: Proxy | None = None
-    server: QuietServer | None = None
+    server: Server | None = None
     info: dict[str, Any] = field(default_factory=dict)
     last_generation: int = 0
     last_outcome: str = ""  # of last_generation: a pending switch is seen again when it finishes
@@ -109,7 +109,7 @@ class Daemon:
                                                            "misfire_grace_time": 60})
         self.runtimes: dict[str, Runtime] = {}
         self.started_at = time.time()
-        self._servers: list[tuple[QuietServer, asyncio.Task[None]]] = []
+        self._servers: list[tuple[Server, asyncio.Task[None]]] = []
         self._lock_fd: int | None = None
         self._http = httpx.Client(timeout=5.0)
         self.page: StatusPage | None = None  # when [daemon] http_listen is set
@@ -141,7 +141,8 @@ class Daemon:
             monitor = HealthMonitor(self._make_seams(deployment), self.config.daemon,
                                     on_result=partial(self._health_result, unit),
                                     on_action=partial(self._count_action, unit))
-            watcher = DeploymentWatcher(self._make_seams(deployment), on_profile_errors=partial(self._profile_errors, unit),
+            watcher = DeploymentWatcher(self._make_seams(deployment),
+                                        on_profile_errors=partial(self._profile_errors, unit),
                                         on_external_edit=partial(self._external_edit, unit))
             runtime = Runtime(deployment, monitor, watcher)
             if deployment.proxy is not None:
@@ -163,8 +164,10 @@ class Daemon:
                      capture=capture, on_crash=partial(self._crash_after_request, deployment.unit))
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
-                     uds: Path | None = None, setting: str = "[proxy] listen") -> QuietServer:
-        server = make_server(app, host=host, port=port, uds=uds, grace_s=SHUTDOWN_GRACE_S)
+                     uds: Path | None = None, setting: str = "[proxy] listen") -> Server:
+        """Serve an ASGI app with uvicorn, or a proxy with its own server (specd.daemon.http1)."""
+        server: Server = (app.server(SHUTDOWN_GRACE_S) if isinstance(app, Proxy)
+                          else make_server(app, host=host, port=port, uds=uds, grace_s=SHUTDOWN_GRACE_S))
         sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port, setting)]
         task = asyncio.get_running_loop().create_task(server.serve(sockets=sockets))
         while not server.started:
@@ -308,7 +311,7 @@ class Daemon:
         for runtime in self.runtimes.values():
             if runtime.proxy is not None and runtime.deployment.proxy is not None:
                 listen = runtime.deployment.proxy
-                runtime.server = await self._serve(runtime.proxy.app, host=listen.listen_host,
+                runtime.server = await self._serve(runtime.proxy, host=listen.listen_host,
                                                    port=listen.listen_port)
         await self._serve_page(loop)
         self.observer = HistoryObserver(self.deployments, history=History(self.state.db), notifier=self.notifier,

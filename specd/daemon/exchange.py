@@ -31,8 +31,8 @@ class Exchange:
     """One request's shape, filled in as it goes; `finish` reports it exactly once."""
 
     def __init__(self, endpoint: str, stream: bool, document: dict[str, Any] | None, in_flight: int,
-                 on_finish: Callable[[Exchange, int, float, str | None], None]) -> None:
-        self.started = time.perf_counter()
+                 on_finish: Callable[[Exchange, int, float, str | None], None], started: float | None = None) -> None:
+        self.started = time.perf_counter() if started is None else started  # when the whole request was in
         self.ts = time.time()
         self.endpoint, self.stream, self.in_flight = endpoint, stream, in_flight
         # The request body: its task class and shape (specd.traffic.shape) are judged when the row is
@@ -53,11 +53,12 @@ class Exchange:
 
     @classmethod
     def of_request(cls, method: str, endpoint: str, body: bytes, in_flight: int,
-                   on_finish: Callable[[Exchange, int, float, str | None], None]) -> tuple[Exchange, dict[str, Any] | None]:
+                   on_finish: Callable[[Exchange, int, float, str | None], None], *, started: float | None = None
+                   ) -> tuple[Exchange, dict[str, Any] | None]:
         """The exchange a request starts, and its body as a JSON object when it is one."""
         document = json_object(body) if method == "POST" and body else None
         stream = bool(document is not None and document.get("stream") is True)
-        exchange = cls(endpoint, stream, document, in_flight, on_finish)
+        exchange = cls(endpoint, stream, document, in_flight, on_finish, started)
         exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
         return exchange, document
 

@@ -12,10 +12,12 @@ that then stops answering /health (before answering or mid-stream) is reported a
 of the crash (`on_crash`, see specd.daemon.crashes); a shutdown answers held and unanswered
 requests 503 (at once, and at the end of its grace) and cuts streams on an event boundary.
 
-Every request pays the proxy's own cost, so the path is short: a bare ASGI app (no router or
-middleware stack), pooled upstream connections (specd.daemon.upstream), the stream relayed from
-the backend's socket in the request's own task (specd.daemon.relay), the traffic row handed to a
-writer thread. benchmarks/proxy_overhead.py measures it beside nginx.
+Every request pays the proxy's own cost, so the path is short: HTTP/1.1 on asyncio protocols with
+httptools on both sides (specd.daemon.http1: no ASGI, no HTTP client library), the request sent
+upstream on a pooled connection the moment it is whole (its shape is read while the backend
+works), the stream relayed from the backend connection's callback to the client's socket
+(specd.daemon.relay), the traffic row handed to a writer thread. benchmarks/proxy_overhead.py
+measures it beside nginx.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,20 +33,12 @@ from specd.daemon import resend
 from specd.daemon.crashes import Crash, CrashWatch, DroppedRequest, Phase
 from specd.daemon.exchange import Exchange, Recording
 from specd.daemon.gate import BackendGate, HoldExpired
+from specd.daemon.http1.client import UpstreamPool, answers_health_now, forwarded_headers
+from specd.daemon.http1.responder import Responder
+from specd.daemon.http1.response import UpstreamFailed, UpstreamResponse
+from specd.daemon.http1.server import ClientRequest, FrontLimits, FrontServer
 from specd.daemon.metrics import SpecdMetrics
-from specd.daemon.relay import (
-    ClientLeft,
-    ClientWatch,
-    Receive,
-    Relay,
-    Send,
-    read_body,
-    read_whole,
-    respond,
-    send_error,
-    send_whole,
-)
-from specd.daemon.upstream import Upstream, UpstreamFailed, answers_health_now, forwarded_headers
+from specd.daemon.relay import ClientWatch, Relay, read_whole, respond
 from specd.daemon.warmup import RecentRequests
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
@@ -77,6 +71,7 @@ class ProxySettings:
     # backend); generous, because a long prompt's prefill is silent too.
     stream_idle_timeout_s: float = 300.0
     body_timeout_s: float = 60.0  # a client must send its whole request body within this
+    header_timeout_s: float = 30.0  # ... and a request's headers within this (slowloris)
 
 
 class Proxy:
@@ -94,7 +89,7 @@ class Proxy:
         self._resolve = resolve_backend
         self._metrics, self._capture = metrics, capture
         self._recording = Recording(settings.unit, recorder, metrics)
-        self._upstream = Upstream()
+        self._upstream = UpstreamPool()
         self._crashes = CrashWatch(lambda: answers_health_now(self.backend.url), self.mark_unhealthy, on_crash)
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
@@ -104,31 +99,21 @@ class Proxy:
         self._idle = asyncio.Event()
         self._idle.set()
         self._relays: set[Relay] = set()
-        self._waiting: set[asyncio.Future[Any]] = set()  # sent upstream, no status line yet
+        self._waiting: set[asyncio.Task[None]] = set()  # requests sent upstream, no status line yet
+        self._cut: set[asyncio.Task[None]] = set()  # ... of which the shutdown cancelled these
         self.recent = RecentRequests()  # what a blue-green flip warms the new server's cache with
 
-    # ---- the ASGI app and its lifecycle ---------------------------------------------------------
+    # ---- the server and its lifecycle -----------------------------------------------------------
 
-    async def app(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._handle(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await self.start()
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await self.stop()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-
-    async def start(self) -> None:
-        await self._upstream.start()
+    def server(self, grace_s: float = 30.0) -> FrontServer:
+        """The server that takes clients' connections for this proxy (`serve`, `started`, `should_exit`)."""
+        limits = FrontLimits(self.settings.max_body_bytes, self.settings.body_timeout_s,
+                             self.settings.header_timeout_s)
+        return FrontServer(self.handle, limits, grace_s=grace_s, on_stop=self.stop)
 
     async def stop(self) -> None:
         self.gate.stop()
-        await self._upstream.close()
+        self._upstream.close()
         if self._capture is not None:  # the bodies still queued reach the disk
             await asyncio.to_thread(self._capture.close)
 
@@ -139,6 +124,7 @@ class Proxy:
             for relay in list(self._relays):
                 relay.stop("shutdown")
             for waiting in list(self._waiting):  # still waiting for a status line: a clean 503
+                self._cut.add(waiting)
                 waiting.cancel()
             await self.wait_idle(5.0)
 
@@ -193,35 +179,37 @@ class Proxy:
 
     # ---- requests -----------------------------------------------------------------------------
 
-    async def _handle(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if self.shutting_down:
-            await send_error(send, 503, SHUTTING_DOWN)
+    def handle(self, request: ClientRequest, responder: Responder) -> Coroutine[Any, Any, None]:
+        """Take one whole request: specd.daemon.http1.server calls this the moment the request is whole and
+        runs what it returns as the request's task. With the gate open and a pooled connection idle,
+        the request leaves for the backend here and now; reading its shape, recording and the rest
+        happen in the task while the backend works (every step before the send is added latency)."""
+        headers = forwarded_headers(request.headers)
+        sent = None
+        if self.gate.open and not self.shutting_down:
+            sent = self._upstream.send_now(request.method, self.backend.url, request.target, headers, request.body)
+            if sent is not None:
+                self._mark_active()
+        return self._handle(request, responder, headers, sent)
+
+    async def _handle(self, request: ClientRequest, responder: Responder, headers: bytes,
+                      sent: UpstreamResponse | None) -> None:
+        if self.shutting_down and sent is None:
+            responder.error(503, SHUTTING_DOWN)
             return
-        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-        try:
-            async with asyncio.timeout(self.settings.body_timeout_s):
-                body = await read_body(receive, declared, self.settings.max_body_bytes)
-        except ClientLeft:
-            return
-        except TimeoutError:
-            await send_error(send, 408, f"request body not received within {self.settings.body_timeout_s:g} s",
-                             "invalid_request_error")
-            return
-        if body is None:
-            await send_error(send, 413, f"request body over {self.settings.max_body_bytes} bytes",
-                             "invalid_request_error")
-            return
-        exchange, document = Exchange.of_request(scope["method"], scope["path"], body, self.in_flight, self._finished)
-        self.recent.note(scope["path"], document, len(body))
+        path, body = request.path, request.body
+        exchange, document = Exchange.of_request(request.method, path, body, self.in_flight, self._finished,
+                                                 started=request.received)
+        self.recent.note(path, document, len(body))
         if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
             self._capture.submit(document, in_flight=self.in_flight)
         self.in_flight += 1
         self.accepted += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
-        watch = ClientWatch(receive)
+        watch = ClientWatch(responder)
         try:
-            await self._forward(scope, body, exchange, send, watch)
+            await self._forward(request, headers, exchange, responder, watch, sent)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
             current = asyncio.current_task()
@@ -233,35 +221,32 @@ class Proxy:
         finally:
             watch.close()
 
-    async def _forward(self, scope: dict[str, Any], body: bytes, exchange: Exchange, send: Send,
-                       watch: ClientWatch) -> None:
-        headers = forwarded_headers(scope["headers"])
-        query = scope["query_string"]
-        target = scope["raw_path"].decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+    async def _forward(self, request: ClientRequest, headers: bytes, exchange: Exchange, responder: Responder,
+                       watch: ClientWatch, sent: UpstreamResponse | None) -> None:
+        """Get the request answered: through the gate, to the backend, re-sent by the re-send rule."""
         deadline = exchange.started + self.settings.hold_timeout_s
         read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
         dropped_before = False  # once True, a drop is answered 502 even when the server is up
         stale = 0
         while True:
-            if not await self._through_gate(deadline, exchange, send, loading):
+            if not await self._through_gate(deadline, exchange, responder, loading, sent):
                 return
-            self._begin_active(exchange)
+            first, sent = sent, None
             try:
                 try:
-                    upstream = await self._send_upstream(scope["method"], self.backend.url + target, headers, body,
-                                                         read_timeout_s)
+                    upstream = await self._send_upstream(request, headers, read_timeout_s, first)
                 except UpstreamFailed as failed:
                     outcome: resend.Outcome = failed.outcome
                     cause = failed.cause_name
                 except _ShutDownWhileWaiting:
-                    await self._reject(send, exchange, 503, SHUTTING_DOWN)
+                    self._reject(responder, exchange, 503, SHUTTING_DOWN)
                     return
                 else:
                     if upstream.status != 503:
-                        await respond(upstream, exchange, send, watch, self._relays)
+                        await respond(upstream, exchange, responder, watch, self._relays)
                         if exchange.failed_status == 502:  # the backend dropped the answer: did it go down on it?
-                            await self._crashes.survived(self._dropped(scope, body, exchange, "mid-stream"))
+                            await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
                         return
                     outcome, cause = "loading", "503"
                     loading = await read_whole(upstream)
@@ -269,7 +254,7 @@ class Proxy:
                 self._end_active()
             answers = False
             if outcome == "dropped":  # always judged: a server that went down names this request
-                answers, cause = await self._judge_drop(scope, body, exchange, cause)
+                answers, cause = await self._judge_drop(request, exchange, cause)
                 stale += answers  # a live server: a stale pooled connection, tried again up to a bound
             verdict = resend.decide(outcome, dropped_before=dropped_before, answers_health_now=answers)
             dropped_before = dropped_before or (outcome == "dropped"
@@ -282,68 +267,87 @@ class Proxy:
                 continue
             assert verdict.status is not None
             exchange.error = f"{verdict.reason} ({cause})"
-            log.warning("%s %s: %s", scope["method"], scope["path"], exchange.error)
-            await self._reject(send, exchange, verdict.status, exchange.error, "api_error")
+            log.warning("%s %s: %s", request.method, request.path, exchange.error)
+            self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
             return
 
-    async def _judge_drop(self, scope: dict[str, Any], body: bytes, exchange: Exchange, cause: str
-                          ) -> tuple[bool, str]:
+    async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str) -> tuple[bool, str]:
         """(the server still answers /health, the cause naming the request); a server that went
         down on it reports it (specd.daemon.crashes)."""
-        lost = self._dropped(scope, body, exchange, "before answering")
+        lost = self._dropped(request, exchange, "before answering")
         return await self._crashes.survived(lost), f"{lost.request_id}, {cause}"
 
-    async def _through_gate(self, deadline: float, exchange: Exchange, send: Send, loading: bytes | None) -> bool:
-        """Wait at the gate; False once the client was answered (held too long, or shutting down)."""
+    async def _through_gate(self, deadline: float, exchange: Exchange, responder: Responder,
+                            loading: bytes | None, sent: UpstreamResponse | None) -> bool:
+        """Wait at the gate, then count the attempt as active; False once the client was answered (held
+        too long, or shutting down). A request already `sent` passed the gate open as it arrived."""
+        if sent is not None:
+            if self._metrics is not None:
+                self._metrics.hold.observe(0.0)
+            self._note_attempt(exchange)
+            return True
         try:
             await self._pass_gate(deadline)
         except HoldExpired as expired:
             if loading is not None:  # the backend's own 503 ("Loading model") says most
                 exchange.finish(503, "held past the hold timeout: the backend still answered 503")
-                await send_whole(send, 503, [(b"content-type", b"application/json")], loading)
+                responder.answer(503, [(b"content-type", b"application/json")], loading)
             else:
-                await self._reject(send, exchange, 503, str(expired))
+                self._reject(responder, exchange, 503, str(expired))
             return False
         if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
-            await self._reject(send, exchange, 503, SHUTTING_DOWN)
+            self._reject(responder, exchange, 503, SHUTTING_DOWN)
             return False
+        self._mark_active()
+        self._note_attempt(exchange)
         return True
 
-    async def _send_upstream(self, method: str, url: str, headers: Any, body: bytes,
-                             read_timeout_s: float | None) -> Any:
-        """Send, in a future a shutdown can cancel at the end of its grace (answered 503)."""
-        waiting = asyncio.ensure_future(self._upstream.send(method, url, headers, body, read_timeout_s))
-        self._waiting.add(waiting)
+    async def _send_upstream(self, request: ClientRequest, headers: bytes,
+                             read_timeout_s: float | None, sent: UpstreamResponse | None) -> UpstreamResponse:
+        """Send (unless `sent` already went) and wait for the status line; a shutdown at the end of
+        its grace cuts that wait (answered 503)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting.add(task)
         try:
-            return await waiting
+            if sent is None:
+                return await self._upstream.send(request.method, self.backend.url, request.target, headers,
+                                                 request.body, read_timeout_s)
+            sent.set_read_timeout(read_timeout_s)
+            await sent.started()
+            return sent
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if waiting.cancelled() and self.shutting_down and (current is None or current.cancelling() == 0):
+            if task in self._cut and task.cancelling() == 1:  # the shutdown's cancel, and nobody else's
+                task.uncancel()
                 raise _ShutDownWhileWaiting from None
             raise
         finally:
-            self._waiting.discard(waiting)
+            self._waiting.discard(task)
+            self._cut.discard(task)
 
     @staticmethod
-    def _dropped(scope: dict[str, Any], body: bytes, exchange: Exchange, phase: Phase) -> DroppedRequest:
-        return DroppedRequest.of(scope["method"], scope["path"], body, exchange, phase)
+    def _dropped(request: ClientRequest, exchange: Exchange, phase: Phase) -> DroppedRequest:
+        return DroppedRequest.of(request.method, request.path, request.body, exchange, phase)
 
-    def _begin_active(self, exchange: Exchange) -> None:
+    def _mark_active(self) -> None:
+        self.active += 1
+        self._idle.clear()
+
+    def _note_attempt(self, exchange: Exchange) -> None:
         exchange.profile = self.backend.profile
         exchange.attempts += 1
         exchange.held_ms = 1000.0 * (time.perf_counter() - exchange.started)
-        self.active += 1
-        self._idle.clear()
 
     def _end_active(self) -> None:
         self.active -= 1
         if self.active == 0:
             self._idle.set()
 
-    async def _reject(self, send: Send, exchange: Exchange, status: int, message: str,
-                      kind: str = "unavailable_error") -> None:
+    @staticmethod
+    def _reject(responder: Responder, exchange: Exchange, status: int, message: str,
+                kind: str = "unavailable_error") -> None:
         exchange.finish(status, message)
-        await send_error(send, status, message, kind)
+        responder.error(status, message, kind)
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,

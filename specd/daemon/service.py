@@ -1,10 +1,11 @@
 """Running as a service: HTTP servers that leave signals to the daemon, sockets, sd_notify.
 
+The control socket, the status page and the metrics listener are ASGI apps under uvicorn; the
+proxy, which every client request goes through, has its own lean server (specd.daemon.http1).
 uvicorn installs its own SIGTERM handler and re-raises the signal after shutdown; the daemon runs
-several servers and stops them in a chosen order, so `QuietServer` leaves signals alone.
-Every request pays the proxy's own cost, so the servers parse HTTP with httptools (C, llhttp)
-on a uvloop event loop (`new_event_loop`), not h11 on asyncio's pure-Python selector loop
-(benchmarks/results/proxy-overhead.md).
+several servers and stops them in a chosen order, so `QuietServer` leaves signals alone. Every
+server runs on a uvloop event loop (`new_event_loop`), uvicorn's with httptools (C, llhttp), not
+h11 on asyncio's pure-Python selector loop.
 `notify` is sd_notify(3) without libsystemd: `Type=notify` readiness and `WatchdogSec=` pings.
 """
 
@@ -18,7 +19,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 import uvloop
@@ -27,6 +28,15 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from specd.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+class Server(Protocol):
+    """What the daemon needs of any of its servers: uvicorn's (`QuietServer`) or the proxy's."""
+
+    started: bool
+    should_exit: bool
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None: ...
 
 
 class QuietServer(uvicorn.Server):
@@ -45,46 +55,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-class HeadersWithBody:
-    """A connection's transport whose response headers leave with the first body bytes.
-
-    uvicorn writes a response's status line and headers as soon as the app starts the response,
-    then each body part: two sends, two packets and two wake-ups of the client where one does.
-    Here a write that starts with a status line is held until the next write (sent together) or
-    the end of this turn of the event loop (sent alone), whichever comes first, so order is kept
-    and nothing waits longer than one turn. Everything else is the real transport's.
-    """
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport, self._loop = transport, loop
-        self._held: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        elif data.startswith(b"HTTP/1.1 "):
-            self._held = data
-            self._loop.call_soon(self._release)
-            return
-        self._transport.write(data)
-
-    def _release(self) -> None:
-        if self._held is not None:
-            held, self._held = self._held, None
-            if not self._transport.is_closing():  # a client that left gets nothing more
-                self._transport.write(held)
-
-    def close(self) -> None:
-        self._release()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
 class _RequestDeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline for a request's headers (slowloris), whose
-    responses' headers leave with their first body bytes (`HeadersWithBody`).
+    """uvicorn's httptools protocol with a deadline for a request's headers (slowloris).
 
     uvicorn times out only idle keep-alive connections, and only until their first byte: a client
     that connects and never completes its headers (or sends one byte a minute) keeps a socket and
@@ -96,7 +68,6 @@ class _RequestDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = HeadersWithBody(transport, self.loop)  # type: ignore[assignment]
         self._deadline: asyncio.TimerHandle | None = None
         self._arm_request_deadline()
 
@@ -131,10 +102,7 @@ def is_loopback(host: str) -> bool:
 
 def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path | None = None,
                 grace_s: float = 30.0, header_timeout_s: float = HEADER_TIMEOUT_S) -> QuietServer:
-    """An HTTP server on loopback (or a unix socket); warns when told to listen further out."""
-    if uds is None and host is not None and not is_loopback(host):
-        log.warning("specd proxy listens on %s:%d, reachable from other machines; clients' API keys pass "
-                    "through it in clear text", host, port)
+    """An HTTP server for an ASGI app on loopback (or a unix socket)."""
     config = uvicorn.Config(
         app, host=host or "127.0.0.1", port=port, uds=str(uds) if uds else None, log_config=None,
         access_log=False, lifespan="on", timeout_graceful_shutdown=int(grace_s) + 1, server_header=False,
@@ -145,7 +113,8 @@ def make_server(app: Any, *, host: str | None = None, port: int = 0, uds: Path |
 
 
 def bind_tcp(host: str, port: int, setting: str = "[proxy] listen") -> socket.socket:
-    """Bind the proxy's socket here, so a taken port is a clear error and not uvicorn's sys.exit."""
+    """Bind a server's socket here, so a taken port is a clear error and not uvicorn's sys.exit; warn
+    when it is reachable from other machines."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it sees it; without
     # it Nagle meets delayed ACKs and every proxied response stalls 40 ms.
@@ -158,6 +127,9 @@ def bind_tcp(host: str, port: int, setting: str = "[proxy] listen") -> socket.so
         sock.close()
         raise ConfigError(f"{setting} {host}:{port}: {exc.strerror}",
                           hint="another program (or another specd daemon) uses that port") from exc
+    if not is_loopback(host):
+        log.warning("specd listens on %s:%d (%s), reachable from other machines; what clients send, API keys "
+                    "included, passes in clear text", host, port, setting)
     return sock
 
 

@@ -28,7 +28,7 @@ def test_a_stopped_llama_server_ends_the_stream_and_serves_again_after_it_resume
     recorder = Recorder(tmp_path / "state.db")
     proxy = Proxy(ProxySettings(health_poll_s=0.05, stream_idle_timeout_s=1.5),
                   lambda: Backend(f"http://127.0.0.1:{port}", "real"), recorder=recorder)
-    front = ServerThread(proxy.app, free_port()).start()
+    front = ServerThread(proxy, free_port()).start()
     body = {"model": "tiny", "messages": [{"role": "user", "content": "Count from one to ten thousand."}],
             "max_tokens": 3000, "temperature": 0, "stream": True, "ignore_eos": True}
     try:

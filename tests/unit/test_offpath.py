@@ -35,7 +35,7 @@ def test_answers_never_wait_for_the_writers_and_closing_them_loses_nothing(tmp_p
     recorder = Recorder(db, interval_s=NEVER_S)
     capture = BodyCapture(tmp_path / "capture", 1 << 20, interval_s=NEVER_S)
     proxy = Proxy(ProxySettings(unit="t"), lambda: Backend(backend.url, "plain"), recorder=recorder, capture=capture)
-    front = ServerThread(proxy.app, free_port()).start()
+    front = ServerThread(proxy, free_port()).start()
     try:
         with httpx.Client(timeout=30) as client:
             for index in range(20):
@@ -43,7 +43,8 @@ def test_answers_never_wait_for_the_writers_and_closing_them_loses_nothing(tmp_p
                     assert read_stream(client, f"{front.url}/v1/chat/completions",
                                        chat_body(f"q{index}", stream=True))[-1] == "[DONE]"
                 else:
-                    assert client.post(f"{front.url}/v1/chat/completions", json=chat_body(f"q{index}")).status_code == 200
+                    answer = client.post(f"{front.url}/v1/chat/completions", json=chat_body(f"q{index}"))
+                    assert answer.status_code == 200
         # every client has its answer, and nothing is on disk yet: no request waited for a write
         assert rows(db) == [] and capture.read_all() == []
         assert recorder.submitted == 20

@@ -64,7 +64,7 @@ def make_rig(tmp_path: Path, *, hold_timeout_s: float = 20.0, capture: BodyCaptu
         ProxySettings(hold_timeout_s=hold_timeout_s, max_body_bytes=max_body_bytes, health_poll_s=0.05, unit="t"),
         lambda: Backend(backend.url, "plain"), recorder=recorder, metrics=metrics, capture=capture,
     )
-    front = ServerThread(proxy.app, free_port()).start()
+    front = ServerThread(proxy, free_port()).start()
     return Rig(fake, backend, proxy, front, recorder, db, metrics)
 
 
@@ -325,14 +325,15 @@ def test_metrics_count_every_request_and_traffic_only_completions(rig: Rig) -> N
 def test_llama_server_timings_from_the_emulator_reach_the_traffic_table(tmp_path: Path) -> None:
     port = free_port()
     emulator = subprocess.Popen(
-        [sys.executable, "-m", "specd.emulator.server", "--port", str(port), "--alias", "emu", "--spec-type", "draft-mtp",
+        [sys.executable, "-m", "specd.emulator.server", "--port", str(port), "--alias", "emu",
+         "--spec-type", "draft-mtp",
          "--emulator-time-scale", "0.02", "--metrics"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     recorder = Recorder(tmp_path / "state.db")
     proxy = Proxy(ProxySettings(health_poll_s=0.05), lambda: Backend(f"http://127.0.0.1:{port}", "mtp"),
                   recorder=recorder)
-    front = ServerThread(proxy.app, free_port()).start()
+    front = ServerThread(proxy, free_port()).start()
     try:
         body = chat_body("Write a python function that parses a CSV file", max_tokens=64, model="emu")
         with httpx.Client(timeout=60) as client:  # the emulator is still starting: the proxy holds

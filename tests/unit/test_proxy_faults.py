@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specd.daemon.proxy import Backend, Proxy, ProxySettings
-from specd.daemon.service import make_server
+from specd.daemon.service import bind_tcp
 from specd.profiles.config import load_config
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
@@ -53,9 +53,9 @@ class Rig:
         self.backend = ServerThread(self.fake.app, free_port()).start()
         self.db = tmp_path / "state.db"
         self.recorder = Recorder(self.db)
-        self.proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", **settings),
+        self.proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", header_timeout_s=header_timeout_s, **settings),
                            lambda: Backend(self.backend.url, "plain"), recorder=self.recorder, capture=capture)
-        self.front = ServerThread(self.proxy.app, free_port(), header_timeout_s=header_timeout_s).start()
+        self.front = ServerThread(self.proxy, free_port()).start()
 
     @property
     def url(self) -> str:
@@ -184,7 +184,8 @@ def test_hostile_bodies_get_an_answer_and_leave_the_proxy_working(make_rig: Call
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 JSON_KEYS = st.sampled_from(["messages", "stream", "content", "role", "usage", "x"])
 JSON_DOCUMENTS: st.SearchStrategy[Any] = st.deferred(
-    lambda: JSON_SCALARS | st.lists(JSON_DOCUMENTS, max_size=4) | st.dictionaries(JSON_KEYS, JSON_DOCUMENTS, max_size=4))
+    lambda: (JSON_SCALARS | st.lists(JSON_DOCUMENTS, max_size=4)
+             | st.dictionaries(JSON_KEYS, JSON_DOCUMENTS, max_size=4)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -301,12 +302,13 @@ def test_a_client_that_leaves_a_long_non_streamed_request_frees_the_backend(make
 
 def test_only_a_listen_address_off_loopback_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="specd"):
-        for host in ("127.0.0.1", "::1", "localhost", None):
-            make_server(object(), host=host, port=8080)
+        for host in ("127.0.0.1", "::1", "localhost"):
+            bind_tcp(host, 0).close()
         assert caplog.records == []
-        make_server(object(), host="0.0.0.0", port=8080)
+        port = free_port()
+        bind_tcp("0.0.0.0", port).close()
     [warning] = caplog.records
-    assert "0.0.0.0:8080" in warning.getMessage() and "other machines" in warning.getMessage()
+    assert f"0.0.0.0:{port} ([proxy] listen)" in warning.getMessage() and "other machines" in warning.getMessage()
 
 
 def test_the_proxy_listens_on_loopback_unless_told_otherwise(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     crashes: list[Crash] = []
     proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", hold_timeout_s=20),
                   lambda: Backend(backend.url, "plain"), recorder=recorder, on_crash=crashes.append)
-    front = ServerThread(proxy.app, free_port()).start()
+    front = ServerThread(proxy, free_port()).start()
     yield backend, front.url, recorder, db, crashes
     front.stop()
     backend.stop()
@@ -165,7 +165,7 @@ def test_metric_labels_stay_bounded_whatever_paths_clients_send(tmp_path: Path) 
     backend = FakeCrashingBackend().start()
     metrics = SpecdMetrics()
     proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t"), lambda: Backend(backend.url, "plain"), metrics=metrics)
-    front = ServerThread(proxy.app, free_port()).start()
+    front = ServerThread(proxy, free_port()).start()
     try:
         with httpx.Client(timeout=10) as client:
             for i in range(40):

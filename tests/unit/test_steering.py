@@ -39,9 +39,11 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Deployment, St
 
 def test_the_backend_follows_the_slot_pointer(rig: tuple[Deployment, StateDir]) -> None:
     deployment, state = rig
-    assert (backend_of(deployment, state).url, backend_of(deployment, state).profile) == ("http://127.0.0.1:8081", "old")
+    backend = backend_of(deployment, state)
+    assert (backend.url, backend.profile) == ("http://127.0.0.1:8081", "old")
     write_pointer(state, deployment, "green")
-    assert (backend_of(deployment, state).url, backend_of(deployment, state).profile) == ("http://127.0.0.1:8082", "new")
+    backend = backend_of(deployment, state)
+    assert (backend.url, backend.profile) == ("http://127.0.0.1:8082", "new")
 
 
 def test_a_drain_of_the_slot_that_does_not_serve_holds_nobody(rig: tuple[Deployment, StateDir]) -> None:
@@ -88,7 +90,6 @@ def test_a_retarget_to_a_server_that_does_not_answer_leaves_it_to_the_gate(rig: 
 
     async def scenario() -> tuple[bool, bool]:
         proxy = Proxy(ProxySettings(unit=UNIT, health_poll_s=0.01), lambda: backend_of(deployment, state))
-        await proxy.start()
         steering = ProxySteering(state, {UNIT: (deployment, proxy)})
         write_pointer(state, deployment, "green")
         answer = await steering.retarget(UNIT, 0.3)

@@ -1,0 +1,321 @@
+"""The proxy's server: HTTP/1.1 connections from clients parsed by httptools, one request at a time.
+
+Every request through the proxy pays for this layer, so it is an asyncio protocol with httptools
+(llhttp, the parser uvicorn uses) and no ASGI between a client's bytes and the proxy: no message
+dicts, no per-request receive/send coroutines, no task watching for a disconnect; the handler is
+called the moment a request is whole, and may act before its task first runs (the proxy sends the
+request upstream right there).
+
+What it does itself, so the proxy sees only whole requests:
+- a request's headers must arrive within `header_timeout_s` of the connection opening or of the
+  previous response ending (slowloris), its body within `body_timeout_s` (408), and the body may
+  not exceed `max_body_bytes`, declared or sent chunked (413, the connection closed); one sweep
+  over the connections enforces the deadlines, so a request arms and cancels no timer;
+- `Expect: 100-continue` is answered; a malformed request gets a 400 and the connection closes;
+- pipelined requests are answered in order, one at a time;
+- a response's headers leave with its first body bytes (one send where two would do), or alone at
+  the end of the event loop's turn when no body bytes are ready;
+- a client that goes away is reported to whoever handles its request (`Responder.on_leave`), and
+  a client that reads slowly pauses the producer (`Responder.throttle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+from urllib.parse import unquote
+
+import httptools
+
+from specd.daemon.http1 import Headers
+from specd.daemon.http1.responder import Responder
+
+log = logging.getLogger("specd.daemon.proxy")
+
+
+@dataclass(frozen=True)
+class FrontLimits:
+    max_body_bytes: int
+    body_timeout_s: float
+    header_timeout_s: float
+
+
+@dataclass
+class ClientRequest:
+    """One whole request as the client sent it (the body de-chunked)."""
+
+    method: str
+    target: bytes  # the raw request target: path and query as sent
+    headers: Headers
+    body: bytes = b""
+    received: float = 0.0  # time.perf_counter() when the whole request was in
+
+    @functools.cached_property
+    def path(self) -> str:
+        """The target's path, percent-decoded (what routes and metrics are named by)."""
+        return unquote(httptools.parse_url(self.target).path.decode("latin-1"))
+
+
+Handler = Callable[[ClientRequest, Responder], Coroutine[Any, Any, None]]
+
+
+class FrontConnection(asyncio.Protocol):
+    """One client connection: parse requests, hand each whole one to `handler`, in order."""
+
+    def __init__(self, handler: Handler, limits: FrontLimits, connections: set[FrontConnection]) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._handler, self._limits, self._connections = handler, limits, connections
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._partial: ClientRequest | None = None
+        self._headers: Headers = []  # the partial request's, names lowercased
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._queue: deque[tuple[ClientRequest, bool, bool]] = deque()
+        self._responder: Responder | None = None
+        self._task: asyncio.Task[None] | None = None
+        # What the client owes, and since when (loop time): a request's headers (since the
+        # connection opened or the last answer ended) or its body; FrontServer's sweep enforces both.
+        self._owes: Literal["headers", "body"] | None = "headers"
+        self._since = self.loop.time()
+        self._throttled: tuple[Callable[[], None], Callable[[], None]] | None = None
+        self._writing_paused = False
+        self.keep_alive = True
+        self.closed = False
+        self._refused = False  # answered an unusable request: the rest of what the client sent is ignored
+
+    # ---- the connection -----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._responder is not None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
+        self._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.keep_alive = False  # the request before the upgrade is answered; nothing after it is read
+        except httptools.HttpParserError:
+            self._refuse(400, "malformed HTTP request")
+
+    def eof_received(self) -> bool:
+        return False  # a client that half-closes is gone: close (uvicorn does the same)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._connections.discard(self)
+        if self._throttled is not None:
+            self._throttled[1]()  # a paused producer must not stay paused for a client that is gone
+            self._throttled = None
+        if self._responder is not None:
+            self._responder.client_left()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self._throttled is not None:
+            self._throttled[0]()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._throttled is not None:
+            self._throttled[1]()
+
+    def throttle(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self._throttled = (pause, resume)
+        if self._writing_paused:
+            pause()
+
+    def send(self, data: bytes) -> None:
+        if not self.closed and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # ---- parsing (httptools callbacks) --------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._partial = ClientRequest("", b"", [])
+        self._headers = self._partial.headers
+        self._body, self._body_size = [], 0
+
+    def on_url(self, url: bytes) -> None:
+        if self._partial is not None:
+            self._partial.target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        request = self._partial
+        if request is None or self._refused:
+            return
+        request.method = self._parser.get_method().decode("ascii", "replace")
+        declared = next((v for k, v in request.headers if k == b"content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_body_bytes:
+            self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
+            return
+        self._owes, self._since = "body", self.loop.time()
+        if (b"expect", b"100-continue") in request.headers and not self.busy and not self._queue:
+            self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if self._refused:
+            return
+        self._body_size += len(body)
+        if self._body_size > self._limits.max_body_bytes:
+            self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
+            return
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        request, self._partial = self._partial, None
+        if request is None or self.closed or self._refused:
+            return
+        request.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request.received = time.perf_counter()
+        self._body = []
+        self._owes = None
+        keep_alive = self._parser.should_keep_alive()
+        chunked_ok = self._parser.get_http_version() == "1.1"
+        self._queue.append((request, keep_alive, chunked_ok))
+        if self.busy:
+            if self._transport is not None:
+                self._transport.pause_reading()  # pipelined: nothing more is read until this is answered
+        else:
+            self._next()
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        if not self._queue or self.closed:
+            return
+        request, keep_alive, chunked_ok = self._queue.popleft()
+        self.keep_alive = self.keep_alive and keep_alive
+        responder = self._responder = Responder(self, head_only=request.method == "HEAD", chunked_ok=chunked_ok)
+        try:
+            handling = self._handler(request, responder)  # may act at once (the proxy sends upstream here)
+        except Exception:
+            log.exception("proxy error")
+            self._responder = None
+            self.keep_alive = False
+            responder.error(500, "specd proxy error", "api_error")
+            return
+        self._task = self.loop.create_task(handling)
+        self._task.add_done_callback(self._handled)
+
+    def _handled(self, task: asyncio.Task[None]) -> None:
+        responder, self._responder, self._task = self._responder, None, None
+        failed = None if task.cancelled() else task.exception()
+        if failed is not None:
+            log.error("proxy error", exc_info=failed)
+        if responder is not None and not responder.ended:
+            if responder.started or self.closed:
+                self.keep_alive = False  # a response cut short: only closing the connection says so
+                responder.ended = True
+            else:
+                responder.error(500, "specd proxy error", "api_error")
+        self.response_ended()
+
+    def response_ended(self) -> None:
+        """The answer went out (or was cut): next request, or close."""
+        self._throttled = None
+        if self._responder is not None and self._task is not None and not self._task.done():
+            return  # the handler is still finishing up; `_handled` comes back here
+        if not self.keep_alive:
+            self.close()
+            return
+        if self._queue:
+            self._next()
+        else:
+            self._owes, self._since = "headers", self.loop.time()
+            if self._transport is not None and not self.closed:
+                self._transport.resume_reading()
+
+    def _refuse(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        """Answer an unusable request at once and close (nothing after it is read)."""
+        if self._refused:
+            return
+        self._refused = True
+        self.keep_alive = False
+        self._queue.clear()
+        if self._responder is not None:  # a pipelined request broke while another is answered
+            self.close()
+            return
+        Responder(self, head_only=False, chunked_ok=False).error(status, message, kind)
+        self.close()
+
+    def enforce_deadlines(self, now: float) -> None:
+        """Close a connection whose client owes a request's headers past the header timeout (nothing to
+        answer), or answer 408 to one that owes a body past the body timeout."""
+        if self.busy or self.closed or self._owes is None:
+            return
+        if self._owes == "headers" and now - self._since > self._limits.header_timeout_s:
+            self.close()
+        elif self._owes == "body" and now - self._since > self._limits.body_timeout_s:
+            self._refuse(408, f"request body not received within {self._limits.body_timeout_s:g} s")
+
+
+class FrontServer:
+    """The proxy's listening socket and its connections, with uvicorn's lifecycle surface
+    (`serve`, `started`, `should_exit`) so the daemon runs it beside its other servers."""
+
+    def __init__(self, handler: Handler, limits: FrontLimits, *, grace_s: float,
+                 on_stop: Callable[[], Awaitable[None]]) -> None:
+        self._handler, self._limits, self._grace_s = handler, limits, grace_s
+        self._on_stop = on_stop
+        self._connections: set[FrontConnection] = set()
+        self._next_sweep = 0.0
+        self.started = False
+        self.should_exit = False
+
+    async def serve(self, sockets: list[socket.socket] | None = None, *, host: str = "127.0.0.1",
+                    port: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        if sockets:
+            server = await loop.create_server(self._connection, sock=sockets[0])
+        else:
+            server = await loop.create_server(self._connection, host, port)
+        self.started = True
+        sweep_s = min(self._limits.header_timeout_s, self._limits.body_timeout_s, 4.0) / 4
+        try:
+            while not self.should_exit:  # uvicorn's way: a flag other threads may set
+                await asyncio.sleep(min(0.1, sweep_s))
+                now = loop.time()
+                if now >= self._next_sweep:
+                    self._next_sweep = now + sweep_s
+                    for connection in list(self._connections):
+                        connection.enforce_deadlines(now)
+        finally:
+            server.close()
+            await self._close_connections()
+            await self._on_stop()
+
+    def _connection(self) -> FrontConnection:
+        return FrontConnection(self._handler, self._limits, self._connections)
+
+    async def _close_connections(self) -> None:
+        """Idle connections close now; busy ones when their answer ends, within the grace."""
+        deadline = asyncio.get_running_loop().time() + self._grace_s
+        while self._connections and asyncio.get_running_loop().time() < deadline:
+            for connection in list(self._connections):
+                if not connection.busy:
+                    connection.keep_alive = False
+                    connection.close()
+            await asyncio.sleep(0.05)
+        for connection in list(self._connections):
+            connection.close()

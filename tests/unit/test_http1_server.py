@@ -1,0 +1,210 @@
+"""The proxy's HTTP/1.1 server (specd.daemon.http1) over real sockets on loopback, with a small
+handler instead of the proxy: what any HTTP client relies on, checked byte by byte."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from specd.daemon.http1.responder import Responder
+from specd.daemon.http1.server import ClientRequest, FrontLimits, FrontServer
+from tests.proxy_fakes import ServerThread, eventually, free_port
+
+LATE_S = 1.0
+
+
+class HandlerForFrontTests:
+    """Answers by path: /echo (the body back, whole), /late (headers, then a part LATE_S later),
+    /stream (N parts, N from the query), /hold (never answers; notes when the client leaves),
+    /slow-reader (parts until paused, counting pauses)."""
+
+    def __init__(self) -> None:
+        self.seen: list[ClientRequest] = []
+        self.left = threading.Event()
+        self.paused = 0
+        self.resumed = 0
+
+    def server(self, grace_s: float) -> FrontServer:
+        return FrontServer(self.handle, FrontLimits(max_body_bytes=1 << 20, body_timeout_s=5.0, header_timeout_s=5.0),
+                           grace_s=grace_s, on_stop=self._stopped)
+
+    async def _stopped(self) -> None:
+        pass
+
+    async def handle(self, request: ClientRequest, responder: Responder) -> None:
+        self.seen.append(request)
+        path = request.path
+        if path == "/echo":
+            responder.answer(200, [(b"content-type", b"application/octet-stream")], request.body)
+        elif path == "/late":
+            responder.start(200, [(b"content-type", b"text/plain")])
+            await asyncio.sleep(LATE_S)
+            responder.end(b"late part")
+        elif path == "/stream":
+            parts = int(request.target.partition(b"n=")[2] or b"3")
+            responder.start(200, [(b"content-type", b"text/event-stream")])
+            for index in range(parts):
+                responder.write(b"data: %d\n\n" % index)
+                await asyncio.sleep(0)
+            responder.end()
+        elif path == "/hold":
+            gone = asyncio.get_running_loop().create_future()
+            responder.on_leave(lambda: gone.set_result(None))
+            await gone
+            self.left.set()
+        elif path == "/slow-reader":
+            responder.start(200, [(b"content-type", b"application/octet-stream")])
+            flowing = asyncio.Event()
+            flowing.set()
+
+            def pause() -> None:
+                self.paused += 1
+                flowing.clear()
+
+            def resume() -> None:
+                self.resumed += 1
+                flowing.set()
+
+            responder.throttle(pause, resume)
+            for _ in range(4096):  # 256 MiB if nothing paused it
+                await flowing.wait()
+                responder.write(b"x" * 65536)
+                await asyncio.sleep(0)
+            responder.end()
+        else:
+            responder.error(404, "no such path")
+
+
+@pytest.fixture
+def front() -> Iterator[tuple[ServerThread, HandlerForFrontTests]]:
+    handler = HandlerForFrontTests()
+    running = ServerThread(handler, free_port()).start()
+    yield running, handler
+    running.stop()
+
+
+def connect(server: ServerThread) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def test_a_whole_answer_leaves_in_one_write_with_its_length(front: tuple[ServerThread, Any]) -> None:
+    server, _ = front
+    with connect(server) as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        first = sock.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\ncontent-length: 5\r\n" in first and first.endswith(b"\r\n\r\nhello")
+
+
+def test_headers_go_out_at_once_when_no_body_part_is_ready(front: tuple[ServerThread, Any]) -> None:
+    """A stream's status line must not wait for its first token (a client's TTFT would include it)."""
+    server, _ = front
+    with connect(server) as sock:
+        sent = time.perf_counter()
+        sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = sock.recv(65536)
+        waited = time.perf_counter() - sent
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"\r\n\r\n")
+        assert waited < LATE_S / 2
+        rest = b""
+        while not rest.endswith(b"0\r\n\r\n"):
+            rest += sock.recv(65536)
+    assert rest == b"9\r\nlate part\r\n0\r\n\r\n"
+
+
+def test_a_stream_is_chunked_and_its_parts_arrive_in_order(front: tuple[ServerThread, Any]) -> None:
+    server, _ = front
+    with httpx.Client(timeout=10) as client, client.stream("GET", f"{server.url}/stream?n=50") as response:
+        assert response.headers["transfer-encoding"] == "chunked"
+        body = b"".join(response.iter_raw())
+    assert body == b"".join(b"data: %d\n\n" % index for index in range(50))
+
+
+def test_pipelined_requests_are_answered_in_order(front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nsecond"
+                     b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nthird")
+        received = read_until_closed(sock)
+    assert received.count(b"HTTP/1.1 200 OK") == 3
+    assert received.index(b"late part") < received.index(b"second") < received.index(b"third")
+    assert [r.path for r in handler.seen] == ["/late", "/echo", "/echo"]
+
+
+def test_expect_100_continue_is_answered_before_the_body(front: tuple[ServerThread, Any]) -> None:
+    server, _ = front
+    with connect(server) as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(b"body")
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"body")
+
+
+def test_a_chunked_request_body_reaches_the_handler_whole(front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                     b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
+        answer = read_until_closed(sock)
+    assert answer.endswith(b"\r\n\r\nabcdefg") and handler.seen[0].body == b"abcdefg"
+
+
+def test_a_malformed_request_gets_400_and_the_connection_closes(front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"malformed" in answer and handler.seen == []
+
+
+def test_an_http_1_0_client_gets_a_stream_ended_by_closing(front: tuple[ServerThread, Any]) -> None:
+    server, _ = front
+    with connect(server) as sock:
+        sock.sendall(b"GET /stream?n=3 HTTP/1.0\r\n\r\n")
+        answer = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head and b"connection: close" in head
+    assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+
+
+def test_a_head_request_gets_headers_only(front: tuple[ServerThread, Any]) -> None:
+    server, _ = front
+    with connect(server) as sock:
+        sock.sendall(b"HEAD /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"\r\n\r\n")
+
+
+def test_the_handler_hears_of_a_client_that_leaves(front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        eventually(lambda: handler.seen, "the request to reach the handler")
+    assert handler.left.wait(10)
+
+
+def test_a_client_that_does_not_read_pauses_the_producer(front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"GET /slow-reader HTTP/1.1\r\nHost: x\r\n\r\n")
+        eventually(lambda: handler.paused >= 1, "the producer to be paused")
+        received = 0
+        while handler.resumed == 0:  # reading lets it go on
+            received += len(sock.recv(1 << 20))
+    assert 0 < received < 64 << 20  # paused long before the 256 MiB it would have written
