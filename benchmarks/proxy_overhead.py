@@ -124,7 +124,18 @@ class _BareUpstreamForBenchmark(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.client = None
-        self.idle.append(self)
+        if self.parser.should_keep_alive():
+            self.idle.append(self)
+        else:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """llama-server closes a keep-alive connection after its 5th stream: never reuse it, and a
+        request caught on it is the client's to send again (its connection is closed)."""
+        if self in self.idle:
+            self.idle.remove(self)
+        if self.client is not None:
+            self.client.transport.close()
 
 
 class _BareClientForBenchmark(asyncio.Protocol):
@@ -396,6 +407,8 @@ def run_rounds(client: httpx.Client, urls: dict[str, str], body: dict[str, Any],
                 try:
                     arrivals[route].append(stream_once(client, urls[route], body))
                     break
+                except RuntimeError as broke:
+                    raise RuntimeError(f"route {route}: {broke}") from broke
                 except RouteFailed as failed:
                     FAILED.setdefault(urls[route], []).append(str(failed)[:200])
                     if attempt == 2:

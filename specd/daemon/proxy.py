@@ -23,6 +23,7 @@ measures it beside nginx.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -38,7 +39,7 @@ from specd.daemon.http1.responder import Responder
 from specd.daemon.http1.response import UpstreamFailed, UpstreamResponse
 from specd.daemon.http1.server import ClientRequest, FrontLimits, FrontServer
 from specd.daemon.metrics import SpecdMetrics
-from specd.daemon.relay import ClientWatch, Relay, read_whole, respond
+from specd.daemon.relay import ClientWatch, Relay, read_whole, respond, start_stream
 from specd.daemon.warmup import RecentRequests
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.traffic.capture import BodyCapture
@@ -235,7 +236,10 @@ class Proxy:
             first, sent = sent, None
             try:
                 try:
-                    upstream = await self._send_upstream(request, headers, read_timeout_s, first)
+                    upstream = await self._send_upstream(
+                        request, headers, read_timeout_s, first,
+                        functools.partial(start_stream, exchange=exchange, responder=responder, watch=watch,
+                                          relays=self._relays))
                 except UpstreamFailed as failed:
                     outcome: resend.Outcome = failed.outcome
                     cause = failed.cause_name
@@ -302,18 +306,20 @@ class Proxy:
         self._note_attempt(exchange)
         return True
 
-    async def _send_upstream(self, request: ClientRequest, headers: bytes,
-                             read_timeout_s: float | None, sent: UpstreamResponse | None) -> UpstreamResponse:
-        """Send (unless `sent` already went) and wait for the status line; a shutdown at the end of
-        its grace cuts that wait (answered 503)."""
+    async def _send_upstream(self, request: ClientRequest, headers: bytes, read_timeout_s: float | None,
+                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None]
+                             ) -> UpstreamResponse:
+        """Send (unless `sent` already went) and wait for the status line, `on_status` run the moment
+        it arrives; a shutdown at the end of its grace cuts that wait (answered 503)."""
         task = asyncio.current_task()
         assert task is not None
         self._waiting.add(task)
         try:
             if sent is None:
                 return await self._upstream.send(request.method, self.backend.url, request.target, headers,
-                                                 request.body, read_timeout_s)
+                                                 request.body, read_timeout_s, on_status)
             sent.set_read_timeout(read_timeout_s)
+            sent.on_status = on_status
             await sent.started()
             return sent
         except asyncio.CancelledError:

@@ -41,11 +41,14 @@ class Relay:
         self._pending = b""
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def run(self, headers: Headers) -> None:
-        """Start the client's response and relay until the body ends, breaks off or is stopped."""
+    def begin(self, headers: Headers) -> None:
+        """Start the client's response; the backend's body parts are relayed from now on."""
         self._responder.start(self.upstream.status, headers)
         self._responder.throttle(self.upstream.pause_reading, self.upstream.resume_reading)
         self.upstream.attach(self)
+
+    async def finished(self) -> None:
+        """Wait until the body ended, broke off or was stopped (the client was told which)."""
         await self._done
 
     def stop(self, reason: StopReason) -> None:
@@ -121,20 +124,32 @@ class ClientWatch:
         self.answered = True
 
 
+def start_stream(upstream: UpstreamResponse, exchange: Exchange, responder: Responder, watch: ClientWatch,
+                 relays: set[Relay]) -> None:
+    """At the status line (the response's `on_status`, in the backend connection's callback): a
+    stream — not a 503 the proxy may re-send — is relayed from its first byte, before the request's
+    task runs again; `respond` then waits for it."""
+    if upstream.status == 503 or upstream.content_type != "text/event-stream" or watch.relay is not None:
+        return
+    relay = Relay(upstream, responder, exchange)
+    watch.relay = relay
+    relays.add(relay)  # where a shutdown finds it
+    relay.begin(response_headers(upstream.headers))
+
+
 async def respond(upstream: UpstreamResponse, exchange: Exchange, responder: Responder, watch: ClientWatch,
                   relays: set[Relay]) -> None:
     """Answer the client from the backend's response: a stream event by event, anything else whole."""
-    headers = response_headers(upstream.headers)
-    if upstream.content_type == "text/event-stream":
-        relay = Relay(upstream, responder, exchange)
-        watch.relay = relay
-        relays.add(relay)  # where a shutdown finds it
+    start_stream(upstream, exchange, responder, watch, relays)  # if `on_status` did not already
+    relay = watch.relay
+    if relay is not None:
         try:
-            await relay.run(headers)
+            await relay.finished()
         finally:
             relays.discard(relay)
             upstream.close()  # a no-op once the body was read to its end (the connection is back in the pool)
         return
+    headers = response_headers(upstream.headers)
     try:
         content = await upstream.read()
     except (TimeoutError, OSError) as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -189,9 +189,11 @@ class UpstreamPool:
         return self._begin(connection, method, target, headers, body, None)
 
     async def send(self, method: str, base_url: str, target: bytes, headers: bytes, body: bytes,
-                   read_timeout_s: float | None) -> UpstreamResponse:
+                   read_timeout_s: float | None,
+                   on_status: Callable[[UpstreamResponse], None] | None = None) -> UpstreamResponse:
         """The backend's response, its headers read and its body not yet; UpstreamFailed otherwise.
-        `headers` are the header lines to send (`forwarded_headers`), Host and Content-Length aside.
+        `headers` are the header lines to send (`forwarded_headers`), Host and Content-Length aside;
+        `on_status` becomes the response's hook at its status line (`UpstreamResponse.on_status`).
 
         `read_timeout_s` bounds each wait for bytes (the status line, then every part of the body):
         a backend that goes silent that long is hung.
@@ -202,6 +204,7 @@ class UpstreamPool:
             raise UpstreamFailed("failed", exc) from exc
         connection = self._take(origin) or await self._connect(origin)
         response = self._begin(connection, method, target, headers, body, read_timeout_s)
+        response.on_status = on_status
         await response.started()
         return response
 

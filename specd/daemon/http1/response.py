@@ -11,6 +11,8 @@ later reaches the sink as `TimeoutError` (silent for the read timeout: hung) or 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from specd.daemon.http1 import Headers
@@ -18,6 +20,8 @@ from specd.daemon.resend import Outcome
 
 if TYPE_CHECKING:
     from specd.daemon.http1.client import BackendConnection
+
+log = logging.getLogger("specd.daemon.proxy")
 
 
 
@@ -89,6 +93,9 @@ class UpstreamResponse:
         self._timer: asyncio.TimerHandle | None = None
         self._buffer: list[bytes] = []
         self._sink: Sink | None = None
+        # Called the moment the status line and headers are in, before any body part is handed on:
+        # a stream can be relayed from its first byte without waiting for the sender's task to run.
+        self.on_status: Callable[[UpstreamResponse], None] | None = None
         self.done = False
         self._error: BaseException | None = None
         self.set_read_timeout(read_timeout_s)
@@ -110,6 +117,11 @@ class UpstreamResponse:
 
     def headers_done(self, status: int) -> None:
         self.status = status
+        if self.on_status is not None:  # in this callback: the body parts that follow go where it says
+            try:
+                self.on_status(self)
+            except Exception:
+                log.exception("proxy error at the status line")
         if not self._started.done():
             self._started.set_result(None)
 
