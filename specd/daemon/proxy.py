@@ -288,7 +288,7 @@ class Proxy:
         if sent is not None:
             if self._metrics is not None:
                 self._metrics.hold.observe(0.0)
-            self._note_attempt(exchange)
+            self._note_attempt(exchange, sent.sent_at)
             return True
         try:
             await self._pass_gate(deadline)
@@ -339,10 +339,11 @@ class Proxy:
         self.active += 1
         self._idle.clear()
 
-    def _note_attempt(self, exchange: Exchange) -> None:
+    def _note_attempt(self, exchange: Exchange, sent_at: float | None = None) -> None:
+        """An attempt is under way: held from arrival until sent (`sent_at`, or now)."""
         exchange.profile = self.backend.profile
         exchange.attempts += 1
-        exchange.held_ms = 1000.0 * (time.perf_counter() - exchange.started)
+        exchange.held_ms = 1000.0 * ((time.perf_counter() if sent_at is None else sent_at) - exchange.started)
 
     def _end_active(self) -> None:
         self.active -= 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -82,6 +83,7 @@ class UpstreamResponse:
     def __init__(self, connection: BackendConnection, read_timeout_s: float | None, head_only: bool) -> None:
         self._connection = connection
         self._loop = connection.loop
+        self.sent_at = time.perf_counter()  # made as the request is handed to the socket
         self.status = 0
         self.headers: Headers = []
         self.head_only = head_only
