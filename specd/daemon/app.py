@@ -156,9 +156,8 @@ class Daemon:
         if backend.url.endswith(f":{settings.listen_port}") and settings.listen_host in backend.url:
             raise ConfigError(f"[proxy] listen {settings.listen_host}:{settings.listen_port} is {deployment.unit}'s "
                               "own address; give the proxy another port")
-        capture = None
-        if settings.capture_bodies:
-            capture = BodyCapture(self.state.capture(deployment.name), settings.capture_max_bytes)
+        capture = (BodyCapture(self.state.capture(deployment.name), settings.capture_max_bytes)
+                   if settings.capture_bodies else None)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
                      lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics,
                      capture=capture, on_crash=partial(self._crash_after_request, deployment.unit))
@@ -178,18 +177,18 @@ class Daemon:
         return server
 
     def _schedule(self) -> None:
-        daemon = self.config.daemon
+        daemon, now = self.config.daemon, datetime.now(UTC)  # the interval jobs' first run: at once
         for unit, runtime in self.runtimes.items():
             self.scheduler.add_job(self._job(f"health {unit}", runtime.monitor.tick), "interval",
-                                   seconds=daemon.health_interval_s, id=f"health:{unit}", next_run_time=_now())
+                                   seconds=daemon.health_interval_s, id=f"health:{unit}", next_run_time=now)
             if runtime.proxy is None:
                 sample = partial(sample_counters, self._http, self.state, runtime.deployment, runtime.info)
                 self.scheduler.add_job(self._job(f"sample {unit}", sample), "interval",
-                                       seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=_now())
+                                       seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=now)
             schedule = schedule_job(runtime.deployment, self._make_seams)
             if schedule is not None:
                 self.scheduler.add_job(self._job(f"schedule {unit}", schedule), "interval",
-                                       seconds=daemon.schedule_check_s, id=f"schedule:{unit}", next_run_time=_now())
+                                       seconds=daemon.schedule_check_s, id=f"schedule:{unit}", next_run_time=now)
         upkeep = partial(housekeeping, self.state, self.deployments)
         self.scheduler.add_job(self._job("housekeeping", upkeep), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")
@@ -387,10 +386,6 @@ class Daemon:
         self.state.daemon_socket.unlink(missing_ok=True)
         self._http.close()
         log.info("specd daemon stopped after %.1f s", time.monotonic() - started)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
