@@ -183,6 +183,14 @@ def test_an_http_1_0_client_gets_a_stream_ended_by_closing(front: tuple[ServerTh
     assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
 
 
+def test_a_target_that_is_no_url_reaches_the_handler_as_it_was_sent(front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"GET http://a:99999/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 404 ") and handler.seen[0].path == "http://a:99999/x"
+
+
 def test_a_head_request_gets_headers_only(front: tuple[ServerThread, Any]) -> None:
     server, _ = front
     with connect(server) as sock:

@@ -59,8 +59,13 @@ class ClientRequest:
 
     @functools.cached_property
     def path(self) -> str:
-        """The target's path, percent-decoded (what routes and metrics are named by)."""
-        return unquote(httptools.parse_url(self.target).path.decode("latin-1"))
+        """The target's path, percent-decoded (what routes and metrics are named by); a target that
+        is no URL (`OPTIONS *`) is its own path."""
+        try:
+            path = httptools.parse_url(self.target).path
+        except httptools.HttpParserInvalidURLError:
+            path = self.target
+        return unquote(path.decode("latin-1"))
 
 
 Handler = Callable[[ClientRequest, Responder], Coroutine[Any, Any, None]]
