@@ -2,7 +2,8 @@
 # The whole test suite three times in a row at one commit on a loaded box (results:
 # benchmarks/results/test-suite.md). Usage: benchmarks/loaded_suite.sh CHECKOUT OUTDIR
 # CHECKOUT is a clean checkout of the commit under test (its own .venv is made by scripts/test.sh);
-# OUTDIR gets runs.log (start, end, exit status, the end of pytest's output), runN.log and loadavg.log.
+# OUTDIR gets runs.log (start, end, exit status, the end of pytest's output), runN.log (-v: each test
+# as it ends) and loadavg.log.
 # The load, on a 2-core box:
 #  - two pytest-xdist workers (-n 2 --dist loadfile), one per core, each starting its own private
 #    systemd and real llama-servers; and
@@ -19,7 +20,7 @@ python3 "$hog" & hog_pid=$!
 for i in 1 2 3; do
   echo "run $i start $(date -u +%FT%TZ) commit $(git rev-parse HEAD)" >> "$out/runs.log"
   started=$(date +%s)
-  CI=true ./scripts/test.sh -q -ra --durations=15 -n 2 --dist loadfile > "$out/run$i.log" 2>&1
+  CI=true ./scripts/test.sh -v -ra --durations=15 -n 2 --dist loadfile > "$out/run$i.log" 2>&1
   rc=$?
   echo "run $i end $(date -u +%FT%TZ) rc $rc wall_s $(( $(date +%s) - started ))" >> "$out/runs.log"
   tail -3 "$out/run$i.log" >> "$out/runs.log"
