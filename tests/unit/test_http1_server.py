@@ -4,6 +4,7 @@ handler instead of the proxy: what any HTTP client relies on, checked byte by by
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import threading
 import time
@@ -216,3 +217,16 @@ def test_a_client_that_does_not_read_pauses_the_producer(front: tuple[ServerThre
         while handler.resumed == 0:  # reading lets it go on
             received += len(sock.recv(1 << 20))
     assert 0 < received < 64 << 20  # paused long before the 256 MiB it would have written
+
+
+def test_a_client_still_sending_a_refused_body_reads_its_413_not_a_reset(front: tuple[ServerThread, Any]) -> None:
+    """Most clients write the whole body before they read. The 413 goes out when the headers declare
+    too much; the body that follows must not turn the connection into a reset that destroys it."""
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n")
+        assert select.select([sock], [], [], 10)[0], "no answer to the headers"  # the 413 is here, unread
+        sock.sendall(b"x" * 262144)
+        sock.shutdown(socket.SHUT_WR)
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(b"}") and handler.seen == []

@@ -9,7 +9,8 @@ request upstream right there).
 What it does itself, so the proxy sees only whole requests:
 - a request's headers must arrive within `header_timeout_s` of the connection opening or of the
   previous response ending (slowloris), its body within `body_timeout_s` (408), and the body may
-  not exceed `max_body_bytes`, declared or sent chunked (413, the connection closed); one sweep
+  not exceed `max_body_bytes`, declared or sent chunked (413, the connection closed, lingering so
+  that a client still sending its body reads the 413 and not a reset); one sweep
   over the connections enforces the deadlines, so a request arms and cancels no timer;
 - `Expect: 100-continue` is answered; a malformed request gets a 400 and the connection closes;
 - pipelined requests are answered in order, one at a time;
@@ -38,6 +39,8 @@ from specd.daemon.http1 import Headers
 from specd.daemon.http1.responder import Responder
 
 log = logging.getLogger("specd.daemon.proxy")
+
+LINGER_S = 5.0  # how long a refused client may go on sending before its connection is closed (nginx: 5 s)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class FrontConnection(asyncio.Protocol):
         self.keep_alive = True
         self.closed = False
         self._refused = False  # answered an unusable request: the rest of what the client sent is ignored
+        self._linger_until: float | None = None  # closing after a refusal: see `_close_lingering`
 
     # ---- the connection -----------------------------------------------------------------------
 
@@ -242,7 +246,10 @@ class FrontConnection(asyncio.Protocol):
         if self._responder is not None and self._task is not None and not self._task.done():
             return  # the handler is still finishing up; `_handled` comes back here
         if not self.keep_alive:
-            self.close()
+            if self._refused:
+                self._close_lingering()
+            else:
+                self.close()
             return
         if self._queue:
             self._next()
@@ -262,11 +269,31 @@ class FrontConnection(asyncio.Protocol):
             self.close()
             return
         Responder(self, head_only=False, chunked_ok=False).error(status, message, kind)
-        self.close()
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Close after a refusal as nginx's lingering close does: once the answer is out our side is
+        shut for writing, and what the client still sends (the rest of a refused body) is read and
+        dropped until it closes or LINGER_S pass. Closed with the client's bytes unread, the kernel
+        resets the connection, and the reset can reach the client before the answer it was about to
+        read (a 413 lost to a client still writing its body)."""
+        transport = self._transport
+        if self._linger_until is not None or transport is None or transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            self.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        self._linger_until = self.loop.time() + LINGER_S
 
     def enforce_deadlines(self, now: float) -> None:
         """Close a connection whose client owes a request's headers past the header timeout (nothing to
         answer), or answer 408 to one that owes a body past the body timeout."""
+        if self._linger_until is not None:
+            if now > self._linger_until:
+                self.close()
+            return
         if self.busy or self.closed or self._owes is None:
             return
         if self._owes == "headers" and now - self._since > self._limits.header_timeout_s:
