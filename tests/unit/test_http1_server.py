@@ -4,6 +4,7 @@ handler instead of the proxy: what any HTTP client relies on, checked byte by by
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import select
 import socket
 import threading
@@ -22,12 +23,14 @@ LATE_S = 1.0
 
 
 class HandlerForFrontTests:
-    """Answers by path: /echo (the body back, whole), /late (headers, then a part LATE_S later),
+    """Answers by path: /echo (the body back, whole), /answer-then-finish-late (answers, then returns
+    only when the test sets `finish`), /late (headers, then a part LATE_S later),
     /stream (N parts, N from the query), /hold (never answers; notes when the client leaves),
     /slow-reader (parts until paused, counting pauses)."""
 
     def __init__(self) -> None:
         self.seen: list[ClientRequest] = []
+        self.finish: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.left = threading.Event()
         self.paused = 0
         self.resumed = 0
@@ -79,6 +82,9 @@ class HandlerForFrontTests:
                 responder.write(b"x" * 65536)
                 await asyncio.sleep(0)
             responder.end()
+        elif path == "/answer-then-finish-late":  # answered, and the handler still busy after that
+            responder.answer(200, [(b"content-type", b"text/plain")], b"done")
+            await asyncio.wrap_future(self.finish)
         else:
             responder.error(404, "no such path")
 
@@ -230,3 +236,22 @@ def test_a_client_still_sending_a_refused_body_reads_its_413_not_a_reset(front: 
         sock.shutdown(socket.SHUT_WR)
         answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(b"}") and handler.seen == []
+
+
+def test_a_refused_request_right_after_an_answer_gets_its_413_in_turn(front: tuple[ServerThread, Any]) -> None:
+    """A client sends its next request once it has the answer, and the handler of the one before
+    may still be finishing up (on a loaded box it often is): a refused request then waits its turn,
+    it does not close the connection with no answer at all."""
+    server, handler = front
+    with connect(server) as sock:
+        sock.sendall(b"GET /answer-then-finish-late HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b"done"):
+            first += sock.recv(65536)
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n")
+        if select.select([sock], [], [], 0.5)[0]:  # the server has acted on it before the handler ended
+            assert sock.recv(65536).startswith(b"HTTP/1.1 413 "), "closed with no answer"
+        else:
+            handler.finish.set_result(None)
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 413 ")  # then the server shuts its side
+    assert first.startswith(b"HTTP/1.1 200 ") and [r.path for r in handler.seen] == ["/answer-then-finish-late"]

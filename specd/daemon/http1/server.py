@@ -71,6 +71,15 @@ class ClientRequest:
         return unquote(path.decode("latin-1"))
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The answer to an unusable request (400, 408, 413), waiting its turn on the connection."""
+
+    status: int
+    message: str
+    kind: str
+
+
 Handler = Callable[[ClientRequest, Responder], Coroutine[Any, Any, None]]
 
 
@@ -86,7 +95,7 @@ class FrontConnection(asyncio.Protocol):
         self._headers: Headers = []  # the partial request's, names lowercased
         self._body: list[bytes] = []
         self._body_size = 0
-        self._queue: deque[tuple[ClientRequest, bool, bool]] = deque()
+        self._queue: deque[tuple[ClientRequest, bool, bool] | Refusal] = deque()
         self._responder: Responder | None = None
         self._task: asyncio.Task[None] | None = None
         # What the client owes, and since when (loop time): a request's headers (since the
@@ -213,7 +222,11 @@ class FrontConnection(asyncio.Protocol):
     def _next(self) -> None:
         if not self._queue or self.closed:
             return
-        request, keep_alive, chunked_ok = self._queue.popleft()
+        entry = self._queue.popleft()
+        if isinstance(entry, Refusal):
+            self._answer_refusal(entry)
+            return
+        request, keep_alive, chunked_ok = entry
         self.keep_alive = self.keep_alive and keep_alive
         responder = self._responder = Responder(self, head_only=request.method == "HEAD", chunked_ok=chunked_ok)
         try:
@@ -259,16 +272,20 @@ class FrontConnection(asyncio.Protocol):
                 self._transport.resume_reading()
 
     def _refuse(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        """Answer an unusable request at once and close (nothing after it is read)."""
+        """An unusable request: nothing after it is read. It is answered in its turn, after the
+        requests before it on this connection (the one being answered may still be finishing up),
+        and then the connection closes."""
         if self._refused:
             return
         self._refused = True
+        if self.busy or self._queue:
+            self._queue.append(Refusal(status, message, kind))
+        else:
+            self._answer_refusal(Refusal(status, message, kind))
+
+    def _answer_refusal(self, refusal: Refusal) -> None:
         self.keep_alive = False
-        self._queue.clear()
-        if self._responder is not None:  # a pipelined request broke while another is answered
-            self.close()
-            return
-        Responder(self, head_only=False, chunked_ok=False).error(status, message, kind)
+        Responder(self, head_only=False, chunked_ok=False).error(refusal.status, refusal.message, refusal.kind)
         self._close_lingering()
 
     def _close_lingering(self) -> None:
