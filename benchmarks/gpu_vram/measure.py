@@ -145,7 +145,8 @@ def measure(case: Case, server: Path, models: Path, logs: Path, limit_s: float =
     log_path = logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", case.name) + ".log")
     started = time.monotonic()
     with log_path.open("w") as log:
-        process = subprocess.Popen(argv_for(case, server, models), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv_for(case, server, models), stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, **dict(case.env)})
     result: dict[str, Any] = {"case": asdict(case), "ok": False}
     try:
         while time.monotonic() - started < limit_s:
@@ -254,8 +255,9 @@ def run(args: argparse.Namespace) -> int:
         result["estimate"] = estimate.total_bytes if estimate else None
         if not isinstance(state, NoGpu) and len(state.devices) > 1:
             free = tuple(device.free_bytes for device in state.devices)
-            result["estimate_per_gpu"] = {str(index): part.total_bytes for index, part in
-                                          estimate_per_gpu_for(case, args.models, free).items()}
+            per_gpu = estimate_per_gpu_for(case, args.models, free)
+            result["estimate_per_gpu"] = {str(index): part.total_bytes for index, part in per_gpu.items()}
+            result["estimate"] = sum(part.total_bytes for part in per_gpu.values())   # one definition
         result["estimate_parts"] = parts_of(estimate) if estimate else None
         result["estimator"] = os.environ.get("ESTIMATOR", "?")
         result["argv"] = argv_for(case, Path("llama-server"), Path("MODELS"))[1:]
@@ -296,7 +298,7 @@ def report(args: argparse.Namespace) -> int:
           "weights MiB est / llama.cpp | KV | compute | CUDA runtime (rest of the process) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for result in records:
-        case = Case(**{**result["case"], "args": tuple(result["case"].get("args", ()))})
+        case = Case.from_record(result)
         print(_row(result, estimate_for(case, args.models)))
     return 0
 

@@ -30,7 +30,7 @@ def _measured(record: dict[str, Any]) -> int:
 
 
 def _case(record: dict[str, Any]) -> Case:
-    return Case(**{**record["case"], "args": tuple(record["case"].get("args", ()))})
+    return Case.from_record(record)
 
 
 def _pct(value: float) -> str:

@@ -80,7 +80,7 @@ def estimates(models: Path) -> dict[str, tuple[Any, VramEstimate]]:
     measure.read_gguf_info = functools.lru_cache(maxsize=None)(read_gguf_info)
     found = {}
     for record, key in zip(RECORDS, IDS, strict=True):
-        case = measure.Case(**{**record["case"], "args": tuple(record["case"].get("args", ()))})
+        case = measure.Case.from_record(record)
         estimate = measure.estimate_for(case, models)
         assert estimate is not None
         found[key] = (case, estimate)
