@@ -242,7 +242,8 @@ SPLIT2_CASES: tuple[Case, ...] = (
 # for its refusal. These set terms: never held out.
 SM = "-sm"
 FIT30_CASES: tuple[Case, ...] = (
-    Case("2gpu 8b-q8 c32k tensor 2:1", "llama-8b-q8_0", 32768, args=(SM, "tensor", "-ts", "2,1"), group="fit30"),
+    Case("2gpu 8b-q8 c32k tensor 2:1 again", "llama-8b-q8_0", 32768, args=(SM, "tensor", "-ts", "2,1"),
+         group="fit30"),
     Case("2gpu 8b-q8 c32k tensor 2:1 allreduce internal", "llama-8b-q8_0", 32768,
          args=(SM, "tensor", "-ts", "2,1"), env=(("GGML_CUDA_ALLREDUCE", "internal"),), group="fit30"),
     Case("2gpu h27 c32k tensor 1:1", "hybrid27-q8_0", 32768, args=(SM, "tensor", "-ts", "1,1"), group="fit30"),
