@@ -27,9 +27,8 @@ from typing import Any
 from cases import CASES, Case
 
 from specd.errors import PreflightError
-from specd.gpu.check import server_settings, split_mode_probe
+from specd.gpu.check import margin_for, server_settings, split_mode_probe
 from specd.gpu.compute import CUDA_CONTEXT
-from specd.gpu.fit import split_margin
 from specd.gpu.gguf import read_gguf_info
 from specd.gpu.nvml import GIB, NoGpu, probe_gpus, process_vram
 from specd.gpu.settings import ServerSettings, settings_from_argv
@@ -276,8 +275,8 @@ def run(args: argparse.Namespace) -> int:
             per_gpu = estimate_per_gpu_for(case, args.models, free, args.server)
             result["estimate_per_gpu"] = {str(index): part.total_bytes for index, part in per_gpu.items()}
             result["estimate"] = combined(per_gpu).total_bytes     # one definition: the sum of the GPUs'
-            settings = settings_for(case, args.models, args.server)
-            margin = split_margin(settings.split_mode, len(per_gpu))
+            margin = margin_for(settings_for(case, args.models, args.server), read_gguf_info(
+                args.models / f"{case.model}.gguf"), len(free))
             result["split_margin"] = margin.fraction if margin else 0.0
         result["estimate_parts"] = parts_of(estimate) if estimate else None
         result["estimator"] = os.environ.get("ESTIMATOR", "?")

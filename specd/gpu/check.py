@@ -12,9 +12,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specd.errors import PreflightError
-from specd.gpu.fit import FitResult, fit_check, split_margin, visible_devices
+from specd.gpu.arch import model_shape
+from specd.gpu.fit import FitResult, SplitMargin, fit_check, split_margin, visible_devices
 from specd.gpu.gguf import GgufInfo
 from specd.gpu.nvml import GIB, NoGpu, Nvml, ProcessVram, probe_gpus, process_vram
+from specd.gpu.placement import place_layers
 from specd.gpu.settings import ServerSettings, settings_from_argv
 from specd.gpu.split_probe import SplitProbe, binary_has_nccl, probe_split_mode
 from specd.gpu.vram import VramEstimate, estimate_per_gpu
@@ -73,9 +75,10 @@ class VramPlan:
     settings: ServerSettings
     per_gpu: dict[int, VramEstimate]
     result: FitResult
+    margin: SplitMargin | None = None
 
     def lines(self) -> list[str]:
-        margin = split_margin(self.settings.split_mode, len(self.per_gpu))
+        margin = self.margin
         found = [f"split mode: {self.settings.split_mode}"
                  + (f", --tensor-split {','.join(f'{v:g}' for v in self.settings.tensor_split)}"
                     if self.settings.tensor_split else "")]
@@ -85,10 +88,20 @@ class VramPlan:
             parts = ", ".join(f"{name} {size / GIB:.2f}" for name, size in part.parts())
             found.append(f"CUDA device {index}: {part.total_bytes / GIB:.2f} GiB estimated ({parts})")
         if margin is not None:
-            found.append(f"margin: {margin.percent} of each GPU's estimate for {self.settings.split_mode} split "
-                         f"({margin.basis})")
+            found.append(f"margin: {margin.percent} of each GPU's estimate for {margin.label} ({margin.basis})")
         found.append(f"verdict: {self.result.message}")
         return found
+
+
+def margin_for(settings: ServerSettings, model: GgufInfo, gpu_count: int) -> SplitMargin | None:
+    """The fit check's margin for this profile's split over `gpu_count` visible GPUs
+    (specd.gpu.fit.SPLIT_MARGINS): none unless the model itself is spread over more than one."""
+    n_layer_all = model_shape(model).n_layer_all
+    spread = place_layers(n_layer_all, settings.n_gpu_layers, settings, gpu_count)
+    used = {device for device in (*spread.layer_device, spread.output_device) if device is not None}
+    host_layers = settings.n_gpu_layers is not None and settings.n_gpu_layers <= n_layer_all
+    return split_margin(settings.split_mode, len(used) if not spread.spread else len(spread.devices),
+                        host_layers=host_layers)
 
 
 def vram_plan(argv: Sequence[str], env: Mapping[str, str], model: GgufInfo, draft: GgufInfo | None,
@@ -106,8 +119,9 @@ def vram_plan(argv: Sequence[str], env: Mapping[str, str], model: GgufInfo, draf
         held = process_vram(current_main_pid, nvml=nvml)
         if isinstance(held, ProcessVram):
             freed = dict(held.by_device)
-    result = fit_check(per_gpu, state, freed, visible=settings.visible_devices, split_mode=settings.split_mode)
-    return VramPlan(settings, per_gpu, result)
+    margin = margin_for(settings, model, len(devices))
+    result = fit_check(per_gpu, state, freed, visible=settings.visible_devices, margin=margin)
+    return VramPlan(settings, per_gpu, result, margin)
 
 
 def vram_check(argv: Sequence[str], env: Mapping[str, str], model: GgufInfo, draft: GgufInfo | None,

@@ -123,6 +123,8 @@ def run_probe(argv: Sequence[str], mode: SplitMode, env: Mapping[str, str] | Non
         timer.cancel()
         if process.poll() is None:
             _stop(process)
+        if process.stdout is not None:
+            process.stdout.close()
     return read_probe(mode, lines, code if code is not None and code >= 0 else None)
 
 
