@@ -95,10 +95,11 @@ def bench_module(name: str) -> Any:
     return module
 
 
-def bench_headers(folder: Path, names: Iterable[str]) -> Path:
-    """Header-only twins of the benchmark models (`preset-type` names), vocabularies of the real sizes."""
+def bench_headers(folder: Path, records: Iterable[dict[str, Any]]) -> Path:
+    """Header-only twins of every benchmark model the results records name, vocabularies of the real sizes."""
     make_models = bench_module("make_models")
-    for name in sorted(set(names)):
+    names = {record["case"][key] for record in records for key in ("model", "draft") if record["case"].get(key)}
+    for name in sorted(names):
         preset, weight_type = name.rsplit("-", 1)
         arch = make_models.PRESETS[preset].arch
         size = next(count for prefix, count in BENCH_VOCABS.items() if arch.startswith(prefix))

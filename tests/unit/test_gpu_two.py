@@ -49,8 +49,7 @@ MEASURED = [record for record in RECORDS if record.get("ok") and "estimate_per_g
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    names = {record["case"][key] for record in RECORDS for key in ("model", "draft") if record["case"].get(key)}
-    return bench_headers(tmp_path_factory.mktemp("models"), names)
+    return bench_headers(tmp_path_factory.mktemp("models"), RECORDS)
 
 
 @pytest.fixture(scope="module")
