@@ -32,6 +32,7 @@ PROBE_TIMEOUT_S = 90.0
 # a line that shows the model's tensors were given buffers with this split mode (or got further)
 _LOADED = re.compile(r"load_tensors: .*buffer size|llama_context: constructing|model loaded|listening on")
 _ERROR_LINE = re.compile(r"^(?:\S+ )?E (?:\S+ +)?(.+)$")
+_ABOUT_SPLITTING = re.compile(r"split|tensor parallel", re.IGNORECASE)
 _NOT_THE_REASON = re.compile(r"failed to load model|exiting due to model loading error|cleaning up before exit"
                              r"|encountered an error while trying to fit")
 
@@ -69,12 +70,17 @@ def refusal(lines: Sequence[str]) -> str:
 
 
 def read_probe(mode: SplitMode, lines: Iterable[str], exit_code: int | None) -> SplitProbe:
-    """The verdict of a probe's log (`exit_code` None: the process was stopped by the probe)."""
+    """The verdict of a probe's log (`exit_code` None: the process was stopped by the probe). A failed
+    load counts as a refusal only where the binary's reason is about the split (a probe that found
+    no free memory for its CUDA context, say, refuses nothing)."""
     seen = list(lines)
     if any(loaded(line) for line in seen):
         return SplitProbe(mode, "loads", "")
     if exit_code is not None and exit_code != 0:
-        return SplitProbe(mode, "refused", refusal(seen))
+        reason = refusal(seen)
+        if _ABOUT_SPLITTING.search(reason):
+            return SplitProbe(mode, "refused", reason)
+        return SplitProbe(mode, "unknown", f"the probe failed for another reason: {reason}")
     return SplitProbe(mode, "unknown", "the server neither loaded the model nor exited in time")
 
 

@@ -196,6 +196,18 @@ def test_the_probe_reads_the_binarys_verdict_from_its_log(log: str, verdict: str
         assert probe.describe() == f"--split-mode row: this llama-server cannot load the model with it: {said}"
 
 
+def test_a_probe_that_fails_for_another_reason_refuses_nothing() -> None:
+    """Lines as llama.cpp prints a CUDA failure at start (written here: no GPU to run out of)."""
+    lines = ["0.00.101.000 E ggml_cuda_init: failed to initialize CUDA: out of memory",
+             "0.00.101.200 E llama_model_load: error loading model: unable to allocate CUDA0 buffer",
+             "0.00.101.300 E llama_model_load_from_file_impl: failed to load model"]
+    probe = read_probe("tensor", lines, 1)
+    assert probe.verdict == "unknown" and probe.said.endswith("unable to allocate CUDA0 buffer")
+    assert probe.describe().startswith("--split-mode tensor: not probed (the probe failed for another reason")
+    stopped = read_probe("row", ["0.00.050.000 I srv    load_model: loading model 'm.gguf'"], None)
+    assert stopped.verdict == "unknown"        # stopped at the timeout: neither loaded nor refused
+
+
 def test_the_held_out_row_case_was_refused_by_specds_probe_before_the_server_said_the_same() -> None:
     row = next(r for r in RECORDS if r["case"]["name"] == "2gpu h9 c64k row 3:2")
     assert row["split_probe"] == {"verdict": "refused", "said": "device CUDA0 does not support split buffers"}
