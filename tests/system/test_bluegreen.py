@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
+from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.slots import port_of
 from specd.setup.sandbox import free_port
 from specd.unit.render import profile_of_unit

@@ -11,6 +11,7 @@ history says which slot serves and how each switch replaced the server.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from specd.deploy import intent as intents
-from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
+from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.capacity import Capacity
 from specd.deploy.history import History, Trigger
 from specd.deploy.preflight import Preflight
@@ -52,6 +53,7 @@ class FakeProxyLink:
     deployment: Deployment
     serves: bool = True
     followed: list[str] = field(default_factory=list)
+    drains: list[str] = field(default_factory=list)
     before: Callable[[], None] = lambda: None  # runs as each retarget begins
 
     def serving(self, unit: str) -> bool:
@@ -61,6 +63,10 @@ class FakeProxyLink:
         self.before()
         self.followed.append(read_pointer(self.state, self.deployment))
         return True
+
+    def drained(self, unit: str) -> AbstractContextManager[object]:
+        self.drains.append(unit)
+        return nullcontext()
 
 
 @dataclass
@@ -313,7 +319,7 @@ def test_a_new_server_that_fails_its_gate_never_receives_a_request(world: World)
     with pytest.raises(SwitchFailed) as raised:
         world.switcher().switch("new")
     assert "kept serving in the blue slot" in str(raised.value) and raised.value.revert_outcome == "reverted"
-    assert world.proxy.followed == ["blue"]  # told to stay on the old server; never sent to the new one
+    assert world.proxy.followed == []  # the pointer never moved: the proxy was never told of the new server
     assert world.pointer() == "blue" and world.serving_pid() == old_pid
     world.assert_one_server_named_by_the_pointer()
     assert not world.green.exists() and world.intent() is None
