@@ -65,7 +65,7 @@ def start_candidate(seams: Seams, target: Target, *, gate: HealthGate, fault: Fa
     transaction.begin()
     try:
         transaction.apply()
-    except BaseException:
+    except (Exception, KeyboardInterrupt):  # bugs and Ctrl-C too; a kill is recovered later
         transaction.revert()
         transaction.clear()
         raise

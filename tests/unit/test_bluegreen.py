@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from specd.deploy import intent as intents
-from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.capacity import Capacity
 from specd.deploy.history import History, Trigger
+from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.preflight import Preflight
 from specd.deploy.priority import Lowered
 from specd.deploy.seams import Seams
