@@ -39,3 +39,24 @@ def mask(text: str) -> str:
     text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _ENV_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     return _TOML_VALUE.sub(lambda m: f'{m.group(1)}"{MASK}"', text)
+
+
+_SECRET_FLAGS = ("--api-key", "--hf-token")
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """An argv with the value of each key flag replaced by `…` (`--api-key K`, `--api-key=K`)."""
+    masked: list[str] = []
+    for index, word in enumerate(argv):
+        if index and argv[index - 1] in _SECRET_FLAGS:
+            masked.append(MASK)
+        elif word.startswith(tuple(f"{flag}=" for flag in _SECRET_FLAGS)):
+            masked.append(f"{word.split('=', 1)[0]}={MASK}")
+        else:
+            masked.append(word)
+    return masked
+
+
+def readable_by_others(mode: int) -> bool:
+    """Can users other than the owner read a file of this mode (its group or everyone)?"""
+    return bool(mode & 0o044)

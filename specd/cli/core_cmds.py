@@ -33,6 +33,7 @@ from specd.deploy.switch import Outcome
 from specd.errors import SpecdError, StateDbError
 from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
+from specd.secrets import mask, mask_argv
 from specd.tune.activity import profile_problems as speculation_problems
 from specd.tune.verify import unverified_warning
 
@@ -192,10 +193,10 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
     """The unit file PROFILE would install (after every preflight check)."""
     _, deployment = deployment_of(config, unit)
     pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(context.seams_for(deployment)))
-    if json_out:
-        print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
+    if json_out:  # a key in the unit (in args or env) is shown as `…`: the file itself is written 0600
+        print_json({"profile": profile, "argv": mask_argv(pre.argv), "unit": mask(pre.unit_text), "notes": pre.notes})
         return
-    typer.echo(pre.unit_text, nl=False)
+    typer.echo(mask(pre.unit_text), nl=False)
     for note in pre.notes:
         typer.echo(f"# note: {note}", err=True)
 
@@ -213,7 +214,7 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
     rendered = installed if installed_text and same_but_port(installed_text, pre.unit_text) else pre.unit_text
     lines = difflib.unified_diff(installed.splitlines(keepends=True), rendered.splitlines(keepends=True),
                                  fromfile=str(serving_path), tofile=f"{profile} (rendered)")
-    text = "".join(lines)
+    text = mask("".join(lines))
     if json_out:
         print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(serving_path),
                     "installed": installed_text is not None, "differs": installed_text != rendered,
