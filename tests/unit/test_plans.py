@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -134,6 +135,24 @@ class Killing:
             raise InjectedBug(f"a bug at {step}")
         if step == self.point:
             raise SimulatedKill()
+
+
+def test_a_restart_runs_inside_the_proxys_drain_and_blue_green_drains_nothing(world: World) -> None:
+    @contextmanager
+    def drained(unit: str) -> Iterator[None]:
+        world.systemd.calls.append(("drain", unit))
+        try:
+            yield
+        finally:
+            world.systemd.calls.append(("resume", unit))
+
+    world.proxy.drained = drained  # type: ignore[method-assign]
+    world.switcher().switch("new", "restart")
+    around = world.systemd.calls[world.systemd.calls.index(("drain", UNIT)):]
+    assert around[:3] == [("drain", UNIT), ("restart", UNIT), ("resume", UNIT)]
+    world.systemd.calls.clear()
+    world.switcher().switch("third", "blue-green")  # the free slot serves nobody; the old one no longer
+    assert world.systemd.running() == [GREEN] and not any(call[0] == "drain" for call in world.systemd.calls)
 
 
 # ---- the shadow bench's candidate ---------------------------------------------------------------

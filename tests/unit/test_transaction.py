@@ -217,7 +217,7 @@ def test_an_exception_at_any_step_after_the_intent_reverts(world: World, step: s
                          ids=lambda e: type(e).__name__)
 def test_a_switch_interrupted_before_its_restart_began_reverts_without_restarting(world: World,
                                                                                   error: BaseException) -> None:
-    # Ctrl-C while DrainingSystemd.restart waits for in-flight streams: systemd never got the restart.
+    # Ctrl-C while the restart step waits in the proxy's drain for in-flight streams: no restart reached systemd.
     old_pid = world.systemd.main_pid
     world.systemd.fail["restart"] = error
     with pytest.raises(SwitchFailed) as raised:
