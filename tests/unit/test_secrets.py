@@ -100,12 +100,16 @@ def test_no_file_specd_writes_lets_another_user_read_a_key(root: Path) -> None:
     imported = import_unit(unit, profiles, "imported")  # `specd import` of it
     assert KEY in imported.read_text()
     gate.failures.append(HealthError("the new server never answered"))
-    with pytest.raises(SwitchFailed):  # a failed switch puts the hand-written unit back
+    with pytest.raises(SwitchFailed) as failed:  # a failed switch puts the hand-written unit back
         switcher(deployment, state, systemd, gate).switch("new")
+    assert KEY not in str(failed.value) and KEY not in (failed.value.revert_state or "")
     assert unit.read_text() == HAND_WRITTEN and stat.S_IMODE(unit.stat().st_mode) == 0o600  # as it was
     switcher(deployment, state, systemd, gate).switch("new")  # and a good one backs it up
     assert [b.profile for b in list_backups(unit)] == ["unmanaged", "unmanaged"]
 
+    history = History(state.db)
+    told = [*(vars(g) for g in history.list(UNIT)), *(dict(e) for e in history.events(UNIT))]
+    assert told and KEY not in repr(told)  # what `specd history` and the status page show
     holding = [path for path in root.rglob("*") if path.is_file() and KEY.encode() in path.read_bytes()]
     names = {path.name for path in holding}
     assert "imported.toml" in names and sum(".pre-" in name for name in names) == 2
