@@ -267,6 +267,22 @@ def test_a_flat_intent_of_the_previous_specd_is_recovered(world: World, step: st
     assert world.history.list(UNIT, limit=1)[0].outcome == "reverted"
 
 
+@pytest.mark.parametrize("step", ["write", "gate", "flip", "stop-old", "enable"])
+def test_a_flat_blue_green_intent_of_the_previous_specd_is_recovered(world: World, step: str) -> None:
+    old_pid = world.serving_pid()
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt(step)).switch("new", "blue-green")
+    switcher = world.switcher()
+    flat = {**flat_intent(world, step, switcher), "unit_path": str(world.green), "strategy": "blue-green",
+            "slot": "green", "old_slot": "blue", "old_main_pid": old_pid, "old_enabled": True,
+            "new_sha256": switcher.store.put(unit_text("new", 8082))}
+    world.state.intent(UNIT).write_text(json.dumps(flat))
+    loaded = intents.load(world.state.intent(UNIT))
+    assert loaded is not None and loaded.strategy == "blue-green" and loaded.value("stop-old", "main_pid") == old_pid
+    switcher.recover()
+    assert_back_as_before(world, old_pid, restarted_ok=step in ("stop-old", "enable"))
+
+
 def test_an_unreadable_intent_is_set_aside_not_acted_on(world: World) -> None:
     path = world.state.intent(UNIT)
     path.parent.mkdir(parents=True, exist_ok=True)
