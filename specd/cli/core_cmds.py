@@ -160,10 +160,12 @@ def recover(config: ConfigOption = None, unit: UnitOption = None) -> None:
     """Finish an interrupted switch or rollback by reverting it (any switch or rollback does this too)."""
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
-    if switcher.pending_intent() is None:
+    pending = switcher.pending_intent()
+    done = switcher.recover()  # a switch's or rollback's intent, or a killed shadow bench's candidate
+    if pending is None and done is None:
         console.print(f"nothing to recover: no interrupted operation on {deployment.unit}")
         return
-    console.print(switcher.recover() or f"recovered: {deployment.unit} is back on its previous unit")
+    console.print(done or f"recovered: {deployment.unit} is back on its previous unit")
 
 
 @app.command()

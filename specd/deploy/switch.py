@@ -187,7 +187,8 @@ class Switcher:
                                  preflight_s=0.0, started=started, notes=(plan.note,))
 
     def recover(self, *, wait: bool = True) -> str | None:
-        """Undo an interrupted operation, if any. With wait=False, skip when the lock is busy."""
+        """Undo an interrupted operation, if any: a switch or rollback, or a killed shadow bench's
+        candidate; returns what was done. With wait=False, skip when the lock is busy."""
         if not wait and intents.load(self._intent_path) is None:
             return None
         try:
@@ -320,7 +321,7 @@ class Switcher:
             stray = stop_stray_free_slot(self.seams)
             if stray:
                 log.warning("%s: %s", self.unit, stray)
-            return None
+            return candidate
         log.warning("found an interrupted %s of %s at step %s; reverting", pending.kind, self.unit, pending.step)
         try:
             self._revert(self._transaction(pending),
