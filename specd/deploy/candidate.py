@@ -49,9 +49,9 @@ class Candidate:
         return sentence
 
 
-def _run(seams: Seams, intent: intents.Intent, gate: HealthGate, fault: FaultHook, target: Target | None = None,
-         current: str | None = None) -> Transaction:
-    run = Run(seams, intent, gate, lambda step, detail: fault(step), target=target, current=current)
+def _run(seams: Seams, intent: intents.Intent, gate: HealthGate, fault: FaultHook,
+         target: Target | None = None) -> Transaction:
+    run = Run(seams, intent, gate, lambda step, detail: fault(step), target=target)
     return Transaction(PLANS["shadow"], run, seams.state.candidate_intent(seams.unit))
 
 
@@ -61,7 +61,7 @@ def start_candidate(seams: Seams, target: Target, *, gate: HealthGate, fault: Fa
     live = read_text(serving.unit_path)
     intent = intents.Intent(seams.unit, "shadow", "shadow", target.profile, profile_of_unit(live) if live else None,
                             serving.name, other(serving.name))
-    transaction = _run(seams, intent, gate, fault, target, live)
+    transaction = _run(seams, intent, gate, fault, target)
     transaction.begin()
     try:
         transaction.apply()

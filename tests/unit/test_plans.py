@@ -21,7 +21,7 @@ import pytest
 from specd.deploy import intent as intents
 from specd.deploy.candidate import recover_candidate, start_candidate
 from specd.deploy.plan import Target
-from specd.deploy.plans import PLANS
+from specd.deploy.plans import PLANS, fault_points
 from specd.deploy.switch import Switcher
 from specd.deploy.transaction import Plan, Run, Step
 from specd.errors import SwitchFailed
@@ -122,6 +122,28 @@ def test_every_revert_point_killed_is_finished_by_the_next_recovery(world: World
         assert world.pointer() == "blue" and world.blue.read_text() == unit_text("old"), point
         world.assert_one_server_named_by_the_pointer()
         assert world.intent() is None and not world.green.exists(), point
+
+
+@pytest.mark.parametrize("plan", ["restart", "blue-green"])
+def test_a_switch_passes_each_fault_point_of_its_plan_in_order(world: World, plan: str) -> None:
+    fault = FaultAt()
+    world.switcher(fault).switch("new", strategy_of(plan))  # type: ignore[arg-type]
+    assert fault.seen == list(fault_points(plan))
+
+
+@pytest.mark.parametrize("plan", ["restart", "blue-green"])
+def test_a_full_revert_passes_every_revert_point_its_plan_names(world: World, plan: str) -> None:
+    last = PLANS[plan].names[-1]
+    seen: list[str] = []
+
+    def fault(step: str) -> None:
+        seen.append(step)
+        if step == last:
+            raise InjectedBug(f"a bug at {step}")
+
+    with pytest.raises(SwitchFailed):
+        world.switcher(fault).switch("new", strategy_of(plan))  # type: ignore[arg-type]
+    assert seen[seen.index(last) + 1:] == list(PLANS[plan].revert_points())
 
 
 class Killing:
