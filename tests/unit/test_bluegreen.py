@@ -188,7 +188,8 @@ class World:
         assert self.systemd.running() == [slot(self.deployment, self.pointer()).unit]  # type: ignore[arg-type]
 
 
-def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True) -> World:
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True,
+               first: str | None = "old") -> World:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     profiles = tmp_path / "profiles"
@@ -201,7 +202,8 @@ def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool =
     deployment = Deployment(UNIT, "user", profiles, proxy=ProxyConfig(listen_port=8080) if proxy else None)
     world = World(deployment, FakeSlotsSystemd(), FakeGate(), History(state.db), state,
                   FakeProxyLink(state, deployment), FakeOldServerLoad())
-    world.switcher().switch("old", "restart")
+    if first is not None:
+        world.switcher().switch(first, "restart")
     world.systemd.calls.clear()
     world.gate.gated.clear()
     return world

@@ -146,6 +146,36 @@ def test_a_full_revert_passes_every_revert_point_its_plan_names(world: World, pl
     assert seen[seen.index(last) + 1:] == list(PLANS[plan].revert_points())
 
 
+@pytest.mark.parametrize("how", ["exception", "kill"])
+def test_a_first_switch_that_fails_removes_its_unit_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         how: str) -> None:
+    world = make_world(tmp_path, monkeypatch, first=None)
+    if how == "exception":
+        world.gate.failures.append(InjectedBug("never healthy"))
+        with pytest.raises(SwitchFailed, match="was removed again"):
+            world.switcher().switch("new", "restart")
+    else:
+        with pytest.raises(SimulatedKill):
+            world.switcher(FaultAt("gate")).switch("new", "restart")
+        assert world.switcher().recover() is not None
+    assert not world.blue.exists() and world.systemd.running() == [] and world.intent() is None
+
+
+@pytest.mark.parametrize("how", ["exception", "kill"])
+def test_a_failed_switch_of_a_stopped_server_leaves_it_stopped_on_its_old_unit(world: World, how: str) -> None:
+    world.systemd.stop(UNIT)
+    if how == "exception":
+        world.gate.failures.append(InjectedBug("never healthy"))
+        with pytest.raises(SwitchFailed, match="back on old .stopped, as it was."):
+            world.switcher().switch("new", "restart")
+    else:
+        with pytest.raises(SimulatedKill):
+            world.switcher(FaultAt("restart")).switch("new", "restart")
+        world.switcher().recover()
+    assert world.blue.read_text() == unit_text("old") and world.systemd.running() == []
+    assert world.intent() is None
+
+
 class Killing:
     """Raises a bug at step `fail`, then kills the revert at `point`."""
 
