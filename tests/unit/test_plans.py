@@ -176,6 +176,21 @@ def test_a_failed_switch_of_a_stopped_server_leaves_it_stopped_on_its_old_unit(w
     assert world.intent() is None
 
 
+@pytest.mark.parametrize("plan", ["restart", "blue-green"])
+def test_the_revert_gates_the_old_server_by_its_own_unit(world: World, plan: str) -> None:
+    keyed = unit_text("old").replace('"8081"', '"8081" "--api-key" "sk-old"')
+    world.blue.write_text(keyed)  # the old unit, as a hand edit: its own key
+    world.switcher().record_external_edit()
+    last = "gate" if plan == "restart" else "stop-old"
+    with pytest.raises(SwitchFailed):
+        world.switcher(FaultAt(last, InjectedBug("bug"))).switch("new", strategy_of(plan))  # type: ignore[arg-type]
+    revert_gate = world.gate.asked[-1]
+    assert {k: revert_gate[k] for k in ("base_url", "alias", "unit", "api_key")} == \
+        {"base_url": "http://127.0.0.1:8081", "alias": "tiny", "unit": UNIT, "api_key": "sk-old"}
+    assert revert_gate["timeout_s"] > 0 and 0 <= revert_gate["stability_s"] <= 2.0
+    assert world.blue.read_text() == keyed
+
+
 class Killing:
     """Raises a bug at step `fail`, then kills the revert at `point`."""
 
