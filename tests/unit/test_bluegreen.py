@@ -53,6 +53,7 @@ class FakeProxyLink:
     deployment: Deployment
     serves: bool = True
     followed: list[str] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)  # the unit each retarget named
     drains: list[str] = field(default_factory=list)
     before: Callable[[], None] = lambda: None  # runs as each retarget begins
 
@@ -61,6 +62,7 @@ class FakeProxyLink:
 
     def retarget(self, unit: str) -> bool | None:
         self.before()
+        self.told.append(unit)
         self.followed.append(read_pointer(self.state, self.deployment))
         return True
 
@@ -309,8 +311,9 @@ def test_auto_without_a_proxy_section_restarts(tmp_path: Path, monkeypatch: pyte
 def test_a_forced_blue_green_that_cannot_be_done_changes_nothing(world: World, setup: Callable[[World], None]) -> None:
     setup(world)
     before = (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT)))
-    with pytest.raises(PreflightError, match="--strategy blue-green: .*nothing was changed"):
+    with pytest.raises(PreflightError, match="--strategy blue-green: .*nothing was changed") as refused:
         world.switcher().switch("new", "blue-green")
+    assert "--strategy restart" in (refused.value.hint or "")
     assert (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT))) == before
     assert world.systemd.calls == [] and not world.green.exists()
 
@@ -389,7 +392,7 @@ def test_a_revert_after_the_old_server_stopped_brings_it_back_before_stopping_th
     calls = world.systemd.calls
     assert calls.index(("restart", UNIT)) < calls.index(("stop", GREEN))  # no gap: old up before new down
     assert "serves again in the blue slot" in str(raised.value)
-    assert world.proxy.followed == ["green", "blue"]
+    assert world.proxy.followed == ["green", "blue"] and world.proxy.told == [UNIT, UNIT]
 
 
 def test_boot_start_moves_with_the_service(world: World) -> None:

@@ -250,6 +250,8 @@ def test_a_candidate_runs_beside_the_live_server_until_stopped(world: World, gre
     assert world.green.read_text() == unit_text("new", 8082) and world.gate.gated == ["http://127.0.0.1:8082"]
     record = json.loads(world.state.candidate_intent(UNIT).read_text())
     assert record["done"] == list(PLANS["shadow"].names) and world.intent() is None  # a switch's record stays free
+    assert {k: record[k] for k in ("unit", "kind", "profile", "old_profile", "old_slot", "slot")} == \
+        {"unit": UNIT, "kind": "shadow", "profile": "new", "old_profile": "old", "old_slot": "blue", "slot": "green"}
     assert candidate.stop() is not None and candidate.stop() is None  # once
     assert_free_slot_as_before(world, green_before)
     assert world.serving_pid() == live_pid
@@ -292,6 +294,36 @@ def test_a_killed_candidate_is_told_apart_from_an_interrupted_switch(world: Worl
     said = recover_candidate(world.seams(), gate=world.gate, fault=FaultAt())
     assert said is not None and "shadow bench was interrupted" in said and GREEN in said
     assert recover_candidate(world.seams(), gate=world.gate, fault=FaultAt()) is None
+
+
+def test_when_green_serves_a_candidate_runs_in_blue(world: World) -> None:
+    world.switcher().switch("new", "blue-green")
+    green_pid, blue_before = world.serving_pid(), world.blue.read_text()
+    target = replace(candidate_target(), text=unit_text("third"), base_url="http://127.0.0.1:8081")
+    candidate = start_candidate(world.seams(), target, gate=world.gate, fault=FaultAt())
+    assert world.blue.read_text() == unit_text("third") and world.systemd.running() == [GREEN, UNIT]
+    candidate.stop()
+    assert world.blue.read_text() == blue_before and world.systemd.running() == [GREEN]
+    assert world.pointer() == "green" and world.serving_pid() == green_pid
+
+
+@pytest.mark.parametrize("step", ["flip", "drain", "stop-old", "enable"])
+def test_a_failed_switch_out_of_green_gives_green_back(world: World, step: str) -> None:
+    world.switcher().switch("new", "blue-green")
+    with pytest.raises(SwitchFailed):
+        world.switcher(FaultAt(step, InjectedBug("bug"))).switch("third", "blue-green")
+    assert world.pointer() == "green" and world.green.read_text() == unit_text("new", 8082)
+    world.assert_one_server_named_by_the_pointer()
+    assert world.proxy.followed[-1] == "green"
+
+
+def test_an_old_unit_edited_mid_switch_is_not_brought_back_blindly(world: World) -> None:
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt("stop-old")).switch("new", "blue-green")
+    world.blue.write_text(unit_text("old") + "# edited by hand while the switch was down\n")
+    said = world.switcher().recover()
+    assert said is not None and "cannot bring back" in said and "not the one that served" in said
+    assert world.history.list(UNIT, limit=1)[0].outcome == "failed" and world.intent() is None
 
 
 # ---- the plans themselves -----------------------------------------------------------------------
