@@ -22,7 +22,7 @@ from typing import Any
 from specd.deploy.plan import target_from_text
 from specd.deploy.slots import Slot
 from specd.deploy.transaction import Run, Step
-from specd.deploy.unitfiles import atomic_write, mode_of, read_text, sha256_text, write_backup
+from specd.deploy.unitfiles import atomic_write, read_text, sha256_text, write_backup
 from specd.errors import SpecdError, SwitchFailed
 
 # ---- backup, write, reload, gate: every plan's ---------------------------------------------------
@@ -38,11 +38,11 @@ def _backup(run: Run) -> str:
 
 
 def _save_slot_file(run: Run) -> dict[str, Any]:
-    """What the slot's unit file holds before the write: its text (into the unit store) and mode."""
+    """What the slot's unit file holds before the write: its text (into the unit store). Its mode needs
+    no saving: every write of the file keeps the mode it has (specd.durable.atomic_write)."""
     path = run.new.unit_path
     text = read_text(path)
-    return {"path": str(path), "before": run.seams.units.put(text) if text is not None else None,
-            "mode": mode_of(path)}
+    return {"path": str(path), "before": run.seams.units.put(text) if text is not None else None}
 
 
 def _write(run: Run) -> str:
@@ -75,7 +75,7 @@ def _put_back_slot_file(run: Run) -> bool:
         path.unlink(missing_ok=True)
     else:
         text = previous_text(run, before, installed)
-        atomic_write(path, text.encode("utf-8"), mode=run.intent.value("write", "mode"), fault_name="revert-unit")
+        atomic_write(path, text.encode("utf-8"), fault_name="revert-unit")
     return True
 
 

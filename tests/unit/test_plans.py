@@ -191,6 +191,25 @@ def test_the_revert_gates_the_old_server_by_its_own_unit(world: World, plan: str
     assert world.blue.read_text() == keyed
 
 
+def test_a_revert_finds_the_old_unit_in_its_backup_when_the_unit_store_lost_it(world: World) -> None:
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt("restart")).switch("new", "restart")
+    for stored in (world.state.unit_store(world.deployment.name)).glob("*"):
+        if stored.read_text() == unit_text("old"):
+            stored.unlink()
+    world.switcher().recover()
+    assert world.blue.read_text() == unit_text("old") and world.intent() is None
+
+
+def test_an_old_server_that_died_during_an_interrupted_switch_is_brought_back(world: World) -> None:
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt("reload")).switch("new", "restart")  # before the restart began
+    world.systemd.stop(UNIT)  # and the old server died on its own meanwhile
+    said = world.switcher().recover()
+    assert said is not None and "healthy again" in said
+    assert world.systemd.running() == [UNIT] and world.blue.read_text() == unit_text("old")
+
+
 class Killing:
     """Raises a bug at step `fail`, then kills the revert at `point`."""
 
