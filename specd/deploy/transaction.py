@@ -58,7 +58,7 @@ class Run:
     acted: bool = False  # an undo changed something
     reloaded: bool = False  # the revert has reloaded systemd's units
     restarted: bool = False  # the revert restarted the old server
-    undone: set[str] = field(default_factory=set)  # steps this revert has undone
+    undone: set[str] = field(default_factory=set)  # steps an earlier undo of this revert undid already
 
     @property
     def old(self) -> Slot:
@@ -150,7 +150,6 @@ class Transaction:
         for step in reversed(self.plan.begun(self.intent.done)):
             if step.undo is not None and step.name not in self.run.undone and step.undo(self.run):
                 self.run.acted = True
-            self.run.undone.add(step.name)
         return self.plan.settled(self.run)
 
     def clear(self) -> None:

@@ -210,6 +210,15 @@ def test_an_old_server_that_died_during_an_interrupted_switch_is_brought_back(wo
     assert world.systemd.running() == [UNIT] and world.blue.read_text() == unit_text("old")
 
 
+def test_a_revert_reloads_systemd_once_after_the_file_is_back_and_before_the_restart(world: World) -> None:
+    with pytest.raises(SwitchFailed):
+        world.switcher(FaultAt("gate", InjectedBug("bug"))).switch("new", "restart")
+    calls = world.systemd.calls
+    reverting = calls[calls.index(("restart", UNIT)) + 1:]  # after the switch's own restart
+    assert reverting.count(("reload", "")) == 1
+    assert reverting.index(("reload", "")) < reverting.index(("restart", UNIT))
+
+
 class Killing:
     """Raises a bug at step `fail`, then kills the revert at `point`."""
 
