@@ -146,32 +146,31 @@ def test_a_full_revert_passes_every_revert_point_its_plan_names(world: World, pl
     assert seen[seen.index(last) + 1:] == list(PLANS[plan].revert_points())
 
 
+def fail_a_restart_to_new(world: World, how: str, *, says: str, kill_at: str) -> None:
+    """A restart switch to "new" whose gate fails (the revert must say `says`), or killed at `kill_at`
+    and then recovered."""
+    if how == "exception":
+        world.gate.failures.append(InjectedBug("never healthy"))
+        with pytest.raises(SwitchFailed, match=says):
+            world.switcher().switch("new", "restart")
+        return
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt(kill_at)).switch("new", "restart")
+    assert world.switcher().recover() is not None
+
+
 @pytest.mark.parametrize("how", ["exception", "kill"])
 def test_a_first_switch_that_fails_removes_its_unit_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          how: str) -> None:
     world = make_world(tmp_path, monkeypatch, first=None)
-    if how == "exception":
-        world.gate.failures.append(InjectedBug("never healthy"))
-        with pytest.raises(SwitchFailed, match="was removed again"):
-            world.switcher().switch("new", "restart")
-    else:
-        with pytest.raises(SimulatedKill):
-            world.switcher(FaultAt("gate")).switch("new", "restart")
-        assert world.switcher().recover() is not None
+    fail_a_restart_to_new(world, how, says="was removed again", kill_at="gate")
     assert not world.blue.exists() and world.systemd.running() == [] and world.intent() is None
 
 
 @pytest.mark.parametrize("how", ["exception", "kill"])
 def test_a_failed_switch_of_a_stopped_server_leaves_it_stopped_on_its_old_unit(world: World, how: str) -> None:
     world.systemd.stop(UNIT)
-    if how == "exception":
-        world.gate.failures.append(InjectedBug("never healthy"))
-        with pytest.raises(SwitchFailed, match="back on old .stopped, as it was."):
-            world.switcher().switch("new", "restart")
-    else:
-        with pytest.raises(SimulatedKill):
-            world.switcher(FaultAt("restart")).switch("new", "restart")
-        world.switcher().recover()
+    fail_a_restart_to_new(world, how, says="back on old .stopped, as it was.", kill_at="restart")
     assert world.blue.read_text() == unit_text("old") and world.systemd.running() == []
     assert world.intent() is None
 
