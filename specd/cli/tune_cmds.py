@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +15,7 @@ from rich.table import Table
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.context import seams_for, switcher_for
+from specd.context import seams_for
 from specd.deploy.history import now_iso
 from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
 from specd.profiles.axes import parse_axis
@@ -28,7 +28,7 @@ from specd.tune.bench import Progress as ProgressFn
 from specd.tune.benchstore import save_report
 from specd.tune.fleet import TUNE_SCHEMA, load_rows
 from specd.tune.recent import captured_bodies, resolve_workload
-from specd.tune.shadow import ShadowTarget, clean_only, load_notes
+from specd.tune.shadow import ShadowTarget, clean_only, load_notes, make_winner_live
 from specd.tune.sweep import SweepResult, sweep_deployment, sweep_json, sweep_sentence
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
@@ -248,12 +248,9 @@ def tune(
     finally:
         if shadow_target is not None:
             shadow_target.close()
-    decision = result.decision
     if shadow_target is not None:  # the live server never left: make the winner live now
-        decision = replace(decision, notes=(*decision.notes, *load_notes(result.report, shadow_target.marks)))
-        if decision.switch and decision.best:
-            switcher_for(deployment, trigger="tuner").switch(decision.best)
-        result.final_profile = switcher_for(deployment).active_profile()
+        result = make_winner_live(result, shadow_target)
+    decision = result.decision
     if json_out:
         document = tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id)
         if swept is not None:

@@ -89,6 +89,26 @@ def test_a_shadow_bench_runs_beside_the_live_server_which_keeps_answering(box: B
     assert [g["profile"] for g in json.loads(box.specd("history", "--json", check=True).stdout)] == ["autoregressive"]
 
 
+def test_a_shadow_bench_killed_with_its_candidate_running_is_undone_by_specd_recover(box: Box) -> None:
+    box.edit_profile("base", threads=1)
+    box.config_path.write_text(box.config_path.read_text() + f'\n[proxy]\nlisten = "127.0.0.1:{free_port()}"\n'
+                               f"spare_port = {free_port()}\n")
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid, live_text = main_pid(box, box.unit), box.unit_path.read_text()
+    killed = box.specd("bench", "--shadow", "ngram-simple", "--workload", "code", "--n", "1", "--max-tokens", "8",
+                       env={"SPECD_FAULT": "gate"}, timeout=600)  # the candidate passed its gate, then kill -9
+    assert killed.returncode == -9, killed.stderr
+    assert main_pid(box, box.green_unit) != "0"  # the candidate still runs: nothing stopped it
+    record = box.state.candidate_intent(box.unit)
+    assert json.loads(record.read_text())["done"] == ["write", "reload", "start", "gate"]
+    said = " ".join(box.specd("recover", check=True).stdout.split())  # rich wraps at 80 columns
+    assert "shadow bench was interrupted" in said and box.green_unit in said
+    assert main_pid(box, box.green_unit) == "0" and not (box.manager.unit_dir / box.green_unit).exists()
+    assert not record.exists()
+    assert main_pid(box, box.unit) == live_pid and box.unit_path.read_text() == live_text  # the live server: untouched
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["healthy"]
+
+
 def test_a_shadow_bench_that_does_not_fit_is_refused_and_changes_nothing(box: Box) -> None:
     import os
 
