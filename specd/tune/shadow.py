@@ -180,7 +180,7 @@ class ShadowTarget:
                 raise HealthError(f"shadow request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
             if live == 0 or attempt > self.retries:
                 self.marks.append(LoadMark(profile, wall_ms, live, round(waited, 3), attempt))
-                return Reply(answer.json(), wall_ms)
+                return Reply(answer.json(), wall_ms, live_load=live)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def vram_bytes(self) -> int | None:
