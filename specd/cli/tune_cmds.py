@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -17,7 +18,7 @@ from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.context import seams_for, switcher_for
 from specd.deploy.history import now_iso
-from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
+from specd.errors import FidelityError, PreflightError, ProfileError, SpecdError, UsageError
 from specd.profiles.axes import parse_axis
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
@@ -62,10 +63,28 @@ ShadowOption = Annotated[bool, typer.Option(
     "--shadow", help="bench in the free slot beside the live server, which keeps serving (both must fit)")]
 
 
+def progress_lines(started: float | None = None) -> ProgressFn:
+    """Progress as plain lines on stderr (a log, a pipe): one when a profile starts, one per block measured."""
+    begin = time.monotonic() if started is None else started
+
+    def line(profile: str, done: int, planned: int) -> None:
+        at = f"[{time.monotonic() - begin:4.0f} s]"
+        if done == 0:
+            err_console.print(f"{at} {profile}: switching in and warming up", highlight=False)
+        else:
+            err_console.print(f"{at} {profile}: {done} requests measured (at most {planned})", highlight=False)
+
+    return line
+
+
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
+    """A live bar on a terminal; plain lines otherwise, so a log shows progress from the start."""
     if not enabled:
         yield None
+        return
+    if not err_console.is_terminal:
+        yield progress_lines()
         return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, transient=True)
@@ -184,14 +203,65 @@ def traffic_line(traffic: dict[str, Any]) -> str:
             f"({traffic['follow_ups']} follow-up turns), sampling {sampling}")
 
 
+def _ratio_cell(lo: float | None, ratio: float | None, hi: float | None) -> str:
+    if ratio is None:
+        return "1 (active)"
+    top = "inf" if hi is None or hi == float("inf") else f"{hi:.2f}"
+    return f"{ratio:.2f} [{(lo or 0.0):.2f}-{top}]"
+
+
 def _decision_table(decision: Decision) -> Table:
-    table = Table("profile", "n", "wall median", "95% CI", "model (mix)", "")
+    level = f"{decision.level:.1%}" if decision.level else "95%"
+    table = Table("profile", "n", "wall median", "95% CI", f"time vs {decision.active or 'reference'} [{level}]",
+                  "verdict", "model (mix)", "")
     for est in decision.estimates:
         mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
+        verdict = (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")
         table.add_row(est.profile, str(est.n), _fmt_ms(est.median_ms),
-                      f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s", _fmt_ms(est.model_wall_ms),
+                      f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s",
+                      _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi), verdict, _fmt_ms(est.model_wall_ms),
                       mark + (" (noisy)" if est.high_variance else ""))
     return table
+
+
+def _bench_target(deployment: Deployment, shadow: bool, dry_run: bool, names: list[str],
+                  announce: bool) -> tuple[ShadowTarget | None, list[str]]:
+    """Where to bench, and what to say first (on stderr at once, so a log shows it). A dry run benches in the
+    free slot when every profile fits there beside the live server; otherwise it switches the live server,
+    and says so before it starts."""
+    target, said = _where(deployment, shadow, dry_run, names)
+    if announce:
+        for line in said:
+            err_console.print(line, highlight=False)
+        err_console.print(f"tune: benching on {'the free slot' if target is not None else deployment.unit}; "
+                          "progress follows", highlight=False)
+    return target, said
+
+
+def _where(deployment: Deployment, shadow: bool, dry_run: bool,
+           names: list[str]) -> tuple[ShadowTarget | None, list[str]]:
+    if shadow or not dry_run:
+        return (ShadowTarget(seams_for(deployment)) if shadow else None), []
+    why_not = ""
+    try:
+        target: ShadowTarget | None = ShadowTarget(seams_for(deployment))
+    except SpecdError as exc:
+        target, why_not = None, str(exc).splitlines()[0]
+    try:
+        live = [target.live_profile] if target is not None and target.live_profile else []
+        for name in dict.fromkeys([*live, *names]):
+            if target is not None:
+                target.check(name)
+    except SpecdError as exc:
+        assert target is not None
+        target.close()
+        target, why_not = None, str(exc).splitlines()[0]
+    if target is not None:
+        return target, [("dry run: benched in the free slot beside the live server, which kept serving; "
+                        "nothing was switched")]
+    return None, [(f"dry run: the free slot cannot hold the bench ({why_not}); the bench SWITCHES the live server "
+                  "to each candidate and back: clients see restarts, and `specd history` lists the bench's "
+                  "generations (trigger bench; `specd rollback` passes over them)")]
 
 
 @cli_app.command()
@@ -228,7 +298,8 @@ def tune(
         raise UsageError("--sweep varies one profile: give at most one --profile (the base)")
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
-    shadow_target = ShadowTarget(seams_for(deployment)) if shadow else None
+    shadow_target, said = _bench_target(deployment, shadow, dry_run and not axes,
+                                        candidate_profiles(cfg, deployment, candidates or ()), announce=not json_out)
     options: dict[str, Any] = {"workload": workload, "n": n, "margin": margin, "trigger": "tuner",
                                "max_tokens": max_tokens, "concurrency": concurrency, "cache_reuse": cache_reuse,
                                "temperature": temperature, "period": period, "verify": verify}
@@ -248,7 +319,7 @@ def tune(
     finally:
         if shadow_target is not None:
             shadow_target.close()
-    decision = result.decision
+    decision = replace(result.decision, notes=(*said, *result.decision.notes))
     if shadow_target is not None:  # the live server never left: make the winner live now
         decision = replace(decision, notes=(*decision.notes, *load_notes(result.report, shadow_target.marks)))
         if decision.switch and decision.best:
@@ -260,14 +331,20 @@ def tune(
             document["sweep"] = sweep_json(swept)
         print_json(document)
         return
+    _print_decision(decision, result.final_profile)
+    if swept is not None:
+        console.print(sweep_sentence(swept), highlight=False)
+
+
+def _print_decision(decision: Decision, final_profile: str | None) -> None:
     console.print(_decision_table(decision))
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
-    console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
-                  f"{result.final_profile or 'nothing'})", highlight=False)
-    if swept is not None:
-        console.print(sweep_sentence(swept), highlight=False)
+    spent = ", ".join(f"{name} {count}" for name, count in decision.samples.items())
+    console.print(f"requests per profile: {spent}; stopped: {decision.stopped or 'n/a'}", highlight=False)
+    console.print(f"[bold]{decision.reason}[/] (outcome: {decision.outcome}; bench {decision.bench_s:.0f} s; now on "
+                  f"{final_profile or 'nothing'})", highlight=False)
 
 
 def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,

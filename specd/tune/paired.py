@@ -5,7 +5,10 @@ profile, interleaved round by round. A request's wall clock mixes the profile's 
 request's own size and with whatever the box was doing; the ratio of a candidate's wall clock to
 the incumbent's on the *same* request cancels the size, and the round-by-round interleaving makes
 load drift hit both sides alike. So the decision is on the mean of log(candidate / incumbent) over
-the shared requests: its exponential is the geometric-mean speed ratio (0.80 = 20% faster).
+the shared requests: its exponential is the geometric-mean speed ratio (0.80 = 20% faster). Each pair
+weighs by its request's size (the geometric mean of its two wall clocks, symmetric in the two sides
+so noise on either side does not tilt it), so a mix of short and long requests is judged as its
+total wall clock would be, not by counting a 100 ms request as much as a 60 s one.
 
 Why the interval is a t interval over rounds, not a bootstrap over requests (docs/tuner.md): the
 requests of one profile in one round run back to back, so a disturbance (a build, a cron job)
@@ -71,6 +74,7 @@ class Pair:
 
     position: int
     round: int
+    weight: float  # the request's size: sqrt(candidate wall x incumbent wall), in ms
     wall_log_ratio: float  # log(candidate wall / incumbent wall)
     cost_log_ratio: float  # the same at the pair's mean output length (= wall_log_ratio when lengths match)
     lengths_differ: bool
@@ -138,28 +142,31 @@ def pairs_of(candidate: Sequence[Sample], incumbent: Sequence[Sample]) -> list[P
         mean_tokens = (theirs.output_tokens + own.output_tokens) / 2.0
         wall = math.log(theirs.wall_ms / own.wall_ms)
         cost = math.log(_cost_at(theirs, mean_tokens) / _cost_at(own, mean_tokens)) if differ else wall
-        found.append(Pair(theirs.position, theirs.round, wall, cost, differ, not (_busy(theirs) or _busy(own))))
+        found.append(Pair(theirs.position, theirs.round, math.sqrt(theirs.wall_ms * own.wall_ms), wall, cost, differ,
+                          not (_busy(theirs) or _busy(own))))
     return sorted(found, key=lambda p: p.position)
 
 
-def interval(values: Sequence[float], rounds: Sequence[int], level: float) -> Interval:
-    """exp of the mean log ratio and its t interval over rounds (CR1, R - 1 degrees of freedom).
+def interval(values: Sequence[float], rounds: Sequence[int], level: float,
+             weights: Sequence[float] | None = None) -> Interval:
+    """exp of the (weighted) mean log ratio and its t interval over rounds (CR1, R - 1 degrees of freedom).
 
     With a single round the rounds' spread is unknown: the interval is unbounded (nothing is decided).
     """
     if not 0.0 < level < 1.0:
         raise UsageError(f"an interval's level must be between 0 and 1, not {level}")
-    if len(values) != len(rounds) or not values:
+    if len(values) != len(rounds) or not values or (weights is not None and len(weights) != len(values)):
         raise UsageError("no paired samples to compare")
     logs = np.asarray(values, dtype=np.float64)
-    mean = float(logs.mean())
+    w = np.ones_like(logs) if weights is None else np.asarray(weights, dtype=np.float64)
+    total = float(w.sum())
+    mean = float((w * logs).sum()) / total
     groups = sorted(set(rounds))
     count = len(groups)
     if count < 2:
         return Interval(math.exp(mean), 0.0, math.inf, level, len(values), count)
     labels = np.asarray(rounds)
-    total = float(len(values))
-    residuals = np.array([float((logs[labels == g] - mean).sum()) for g in groups])
+    residuals = np.array([float((w[labels == g] * (logs[labels == g] - mean)).sum()) for g in groups])
     variance = count / (count - 1) * float((residuals ** 2).sum()) / total ** 2
     half = float(scipy_stats.t.ppf(0.5 + level / 2.0, count - 1)) * math.sqrt(variance)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, len(values), count)
@@ -182,11 +189,11 @@ def compare(candidate: str, incumbent: str, pairs: Sequence[Pair], level: float,
     """The candidate against the incumbent on their shared requests, per-token when lengths differed."""
     if not pairs:
         raise UsageError(f"{candidate} and {incumbent} share no measured request")
-    rounds = [p.round for p in pairs]
-    wall = interval([p.wall_log_ratio for p in pairs], rounds, level)
+    rounds, weights = [p.round for p in pairs], [p.weight for p in pairs]
+    wall = interval([p.wall_log_ratio for p in pairs], rounds, level, weights)
     differ = sum(p.lengths_differ for p in pairs)
     measure: Measure = "per-token" if differ else "wall"
-    cost = interval([p.cost_log_ratio for p in pairs], rounds, level) if differ else wall
+    cost = interval([p.cost_log_ratio for p in pairs], rounds, level, weights) if differ else wall
     return Comparison(candidate, incumbent, measure, cost, wall, verdict_of(cost, margin), differ,
                       sum(not p.quiet for p in pairs))
 

@@ -189,6 +189,16 @@ class ShadowTarget:
 
     # -- the free slot -----------------------------------------------------------------------
 
+    def check(self, profile: str) -> None:
+        """Refuse (PreflightError) a profile the free slot cannot hold beside the live server; starts nothing."""
+        serving, live_text = self._live()
+        pre = self._preflight(self.seams.deployment, profile,
+                              current_main_pid=self.seams.systemd.unit_state(serving.unit).main_pid)
+        fit = self._capacity(pre, parse_unit(live_text, str(serving.unit_path)))
+        if not fit.fits:
+            raise PreflightError(f"shadow bench: {profile} does not fit beside the live server: {fit.reason}",
+                                 hint="bench without --shadow (it switches the live server)")
+
     def _ensure_started(self) -> str:
         with self._start_lock:
             wanted = self._wanted or self.live_profile

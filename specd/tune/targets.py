@@ -89,6 +89,7 @@ class DeploymentTarget:
         self._main_pid = 0
         self._origin: tuple[str | None, int | None] | None = None  # (profile, its healthy generation) at the start
         self.moved = False  # a bench step changed the unit
+        self.steps: Trigger = "verify" if trigger == "verify" else "bench"  # what each step is recorded as
 
     def active(self) -> str | None:
         seams = self._seams(self.deployment)
@@ -104,10 +105,10 @@ class DeploymentTarget:
             seams.close()
 
     def activate(self, profile: str) -> None:
-        """A bench step: switch (health-gated), recorded with trigger "bench"."""
+        """A bench step: switch (health-gated), recorded with trigger "bench" (a verify run's: "verify")."""
         if self._origin is None:
             self.active()
-        self._move(lambda switcher: switcher.switch(profile).unchanged, profile, "bench")
+        self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.steps)
 
     def settle(self, profile: str) -> None:
         """End on `profile`: the original by a rollback to its generation, a winner by a switch with
@@ -120,9 +121,10 @@ class DeploymentTarget:
         if profile != origin and self.active() == profile and origin is not None:
             self.settle(origin)
         if profile == origin and generation is not None:
-            self._move(lambda switcher: switcher.rollback(to=generation, strategy="auto").unchanged, profile, "bench")
+            self._move(lambda switcher: switcher.rollback(to=generation, strategy="auto").unchanged, profile,
+                       self.steps)
         elif profile == origin:
-            self._move(lambda switcher: switcher.switch(profile).unchanged, profile, "bench")
+            self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.steps)
         else:
             self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.trigger)
 

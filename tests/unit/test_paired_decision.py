@@ -70,7 +70,7 @@ def test_looks_spread_the_false_switch_chance() -> None:
 
 
 def test_a_clear_gain_switches_with_the_evidence_in_the_sentence() -> None:
-    run = paired_run(0.8, 12, 0.05, seed=1)
+    run = paired_run(0.8, 12, 0.02, seed=1)
     found = comparisons(run, "plain", 0.99, 0.05)
     decision = decide({p: summarize([r.wall_ms for r in v]) for p, v in run.items()}, found, "plain")
     assert decision.switch and decision.outcome == "switch" and decision.best == "mtp"
