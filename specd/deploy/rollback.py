@@ -14,7 +14,6 @@ from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.unitfiles import ContentStore, list_backups, read_text
 from specd.errors import UsageError
 
-
 PASSED_OVER: frozenset[Trigger] = frozenset({"bench", "verify"})
 
 

@@ -102,8 +102,8 @@ def test_a_failed_request_in_a_concurrent_round_is_the_error_reported() -> None:
 
     target = Failing()
     report = run_bench(target, ["x"], multi_turn(conversations=4, turns=3), Settings(n=12, concurrency=4, retries=0))
-    assert report.benched() == [] and report.notes == ["x: not benched: round 1 (6 requests) failed: the server "
-                                                       "answered 500"]
+    assert report.benched() == [] and report.notes == [("x: not benched: round 1 (6 requests) failed: the server "
+                                                       "answered 500")]
 
 
 # --- workloads and traffic shape ---------------------------------------------------------------------
