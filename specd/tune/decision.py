@@ -66,8 +66,8 @@ class Decision:
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["estimates"] = {e.profile: {k: v for k, v in asdict(e).items() if k != "profile"}
-                             for e in self.estimates}
+        data["estimates"] = {e.profile: {k: (None if v == float("inf") else v) for k, v in asdict(e).items()
+                                         if k != "profile"} for e in self.estimates}  # JSON has no infinity
         return data
 
 

@@ -32,6 +32,7 @@ rule out a gain of m and does not show one).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ class Sample(Protocol):
     @property
     def round(self) -> int: ...
     @property
+    def request_index(self) -> int: ...
+    @property
     def wall_ms(self) -> float: ...
     @property
     def decode_ms(self) -> float: ...
@@ -74,6 +77,7 @@ class Pair:
 
     position: int
     round: int
+    request: int  # the request's index in the workload (its replays share it)
     weight: float  # the request's size: sqrt(candidate wall x incumbent wall), in ms
     wall_log_ratio: float  # log(candidate wall / incumbent wall)
     cost_log_ratio: float  # the same at the pair's mean output length (= wall_log_ratio when lengths match)
@@ -91,6 +95,7 @@ class Interval:
     level: float
     pairs: int
     rounds: int
+    by_request: bool = False  # the workload's requests as the population (each replayed at least twice)
 
     def as_list(self) -> list[float | int]:
         return [round(self.ratio, 4), round(self.lo, 4), round(self.hi, 4), self.pairs, self.rounds]
@@ -142,16 +147,26 @@ def pairs_of(candidate: Sequence[Sample], incumbent: Sequence[Sample]) -> list[P
         mean_tokens = (theirs.output_tokens + own.output_tokens) / 2.0
         wall = math.log(theirs.wall_ms / own.wall_ms)
         cost = math.log(_cost_at(theirs, mean_tokens) / _cost_at(own, mean_tokens)) if differ else wall
-        found.append(Pair(theirs.position, theirs.round, math.sqrt(theirs.wall_ms * own.wall_ms), wall, cost, differ,
-                          not (_busy(theirs) or _busy(own))))
+        found.append(Pair(theirs.position, theirs.round, theirs.request_index, math.sqrt(theirs.wall_ms * own.wall_ms),
+                          wall, cost, differ, not (_busy(theirs) or _busy(own))))
     return sorted(found, key=lambda p: p.position)
 
 
+@functools.lru_cache(maxsize=512)
+def _t_quantile(probability: float, freedom: int) -> float:
+    return float(scipy_stats.t.ppf(probability, freedom))
+
+
 def interval(values: Sequence[float], rounds: Sequence[int], level: float,
-             weights: Sequence[float] | None = None) -> Interval:
+             weights: Sequence[float] | None = None, requests: Sequence[int] | None = None) -> Interval:
     """exp of the (weighted) mean log ratio and its t interval over rounds (CR1, R - 1 degrees of freedom).
 
-    With a single round the rounds' spread is unknown: the interval is unbounded (nothing is decided).
+    With `requests` (each pair's request in the workload) and every request replayed at least twice, the
+    workload's own requests are the population: the mean is over requests (each its replicates' mean,
+    weighted by its size) and the spread is the replicates' around their request's mean, still summed
+    by round, so a difference between requests is not read as noise. Otherwise the requests stand for a
+    sample of the traffic and their differences count as uncertainty. With a single round the rounds'
+    spread is unknown: the interval is unbounded (nothing is decided).
     """
     if not 0.0 < level < 1.0:
         raise UsageError(f"an interval's level must be between 0 and 1, not {level}")
@@ -159,17 +174,34 @@ def interval(values: Sequence[float], rounds: Sequence[int], level: float,
         raise UsageError("no paired samples to compare")
     logs = np.asarray(values, dtype=np.float64)
     w = np.ones_like(logs) if weights is None else np.asarray(weights, dtype=np.float64)
-    total = float(w.sum())
-    mean = float((w * logs).sum()) / total
+    labels = np.asarray(rounds)
     groups = sorted(set(rounds))
     count = len(groups)
+    strata = np.asarray(requests) if requests is not None else None
+    kinds = sorted(set(requests)) if requests is not None else []
+    if strata is not None and all(int((strata == s).sum()) >= 2 for s in kinds):
+        sizes = {s: float(w[strata == s].mean()) for s in kinds}
+        means = {s: float(logs[strata == s].mean()) for s in kinds}
+        replicas = {s: int((strata == s).sum()) for s in kinds}
+        total = sum(sizes.values())
+        mean = sum(sizes[s] * means[s] for s in kinds) / total
+        inflate = {s: math.sqrt(replicas[s] / (replicas[s] - 1)) for s in kinds}  # a mean's residuals run small
+        influence = np.array([sizes[s] / (total * replicas[s]) * (x - means[s]) * inflate[s]
+                              for x, s in zip(logs, strata.tolist(), strict=True)])
+        freedom = max(1, min(count - 1, len(values) - len(kinds)))
+        stratified = True
+    else:
+        total = float(w.sum())
+        mean = float((w * logs).sum()) / total
+        influence = w * (logs - mean) / total
+        freedom, stratified = count - 1, False
     if count < 2:
-        return Interval(math.exp(mean), 0.0, math.inf, level, len(values), count)
-    labels = np.asarray(rounds)
-    residuals = np.array([float((w[labels == g] * (logs[labels == g] - mean)).sum()) for g in groups])
-    variance = count / (count - 1) * float((residuals ** 2).sum()) / total ** 2
-    half = float(scipy_stats.t.ppf(0.5 + level / 2.0, count - 1)) * math.sqrt(variance)
-    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, len(values), count)
+        return Interval(math.exp(mean), 0.0, math.inf, level, len(values), count, stratified)
+    sums = np.array([float(influence[labels == g].sum()) for g in groups])
+    variance = count / (count - 1) * float((sums ** 2).sum())
+    half = _t_quantile(0.5 + level / 2.0, freedom) * math.sqrt(variance)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, len(values), count,
+                    stratified)
 
 
 def verdict_of(found: Interval, margin: float) -> Verdict:
@@ -189,11 +221,11 @@ def compare(candidate: str, incumbent: str, pairs: Sequence[Pair], level: float,
     """The candidate against the incumbent on their shared requests, per-token when lengths differed."""
     if not pairs:
         raise UsageError(f"{candidate} and {incumbent} share no measured request")
-    rounds, weights = [p.round for p in pairs], [p.weight for p in pairs]
-    wall = interval([p.wall_log_ratio for p in pairs], rounds, level, weights)
+    rounds, weights, requests = [p.round for p in pairs], [p.weight for p in pairs], [p.request for p in pairs]
+    wall = interval([p.wall_log_ratio for p in pairs], rounds, level, weights, requests)
     differ = sum(p.lengths_differ for p in pairs)
     measure: Measure = "per-token" if differ else "wall"
-    cost = interval([p.cost_log_ratio for p in pairs], rounds, level, weights) if differ else wall
+    cost = interval([p.cost_log_ratio for p in pairs], rounds, level, weights, requests) if differ else wall
     return Comparison(candidate, incumbent, measure, cost, wall, verdict_of(cost, margin), differ,
                       sum(not p.quiet for p in pairs))
 
