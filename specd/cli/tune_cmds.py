@@ -262,6 +262,9 @@ def _where(deployment: Deployment, shadow: bool, dry_run: bool,
 def tune(
     workload: WorkloadOption = None,
     n: NOption = None,
+    max_n: Annotated[int | None, typer.Option(
+        "--max-n", min=1, help="the most requests per profile while the evidence is undecided (default 4 x n)")]
+    = None,
     max_tokens: MaxTokensOption = None,
     concurrency: ConcurrencyOption = None,
     cache_reuse: CacheReuseOption = None,
@@ -294,7 +297,7 @@ def tune(
         load_profile(deployment.profiles_dir, candidate)
     shadow_target, said = _bench_target(deployment, shadow, dry_run and not axes,
                                         candidate_profiles(cfg, deployment, candidates or ()), announce=not json_out)
-    options: dict[str, Any] = {"workload": workload, "n": n, "margin": margin, "trigger": "tuner",
+    options: dict[str, Any] = {"workload": workload, "n": n, "max_n": max_n, "margin": margin, "trigger": "tuner",
                                "max_tokens": max_tokens, "concurrency": concurrency, "cache_reuse": cache_reuse,
                                "temperature": temperature, "period": period, "verify": verify}
     swept: SweepResult | None = None

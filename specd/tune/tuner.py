@@ -233,7 +233,8 @@ def _watched(guard: Guard, outcomes: dict[str, str]) -> Guard:
 
 def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFactory,
                     workload: str | Workload | None = None,
-                    n: int | None = None, margin: float | None = None, dry_run: bool = False,
+                    n: int | None = None, max_n: int | None = None, margin: float | None = None,
+                    dry_run: bool = False,
                     candidates: Sequence[str] = (), budget_s: float | None = None, deadline: float | None = None,
                     trigger: Trigger = "tuner", max_tokens: int | None = None, progress: Progress | None = None,
                     concurrency: int | None = None, cache_reuse: bool | None = None,
@@ -253,7 +254,7 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
     if deadline is None and budget_s is not None:
         deadline = time.monotonic() + budget_s
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
-                        cache_reuse=cache_reuse, temperature=temperature)
+                        cache_reuse=cache_reuse, temperature=temperature, max_n=max_n)
     pin = pin_in_force(deployment.unit, time.time())
     own: DeploymentTarget | None = None
     if target is None:
