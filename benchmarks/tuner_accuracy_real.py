@@ -392,6 +392,28 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge(paths: Sequence[Path], out: Path, label: str) -> None:
+    """One result file from runs of the same set that ran side by side (each on some of the cases)."""
+    parts = [json.loads(path.read_text()) for path in paths]
+    sets = {part["meta"]["set"] for part in parts}
+    if len(sets) != 1:
+        raise SystemExit(f"runs of different case sets: {sorted(sets)}")
+    cases = [case for part in parts for case in part["cases"]]
+    meta = dict(parts[0]["meta"])
+    loads = [part["meta"]["load_1min"] for part in parts]
+    meta.update(label=label, stem=f"tuner-accuracy-real-{meta['set']}-{label}",
+                command=" ; ".join(part["meta"]["command"] for part in parts) + " (side by side; merged with "
+                        f"`--merge {' '.join(p.name for p in paths)}`)",
+                minutes=max(part["meta"]["minutes"] for part in parts),
+                load_1min={"min": min(x["min"] for x in loads), "max": max(x["max"] for x in loads),
+                           "mean": round(sum(x["mean"] for x in loads) / len(loads), 2),
+                           "pressure_mean": round(sum(x["pressure_mean"] for x in loads) / len(loads), 3)})
+    result = {"meta": meta, "summary": summarise(cases), "cases": cases}
+    (out / f"{meta['stem']}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{meta['stem']}.md").write_text(markdown(result))
+    print(markdown(result))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=sorted(SETS), default="today")
@@ -407,7 +429,11 @@ def main() -> None:
     parser.add_argument("--hog", action="store_true", help="run benchmarks/cpu_hog.py for the whole run")
     parser.add_argument("--max-n", type=int, default=None, help="the tuner's sample cap per profile (default 4 x n)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--merge", type=Path, nargs="*", help="merge these result JSON files (runs side by side)")
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out, args.label)
+        return
     tuner = TunerConfig()
     kinds = args.kinds or SETS[args.set]["kinds"]
     root = Path(tempfile.mkdtemp(prefix="specd-tuner-truth-"))
