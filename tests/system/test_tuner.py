@@ -71,7 +71,7 @@ def test_mixed_lengths_give_a_crossover_sentence() -> None:
 
 
 def _tune(box: Box, workload: Path, *extra: str) -> dict[str, object]:
-    result = box.specd("tune", "--workload", str(workload), "--n", "6", "--json", *extra, check=True)
+    result = box.specd("tune", "--workload", str(workload), "--n", "6", "--json", *extra, check=True, timeout=900)
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
