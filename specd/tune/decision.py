@@ -121,6 +121,8 @@ def decide(summaries: Mapping[str, Summary], found: Mapping[str, Comparison], ac
     keep = f"kept {active or 'nothing'}"
 
     def result(best: str | None, switch: bool, reason: str, outcome: Outcome) -> Decision:
+        if pinned is not None and outcome != "pinned":
+            reason += f" (pinned to {pinned})"  # said even where the evidence alone would keep
         return Decision(best, active, switch and not dry_run, reason, margin, estimates_of(summaries, found),
                         pinned, dry_run, outcome=outcome, level=level)
 
