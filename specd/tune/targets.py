@@ -114,11 +114,12 @@ class DeploymentTarget:
         """End on `profile`: the original by a rollback to its generation, a winner by a switch with
         `trigger` (after going back first when a bench step left it running: that generation chose nothing)."""
         origin, generation = self._origin or (None, None)
-        if not self.moved:
-            if self.active() != profile:
+        on = self.active()
+        if not self.moved or (profile == origin and on == origin):  # back where it began: nothing to restart
+            if on != profile:
                 self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.trigger)
             return
-        if profile != origin and self.active() == profile and origin is not None:
+        if profile != origin and on == profile and origin is not None:
             self.settle(origin)
         if profile == origin and generation is not None:
             self._move(lambda switcher: switcher.rollback(to=generation, strategy="auto").unchanged, profile,

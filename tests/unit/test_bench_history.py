@@ -83,6 +83,14 @@ def test_after_the_tuner_switched_to_a_winner_rollback_goes_to_what_the_owner_ha
     assert fake.on() == unit_text("mine")
 
 
+def test_a_bench_that_ended_on_the_original_is_where_the_owner_is(fake: FakeDeployment) -> None:
+    """Its last block ran the original, so it is left as it is (no restart): rollback still goes past it."""
+    bench_steps(fake)
+    fake.switcher("bench").switch("mine")
+    fake.switcher("cli").rollback()
+    assert fake.on() == unit_text("older")
+
+
 def test_a_bench_killed_half_way_is_passed_over_too(fake: FakeDeployment) -> None:
     bench_steps(fake)  # never put back: the process died
     fake.switcher("cli").rollback()
