@@ -169,7 +169,7 @@ def start_servers(root: Path, threads: int) -> tuple[dict[str, int], list[subpro
     return ports, processes
 
 
-SETS = {"today": {"kinds": list(GENERATORS), "temperature": None, "tuner_runs": 1},
+SETS: dict[str, dict[str, Any]] = {"today": {"kinds": list(GENERATORS), "temperature": None, "tuner_runs": 1},
         "sampled": {"kinds": ["prose", "code"], "temperature": 0.8, "tuner_runs": 2}}
 
 
@@ -261,7 +261,7 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
     sample_prompts = distinct_prompts(kind, tuner.n, 0, set(held_prompts))
     started = time.time()
     decisions = []
-    for run in range(args.tuner_runs or int(SETS[args.set]["tuner_runs"])):  # type: ignore[call-overload]
+    for run in range(args.tuner_runs or int(SETS[args.set]["tuner_runs"])):
         target.activate(PLAIN)
         result = tune(target, list(PROFILES), workload(f"{name}-sample", kind, sample_prompts, max_tokens,
                                                        temperature),
@@ -447,7 +447,11 @@ def main() -> None:
         for profile in PROFILES:  # first requests pay page faults: keep them out of every measurement
             target.activate(profile)
             target.complete({"messages": [{"content": "Warm-up."}], "max_tokens": 8, "temperature": 0})
-        cases = [run_case(target, sampler, kind, length, args, tuner) for kind in kinds for length in args.lengths]
+        cases: list[dict[str, Any]] = []
+        for kind in kinds:
+            for length in args.lengths:
+                cases.append(run_case(target, sampler, kind, length, args, tuner))
+                write_results(args, tuner, cases, sampler, started, partial=True)  # a cut-short run keeps its cases
     finally:
         for process in processes:
             process.terminate()
@@ -458,6 +462,11 @@ def main() -> None:
             hog.wait(timeout=30)
         sampler.stop()
         shutil.rmtree(root, ignore_errors=True)
+    write_results(args, tuner, cases, sampler, started, partial=False)
+
+
+def write_results(args: argparse.Namespace, tuner: TunerConfig, cases: list[dict[str, Any]], sampler: LoadSampler,
+                  started: float, *, partial: bool) -> None:
     ended = time.time()
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
@@ -474,13 +483,14 @@ def main() -> None:
             "commit": commit, "minutes": (ended - started) / 60, "heldout": args.heldout, "seeds": args.seeds,
             "draft_heldout": args.draft_heldout, "tuner_runs": args.tuner_runs or SETS[args.set]["tuner_runs"],
             "tuner_n": tuner.n, "tuner_margin": tuner.margin, "threads": args.threads,
-            "cap": args.max_n or 4 * tuner.n,
+            "cap": args.max_n or 4 * tuner.n, "partial": partial,
             "load_1min": sampler.between(started, ended)}
     result = {"meta": meta, "summary": summarise(cases), "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / f"{stem}.md").write_text(markdown(result))
-    print(markdown(result))
+    if not partial:
+        print(markdown(result))
 
 
 if __name__ == "__main__":
