@@ -129,6 +129,7 @@ def test_tune_shadow_benches_beside_the_live_server_then_switches_once_if_it_dec
     assert main_pid(box, box.green_unit) == "0"  # no daemon here: the final switch restarted in place
 
 
+@pytest.mark.timeout(1200)
 def test_a_dry_run_benches_in_the_free_slot_and_leaves_the_server_and_the_history_alone(box: Box) -> None:
     """issue 37, item 9: `tune --dry-run` changed the live server and filled the history with bench switches."""
     box.edit_profile("base", threads=1)
@@ -136,7 +137,7 @@ def test_a_dry_run_benches_in_the_free_slot_and_leaves_the_server_and_the_histor
     live_pid = main_pid(box, box.unit)
     before = json.loads(box.specd("history", "--json", check=True).stdout)
     result = box.specd("tune", "--dry-run", "--no-verify", "-p", "ngram-simple", "--workload", "code", "--n", "2",
-                       "--max-tokens", "8", timeout=900)
+                       "--max-n", "2", "--max-tokens", "8", timeout=900)
     assert result.returncode == 0, result.stderr
     said = " ".join(result.stderr.split())
     assert said.startswith("dry run: benched in the free slot beside the live server"), said
@@ -146,6 +147,7 @@ def test_a_dry_run_benches_in_the_free_slot_and_leaves_the_server_and_the_histor
     assert main_pid(box, box.unit) == live_pid and main_pid(box, box.green_unit) == "0"
 
 
+@pytest.mark.timeout(1200)
 def test_a_dry_run_that_must_switch_says_so_first_and_rollback_passes_over_its_steps(box: Box) -> None:
     import os
 
@@ -154,7 +156,7 @@ def test_a_dry_run_that_must_switch_says_so_first_and_rollback_passes_over_its_s
     box.specd("switch", "ngram-simple", "--strategy", "restart", check=True)
     box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
     result = box.specd("tune", "--dry-run", "--no-verify", "-p", "ngram-simple", "--workload", "code", "--n", "2",
-                       "--max-tokens", "8", timeout=900)
+                       "--max-n", "2", "--max-tokens", "8", timeout=900)
     assert result.returncode == 0, result.stderr
     said = " ".join(result.stderr.split())
     assert said.startswith("dry run: the free slot cannot hold the bench (") and "SWITCHES the live server" in said
