@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specd.errors import UsageError
-from specd.tune.decision import decide
+from specd.tune.decision import Decision, decide
 from specd.tune.paired import Interval, comparisons, interval, noise_notes, schedule, verdict_of
 from specd.tune.results import Result
 from specd.tune.stats import summarize
@@ -36,6 +36,13 @@ def paired_run(ratio: float, n: int, sigma: float, seed: int) -> dict[str, list[
     plain = [float(s * math.exp(rng.normal(0, sigma))) for s in sizes]
     fast = [float(s * ratio * math.exp(rng.normal(0, sigma))) for s in sizes]
     return {"plain": rows(plain, profile="plain"), "mtp": rows(fast, profile="mtp")}
+
+
+def decided(run: dict[str, list[Result]], **options: object) -> Decision:
+    """The decision on a run against plain, at five looks' level."""
+    found = comparisons(run, "plain", 0.99, 0.05)
+    return decide({p: summarize([r.wall_ms for r in v]) for p, v in run.items()}, found, "plain",
+                  **options)  # type: ignore[arg-type]
 
 
 def test_the_interval_is_over_rounds_with_their_degrees_of_freedom() -> None:
@@ -70,26 +77,20 @@ def test_looks_spread_the_false_switch_chance() -> None:
 
 
 def test_a_clear_gain_switches_with_the_evidence_in_the_sentence() -> None:
-    run = paired_run(0.8, 12, 0.02, seed=1)
-    found = comparisons(run, "plain", 0.99, 0.05)
-    decision = decide({p: summarize([r.wall_ms for r in v]) for p, v in run.items()}, found, "plain")
+    decision = decided(paired_run(0.8, 12, 0.02, seed=1))
     assert decision.switch and decision.outcome == "switch" and decision.best == "mtp"
     assert decision.reason.startswith("switched to mtp: 20% faster than plain (ratio 0.80, 99.0% interval")
     assert "over 12 requests in 4 rounds" in decision.reason
 
 
 def test_the_same_speed_is_a_tie_and_never_a_switch() -> None:
-    run = paired_run(1.0, 24, 0.03, seed=2)
-    found = comparisons(run, "plain", 0.99, 0.05)
-    decision = decide({p: summarize([r.wall_ms for r in v]) for p, v in run.items()}, found, "plain")
+    decision = decided(paired_run(1.0, 24, 0.03, seed=2))
     assert not decision.switch and decision.outcome == "tied"
     assert decision.reason.startswith("tied within 5%: kept plain (mtp ratio")
 
 
 def test_a_gain_the_interval_cannot_show_is_not_enough_evidence() -> None:
-    run = paired_run(0.85, 6, 0.4, seed=3)
-    found = comparisons(run, "plain", 0.99, 0.05)
-    decision = decide({p: summarize([r.wall_ms for r in v]) for p, v in run.items()}, found, "plain")
+    decision = decided(paired_run(0.85, 6, 0.4, seed=3))
     assert not decision.switch and decision.outcome == "unsure"
     assert decision.reason.startswith("kept plain: not enough evidence within the bench's budget: mtp")
     assert "a switch needs the interval below 0.95" in decision.reason
@@ -104,7 +105,7 @@ def test_a_disturbance_on_one_round_is_not_read_as_a_speed_difference() -> None:
     found = comparisons(run, "plain", 0.99, 0.05)
     assert found["mtp"].interval.ratio < 0.8  # the point estimate says "faster"...
     assert found["mtp"].verdict == "unclear"  # ...the interval does not
-    assert not decide({p: summarize([r.wall_ms for r in v]) for p, v in run.items()}, found, "plain").switch
+    assert not decided(run).switch
 
 
 def test_shorter_sampled_answers_are_priced_per_token_not_read_as_speed() -> None:
@@ -126,11 +127,9 @@ def test_no_profile_benched_names_each_failed_step() -> None:
 
 def test_pinned_and_dry_run_never_switch() -> None:
     run = paired_run(0.7, 12, 0.05, seed=4)
-    found = comparisons(run, "plain", 0.99, 0.05)
-    cells = {p: summarize([r.wall_ms for r in v]) for p, v in run.items()}
-    pinned = decide(cells, found, "plain", pinned="plain")
+    pinned = decided(run, pinned="plain")
     assert not pinned.switch and pinned.outcome == "pinned" and "pinned to plain" in pinned.reason
-    dry = decide(cells, found, "plain", dry_run=True)
+    dry = decided(run, dry_run=True)
     assert dry.best == "mtp" and not dry.switch and dry.reason.startswith("would switch to mtp")
 
 
