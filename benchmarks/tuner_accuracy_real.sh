@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-model tuner accuracy runs, both case sets one after the other, as one command (results:
-# benchmarks/results/tuner-accuracy-real-{today,sampled}-LABEL.{md,json}; about 40 minutes a set on a
-# quiet 2-core box, much longer on a busy one).
+# benchmarks/results/tuner-accuracy-real-{today,sampled}-LABEL.{md,json}, each with the minutes it took;
+# on a busy box a 32-token case alone can take 40 minutes).
 # Usage: benchmarks/tuner_accuracy_real.sh idle     # in a quiet window: nothing else running on the box
 #        benchmarks/tuner_accuracy_real.sh loaded   # adds benchmarks/cpu_hog.py (half of one core) throughout
 # Extra arguments go to benchmarks/tuner_accuracy_real.py (e.g. --lengths 32 for the short cases only).
