@@ -184,7 +184,7 @@ class ShadowTarget:
                 raise HealthError(f"shadow request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
             if live == 0 or attempt > self.retries:
                 self.marks.append(LoadMark(profile, wall_ms, live, round(waited, 3), attempt))
-                return Reply(answer.json(), wall_ms)
+                return Reply(answer.json(), wall_ms, live_load=live)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def vram_bytes(self) -> int | None:
@@ -192,6 +192,16 @@ class ShadowTarget:
         return used.used_bytes if isinstance(used, gpu.ProcessVram) else None
 
     # -- the free slot -----------------------------------------------------------------------
+
+    def check(self, profile: str) -> None:
+        """Refuse (PreflightError) a profile the free slot cannot hold beside the live server; starts nothing."""
+        serving, live_text = self._live()
+        pre = self._preflight(self.seams.deployment, profile,
+                              current_main_pid=self.seams.systemd.unit_state(serving.unit).main_pid)
+        fit = self._capacity(pre, parse_unit(live_text, str(serving.unit_path)))
+        if not fit.fits:
+            raise PreflightError(f"shadow bench: {profile} does not fit beside the live server: {fit.reason}",
+                                 hint="bench without --shadow (it switches the live server)")
 
     def _ensure_started(self) -> str:
         with self._start_lock:

@@ -147,3 +147,41 @@ def test_tune_shadow_benches_beside_the_live_server_then_switches_once_if_it_dec
         assert decision["final_profile"] == "autoregressive" and len(history) == 1
         assert main_pid(box, box.unit) == live_pid
     assert main_pid(box, box.green_unit) == "0"  # no daemon here: the final switch restarted in place
+
+
+@pytest.mark.timeout(1200)
+def test_a_dry_run_benches_in_the_free_slot_and_leaves_the_server_and_the_history_alone(box: Box) -> None:
+    """issue 37, item 9: `tune --dry-run` changed the live server and filled the history with bench switches."""
+    box.edit_profile("base", threads=1)
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid = main_pid(box, box.unit)
+    before = json.loads(box.specd("history", "--json", check=True).stdout)
+    result = box.specd("tune", "--dry-run", "--no-verify", "-p", "ngram-simple", "--workload", "code", "--n", "2",
+                       "--max-n", "2", "--max-tokens", "8", timeout=900)
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert said.startswith("dry run: benched in the free slot beside the live server"), said
+    assert "tune: benching on the free slot; progress follows" in said  # piped: plain lines, from the start
+    assert "autoregressive: switching in and warming up" in said and "requests measured" in said
+    assert json.loads(box.specd("history", "--json", check=True).stdout) == before
+    assert main_pid(box, box.unit) == live_pid and main_pid(box, box.green_unit) == "0"
+
+
+@pytest.mark.timeout(1200)
+def test_a_dry_run_that_must_switch_says_so_first_and_rollback_passes_over_its_steps(box: Box) -> None:
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    box.edit_profile("base", threads=cores)  # two servers cannot share the cores: no free slot for the bench
+    box.specd("switch", "ngram-simple", "--strategy", "restart", check=True)
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    result = box.specd("tune", "--dry-run", "--no-verify", "-p", "ngram-simple", "--workload", "code", "--n", "2",
+                       "--max-n", "2", "--max-tokens", "8", timeout=900)
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert said.startswith("dry run: the free slot cannot hold the bench (") and "SWITCHES the live server" in said
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    assert history[0]["profile"] == "autoregressive" and history[0]["trigger"] == "bench"  # put back by the bench
+    assert all(g["trigger"] == "bench" for g in history[:-2])  # the owner's two switches are the oldest
+    box.specd("rollback", check=True)
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "ngram-simple"
