@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from specd.engines.vllm_flags import vllm_flags
+from specd.engines.vllm_render import build_vllm_argv, model_problems
 from specd.errors import PreflightError
 from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.gpu.nvml import process_tree
@@ -89,6 +91,8 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     profile = load_profile(deployment.profiles_dir, name)
     if deployment.scope == "system":
         check_strict_modes((profile.path, *profile.files))
+    if profile.engine == "vllm":
+        return vllm_preflight(deployment, profile, current_main_pid, started)
     flags = binary_flags(profile.binary, profile.launcher)
     model_info = read_gguf_info(profile.model) if profile.model and not profile.launcher else None
     draft_info = (read_gguf_info(profile.speculative.draft_model)
@@ -114,10 +118,36 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
                      time.monotonic() - started, secret_files(profile))
 
 
+def vllm_preflight(deployment: Deployment, profile: Profile, current_main_pid: int, started: float) -> Preflight:
+    """A vLLM profile's preflight: its environment has a working vllm (asked for its flags), the model
+    is a Hugging Face directory, the speculative method and keys are ones this vLLM knows, the port is
+    free. No VRAM estimate: vLLM sizes its KV cache itself from gpu_memory_utilization."""
+    problems = [] if profile.launcher else model_problems(profile)
+    if problems:
+        raise PreflightError(f"profile '{profile.name}': " + "; ".join(problems))
+    argv = build_vllm_argv(profile, vllm_flags(profile.binary, profile.launcher))
+    check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
+    template = default_template_path()
+    try:
+        template_text = template.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
+    unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
+    return Preflight(profile, argv, unit_text, None, None,
+                     ["VRAM check skipped: vLLM sizes its own KV cache (gpu_memory_utilization)"],
+                     time.monotonic() - started, ())
+
+
 def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:
     """The checks `specd profiles` runs for every profile: cheap, read-only, no --help, no GGUF read."""
     problems: list[str] = []
-    if not profile.launcher:
+    if profile.engine == "vllm" and not profile.launcher:
+        try:
+            check_executable(resolve_binary(profile.binary))
+        except PreflightError as exc:
+            problems.append(f"{exc.message}: the profile's environment has no vllm")
+        problems += model_problems(profile)
+    elif not profile.launcher:
         try:
             check_executable(resolve_binary(profile.binary))
         except PreflightError as exc:

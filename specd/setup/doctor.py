@@ -11,7 +11,7 @@ from typing import Literal
 from specd import paths
 from specd.errors import SpecdError
 from specd.profiles.config import load_config
-from specd.profiles.load import list_profiles, load_profile
+from specd.profiles.load import Profile, list_profiles, load_profile
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,16 @@ def _profiles(config_path: Path | None) -> list[Finding]:
             if item.error:
                 findings.append(Finding(label, False, item.error, "fix the file"))
                 continue
+            profile = load_profile(deployment.profiles_dir, item.name)
             try:
                 run_preflight(deployment, item.name, current_main_pid=main_pid)
                 seen = profile_problems(deployment, item.name)
-                findings.append(Finding(label, not seen, "; ".join(seen) or "ready to switch to",
+                findings.append(Finding(label, not seen, "; ".join(seen) or "ready to switch to"
+                                        + (vllm_environment(profile) if profile.engine == "vllm" else ""),
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
-                profile = load_profile(deployment.profiles_dir, item.name)
-                fix = exc.hint or _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type))
+                fix = exc.hint or (_vllm_fix(exc.message) if profile.engine == "vllm" else
+                                   _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type)))
                 findings.append(Finding(label, False, exc.message, fix))
     return findings
 
@@ -153,3 +155,29 @@ def _fix_for(message: str, engine: Engine) -> str:
 
 def run_doctor(config_path: Path | None) -> list[Finding]:
     return [_bindings(), *_cache(), _gpu(), _linger(), *_profiles(config_path)]
+
+
+def vllm_environment(profile: Profile) -> str:
+    """What doctor says of a vLLM profile's environment once preflight passed (the answers are cached)."""
+    from specd.engines.vllm_flags import vllm_flags
+
+    flags = vllm_flags(profile.binary, profile.launcher)
+    methods = ", ".join(flags.speculative_methods[:8]) + (" ..." if len(flags.speculative_methods) > 8 else "")
+    keys = "read" if flags.speculative_keys is not None else "not readable (vLLM judges them at start)"
+    return (f" (vLLM {flags.version or 'of unknown version'} at {flags.binary}; speculative methods: "
+            f"{methods or 'not listed'}; SpeculativeConfig keys {keys})")
+
+
+def _vllm_fix(message: str) -> str:
+    from specd.engines.facts import VLLM
+
+    if "no vllm" in message or "no such binary" in message or "exited with status" in message:
+        return VLLM.install_fix
+    if "config.json" in message or "model directory" in message:
+        return "point `model` (or the drafter) at a Hugging Face model directory: config.json, weights, tokenizer"
+    if "not offered by the installed vLLM" in message or "not known to the installed vLLM" in message \
+            or "serve does not accept" in message:
+        return "upgrade vLLM in the profile's environment, or change [vllm.speculative_config]"
+    if "port" in message:
+        return "stop what holds the port or change `port`"
+    return "fix the profile (see the message)"

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specd.engines.metrics import SpecCounters
 from specd.errors import Interrupted, SpecdError, UsageError
 from specd.traffic.taskclass import TaskClass
 from specd.tune.perfmodel import Sample
@@ -141,6 +142,10 @@ class Report:
     rounds: int = 0
     switches: int = 0
     traffic: dict[str, Any] = field(default_factory=dict)  # bench_traffic: what was replayed, and how
+    # The server's own speculative counters over each profile's measured requests (specd.engines.metrics):
+    # how vLLM, whose answers carry no `timings`, is seen drafting; and which engine served each profile.
+    counters: dict[str, SpecCounters] = field(default_factory=dict)
+    engines: dict[str, str] = field(default_factory=dict)
 
     def walls(self, profile: str, k: int | None = None) -> list[float]:
         return [r.wall_ms for r in self.results.get(profile, [])[:k]]
@@ -177,6 +182,8 @@ class Report:
                 "reasoning_tokens_median": _median(reasoning),
                 "concurrency_median": _median([float(r.concurrency) for r in rows]),
                 "vram_peak_bytes": max(vram) if vram else "n/a",
+                "engine": self.engines.get(name, "llama-server"),
+                "spec_counters": asdict(self.counters[name]) if name in self.counters else None,
                 "requests": [asdict(r) for r in rows],
             }
         return {"run_id": self.run_id, "workload": self.workload, "traffic": self.traffic,
@@ -261,6 +268,22 @@ def measure(profile: str, index: int, request: WorkloadRequest, reply: Reply, vr
 Progress = Callable[[str, int, int], None]  # profile, requests done, planned
 
 
+def _spec_counters(target: Target) -> SpecCounters | None:
+    """The active server's speculative counters, for targets that can read them (a real server)."""
+    reader = getattr(target, "spec_counters", None)
+    return reader() if callable(reader) else None
+
+
+def _count(report: Report, profile: str, target: Target, before: SpecCounters | None) -> None:
+    """Add what the server counted over one round of `profile`'s measured requests, and name its engine."""
+    engine = getattr(target, "engine", None)
+    if isinstance(engine, str):
+        report.engines[profile] = engine
+    after = _spec_counters(target)
+    if before is not None and after is not None:
+        report.counters[profile] = report.counters.get(profile, SpecCounters(0, 0)) + (after - before)
+
+
 def _leavers(report: Report, rotation: Sequence[str], floor: int) -> list[str]:
     """Profiles in the rotation whose CI, over the requests shared with each rival, is apart from every rival's."""
     leaving = []
@@ -323,8 +346,10 @@ def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, 
                     report.switches += 1
                     for index in range(settings.warmup):
                         target.complete(warmup_body(workload.requests[index % len(workload.requests)], settings))
+                before = _spec_counters(target)
                 done = replay_round(target, items, body_of, settings.concurrency, arrivals=arrivals,
                                     deadline=settings.deadline)
+                _count(report, profile, target, before)
                 cut = cut or len(done) < len(items)
             except Interrupted:
                 raise
