@@ -167,7 +167,8 @@ def vllm_environment(profile: Profile) -> str:
     methods = f"{len(offered)} speculative methods ({', '.join(known)} among them)" if offered else \
         "speculative methods not listed (vLLM judges them at start)"
     keys = "read" if flags.speculative_keys is not None else "not readable (vLLM judges them at start)"
-    return f" (vLLM {flags.version or 'of unknown version'} at {flags.binary}; {methods}; SpeculativeConfig keys {keys})"
+    version = flags.version or "of unknown version"
+    return f" (vLLM {version} at {flags.binary}; {methods}; SpeculativeConfig keys {keys})"
 
 
 def _vllm_fix(message: str) -> str:

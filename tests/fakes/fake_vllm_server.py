@@ -48,12 +48,12 @@ class State:
                  f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{labels} 0.0",
                  f"# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{labels} {float(self.generated)}"]
         if self.speculative is not None:
-            lines += [f"# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total{labels} "
-                      f"{float(self.drafts)}",
-                      f"# TYPE vllm:spec_decode_num_draft_tokens counter\nvllm:spec_decode_num_draft_tokens_total"
-                      f"{labels} {float(self.drafted)}",
-                      f"# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
-                      f"vllm:spec_decode_num_accepted_tokens_total{labels} {float(self.accepted)}"]
+            lines += [(f"# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total{labels} "
+                      f"{float(self.drafts)}"),
+                      (f"# TYPE vllm:spec_decode_num_draft_tokens counter\nvllm:spec_decode_num_draft_tokens_total"
+                      f"{labels} {float(self.drafted)}"),
+                      (f"# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+                      f"vllm:spec_decode_num_accepted_tokens_total{labels} {float(self.accepted)}")]
         return "\n".join(lines) + "\n"
 
 
@@ -61,7 +61,7 @@ def handler_for(state: State) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
         def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
@@ -71,7 +71,7 @@ def handler_for(state: State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200, b"")
             elif self.path == "/v1/models":
@@ -85,7 +85,7 @@ def handler_for(state: State) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(404, b'{"detail":"Not Found"}')
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path not in ("/v1/chat/completions", "/v1/completions"):
                 self._send(404, b'{"detail":"Not Found"}')
@@ -150,9 +150,9 @@ def serve(argv: list[str]) -> None:
         _fail([f"OSError: {model} does not appear to have a file named config.json."])
     utilization = float(_option(argv, "--gpu-memory-utilization", "0.92") or 0.92)
     if utilization > 0.9:
-        _fail([f"(Worker pid={os.getpid()}) ERROR ValueError: Available memory on node 0 (10.79/12.84 GiB) on "
+        _fail([(f"(Worker pid={os.getpid()}) ERROR ValueError: Available memory on node 0 (10.79/12.84 GiB) on "
                f"startup is less than desired CPU memory utilization ({utilization}, "
-               f"{utilization * 12.84:.2f} GiB).",
+               f"{utilization * 12.84:.2f} GiB)."),
                "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
     spec_text = _option(argv, "--speculative-config")
     speculative = json.loads(spec_text) if spec_text else None
