@@ -133,9 +133,13 @@ def vllm_preflight(deployment: Deployment, profile: Profile, current_main_pid: i
     except OSError as exc:
         raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
     unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
-    return Preflight(profile, argv, unit_text, None, None,
-                     ["VRAM check skipped: vLLM sizes its own KV cache (gpu_memory_utilization)"],
-                     time.monotonic() - started, ())
+    notes = ["VRAM check skipped: vLLM sizes its own KV cache (gpu_memory_utilization)"]
+    if profile.hf_repo:  # vLLM downloads into the Hugging Face cache, one of those hub_cache_hit looks in
+        hit = hub_cache_hit(profile.hf_repo)
+        notes.append(f"{profile.hf_repo}: in the Hugging Face cache ({hit})" if hit else
+                     f"{profile.hf_repo} is not in the Hugging Face cache here: the first start downloads it; the "
+                     f"health gate waits up to {profile.health_timeout_s:.0f} s (health_timeout_s)")
+    return Preflight(profile, argv, unit_text, None, None, notes, time.monotonic() - started, ())
 
 
 def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:

@@ -1,7 +1,8 @@
 """A vLLM profile -> its `vllm serve` argv, and the checks that refuse what cannot start.
 
-Pure given the installed vLLM's answers (`VllmFlags`): the served model name is the profile's alias
-(clients and the health gate ask for it), host and port are the profile's, each `[vllm]` key renders
+Pure given the installed vLLM's answers (`VllmFlags`): the served model names are the profile's alias
+(comma-separated names become several; clients and the health gate ask for the first), host and port
+are the profile's, each `[vllm]` key renders
 to its flag, and `[vllm.speculative_config]` to `--speculative-config` as compact JSON in the file's
 key order. Every flag (the profile's `args` too), the speculative method and every speculative key
 are checked against what this vLLM says it accepts; where it cannot say (an older --help without
@@ -41,9 +42,9 @@ def build_vllm_argv(profile: Profile, flags: VllmFlags) -> list[str]:
     """The exact argv the unit will run; raises PreflightError for what this vLLM would refuse."""
     settings = _settings(profile)
     written = dict(profile.written_paths)
-    model = written.get("model", str(profile.model))
+    model = written.get("model", str(profile.model)) if profile.model is not None else str(profile.hf_repo)
     argv = [written.get("binary", str(profile.binary)), "serve", model,
-            "--served-model-name", str(profile.alias), "--host", profile.host, "--port", str(profile.port)]
+            "--served-model-name", *str(profile.alias).split(","), "--host", profile.host, "--port", str(profile.port)]
     for key in VLLM_KEYS:
         value = getattr(settings, key.name)
         if value is not None:

@@ -1,7 +1,8 @@
 """Which engine a profile runs, and the keys of the second one, vLLM, defined once.
 
 A profile says `engine = "llama-server"` (the default) or `engine = "vllm"`. A vLLM profile keeps the
-keys both engines share (binary, model, alias, host, port, args, env, systemd, the gate's timings)
+keys both engines share (binary, model or hf_repo, alias, host, port, args, env, systemd, the gate's
+timings)
 and puts vLLM's own options in a `[vllm]` table, with `--speculative-config` as its
 `[vllm.speculative_config]` sub-table (rendered to the JSON vLLM reads). Keys only llama-server
 understands are refused on a vLLM profile and `[vllm]` on a llama-server one, naming the key, so a
@@ -26,8 +27,8 @@ ENGINES: tuple[EngineName, ...] = ("llama-server", "vllm")
 DEFAULT_ENGINE: EngineName = "llama-server"
 
 # Keys both engines read; every other top-level key and table is llama-server's alone.
-SHARED_KEYS = frozenset({"description", "inherits", "abstract", "engine", "binary", "launcher", "model", "alias",
-                         "host", "port", "args", "health_timeout_s", "stability_s", "env", "systemd", "vllm"})
+SHARED_KEYS = frozenset({"description", "inherits", "abstract", "engine", "binary", "launcher", "model", "hf_repo",
+                         "alias", "host", "port", "args", "health_timeout_s", "stability_s", "env", "systemd", "vllm"})
 
 _TOKEN = matches(r"[A-Za-z0-9_.+-]{1,64}", "one word of letters, digits and _ . + -")
 # A drafter: a local Hugging Face directory (absolute, ~ or ${SPECD_CACHE}), or a Hub id vLLM downloads.
@@ -127,8 +128,12 @@ def engine_problems(data: Mapping[str, Any], path: Path, name: str) -> list[str]
         if "alias" not in data:
             problems.append(f"{path}: profile '{name}' needs 'alias' (vLLM's --served-model-name, the name clients "
                             "ask for)")
-        if "model" not in data:
-            problems.append(f"{path}: profile '{name}' needs 'model' (a Hugging Face model directory)")
+        if "model" not in data and "hf_repo" not in data:
+            problems.append(f"{path}: profile '{name}' needs 'model' (a Hugging Face model directory) or 'hf_repo' "
+                            "(a Hub id vLLM downloads)")
+        if isinstance(data.get("hf_repo"), str) and ":" in data["hf_repo"]:
+            problems.append(f"{path}: profile '{name}': hf_repo {data['hf_repo']!r} names a GGUF quant (':'); vLLM "
+                            "serves a Hub repository as owner/name")
         return problems
     if "vllm" in data:
         return [(f"{path}: profile '{name}' has a [vllm] table but runs llama-server; set engine = \"vllm\" "
@@ -139,7 +144,6 @@ def engine_problems(data: Mapping[str, Any], path: Path, name: str) -> list[str]
 _INSTEAD = {
     "ctx_size": "[vllm] max_model_len",
     "speculative": "[vllm.speculative_config] (method, model, num_speculative_tokens)",
-    "hf_repo": "model (a Hugging Face directory)",
     "api_key": "an EnvironmentFile= with VLLM_API_KEY in [systemd.Service] (vLLM has no key file option)",
 }
 

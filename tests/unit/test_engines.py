@@ -189,3 +189,67 @@ def test_speculative_json_is_absent_without_a_table(tmp_path: Path) -> None:
     profile = load_profile(tmp_path / "profiles", vllm_profile(tmp_path))
     assert profile.vllm is not None and speculative_json(profile.vllm) is None
     assert profile.speculative.type == "none"
+
+
+def test_the_readme_lists_every_vllm_key() -> None:
+    from specd.profiles.engine_keys import vllm_key_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert vllm_key_table() in readme, ("README.md's [vllm] key table is stale: paste "
+                                        "`python -c 'from specd.profiles.engine_keys import vllm_key_table; "
+                                        "print(vllm_key_table())'`")
+
+
+UNITS = CORPUS / "units"
+
+
+def _options(argv: list[str], flags: VllmFlags) -> list[tuple[str, ...]]:
+    """An argv after `serve MODEL` as (option, its values...) groups, in a comparable order."""
+    groups: list[tuple[str, ...]] = []
+    for word in argv:
+        if word.startswith("-"):
+            groups.append((flags.canonical(word),))
+        elif groups:
+            groups[-1] = (*groups[-1], word)
+    return sorted(groups)
+
+
+@pytest.mark.parametrize("unit", sorted(p.name for p in UNITS.glob("*.service")))
+def test_a_real_vllm_unit_imports_to_a_profile_that_renders_the_same_server(unit: str, tmp_path: Path,
+                                                                            flags: VllmFlags) -> None:
+    from specd.unit.importer import import_unit
+
+    source = UNITS / unit
+    original = parse_unit(source.read_text(), str(source)).argv
+    target = import_unit(source, tmp_path, "imported")
+    profile = load_profile(tmp_path, "imported")
+    assert profile.engine == "vllm" and target.exists()
+    rendered = build_vllm_argv(profile, flags)
+    facts, back = command_facts(original), command_facts(rendered)
+    assert facts is not None and back is not None
+    assert (back.model, back.served_name, back.port) == (facts.model, facts.served_name, facts.port)
+    expected = original[original.index("--model") + 2:] if "--model" in original else original[3:]
+    expected = [w for i, w in enumerate(expected) if w != "--model" and expected[i - 1:i] != ["--model"]]
+    if "--port" not in original:
+        expected += ["--port", "8000"]  # vLLM's default, written out
+    if "--served-model-name" not in original:
+        expected += ["--served-model-name", str(facts.served_name)]
+    if "--host" not in original:
+        expected += ["--host", "0.0.0.0"]  # vLLM's default, written out (specd's own default is loopback)
+    assert _options(rendered[3:], flags) == _options(expected, flags)
+
+
+def test_a_vllm_serve_cmd_in_a_llama_swap_config_becomes_a_vllm_profile(tmp_path: Path) -> None:
+    from specd.unit.swap_import import import_llama_swap
+
+    model = tmp_path / "qwen-hf"
+    config = tmp_path / "config.yaml"
+    config.write_text("models:\n  qwen-vllm:\n    aliases: [qwen]\n    cmd: >\n"
+                      f"      /opt/vllm/bin/vllm serve {model}\n"
+                      "      --served-model-name qwen3 --port ${PORT} --max-model-len 8192\n"
+                      "      --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'\n")
+    import_llama_swap(config, tmp_path / "profiles")
+    profile = load_profile(tmp_path / "profiles", "qwen-vllm")
+    assert profile.engine == "vllm" and profile.model == model and profile.alias == "qwen3,qwen-vllm,qwen"
+    assert profile.vllm is not None and profile.vllm.max_model_len == 8192
+    assert dict(profile.vllm.speculative_config) == {"method": "ngram", "num_speculative_tokens": 4}
