@@ -253,3 +253,15 @@ def test_a_vllm_serve_cmd_in_a_llama_swap_config_becomes_a_vllm_profile(tmp_path
     assert profile.engine == "vllm" and profile.model == model and profile.alias == "qwen3,qwen-vllm,qwen"
     assert profile.vllm is not None and profile.vllm.max_model_len == 8192
     assert dict(profile.vllm.speculative_config) == {"method": "ngram", "num_speculative_tokens": 4}
+
+
+def test_a_failed_vllm_start_is_explained_by_the_cause_above_its_last_lines() -> None:
+    from specd.engines.journal import condense
+
+    log = (CORPUS / "log-gpu-memory-0.32.0-cpu.txt").read_text()
+    shown = condense(log).splitlines()
+    assert "ValueError: Available memory on node 0" in shown[0] and "gpu-memory-utilization" in shown[0]
+    assert shown[-1].startswith("RuntimeError: Engine core initialization failed") and len(shown) == 17
+    assert not any("Too many open files" in line for line in shown[:2])  # a warning that quotes an error is none
+    llama = "\n".join(f"srv  load_model: line {n}" for n in range(40)) + "\nmain: exiting due to model loading error"
+    assert condense(llama) == "\n".join(llama.splitlines()[-15:])  # llama-server's lines: the last 15, as before
