@@ -108,14 +108,18 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
     notes = [vram_note(profile, model_info, draft_info, current_main_pid, argv, flags) if model_info else
              f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile), *settings]
+    unit_text = _unit_text(deployment, profile, argv)
+    return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
+                     time.monotonic() - started, secret_files(profile))
+
+
+def _unit_text(deployment: Deployment, profile: Profile, argv: list[str]) -> str:
     template = default_template_path()
     try:
         template_text = template.read_text(encoding="utf-8")
     except OSError as exc:
         raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
-    unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
-    return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
-                     time.monotonic() - started, secret_files(profile))
+    return render_unit(profile, argv, scope=deployment.scope, template=template_text)
 
 
 def vllm_preflight(deployment: Deployment, profile: Profile, current_main_pid: int, started: float) -> Preflight:
@@ -127,12 +131,7 @@ def vllm_preflight(deployment: Deployment, profile: Profile, current_main_pid: i
         raise PreflightError(f"profile '{profile.name}': " + "; ".join(problems))
     argv = build_vllm_argv(profile, vllm_flags(profile.binary, profile.launcher))
     check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
-    template = default_template_path()
-    try:
-        template_text = template.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
-    unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
+    unit_text = _unit_text(deployment, profile, argv)
     notes = ["VRAM check skipped: vLLM sizes its own KV cache (gpu_memory_utilization)"]
     if profile.hf_repo:  # vLLM downloads into the Hugging Face cache, one of those hub_cache_hit looks in
         hit = hub_cache_hit(profile.hf_repo)
