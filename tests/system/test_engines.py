@@ -19,8 +19,10 @@ from specd.unit.render import profile_of_unit
 from tests.conftest import Box
 from tests.system.daemon_rig import real_stack
 from tests.system.test_daemon import Load
-from tests.vllm_rig import VllmInstall, vllm_install
+from tests.vllm_rig import REAL, VllmInstall, vllm_install
 
+# A real vLLM starts in minutes on 2 cores (more on a loaded box): its tier gets an hour per test.
+pytestmark = pytest.mark.timeout(3600 if REAL else 600)
 NGRAM = 'method = "ngram"\nnum_speculative_tokens = 3\nprompt_lookup_max = 3\nprompt_lookup_min = 1\n'
 
 
