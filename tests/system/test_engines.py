@@ -54,7 +54,7 @@ def test_switch_llama_server_to_vllm_and_back_with_the_proxy_holding_requests(bo
     box.specd("switch", "autoregressive", check=True)
     daemon = start_daemon(hold_s=vllm.health_timeout_s)  # clients wait out vLLM's start (minutes when real)
     assert "timings" in ask(daemon.proxy_url)  # llama-server answers with its timings
-    with Load(daemon.proxy_url, clients=2, timeout_s=vllm.health_timeout_s + 60) as load:
+    with Load(daemon.proxy_url, clients=1, timeout_s=vllm.health_timeout_s + 60) as load:
         daemon.wait_for("some traffic", lambda: load.sent >= 2)
         to_vllm = box.specd("switch", "vllm-ngram", timeout=vllm.health_timeout_s + 120)
         assert to_vllm.returncode == 0, to_vllm.stdout + to_vllm.stderr
