@@ -265,3 +265,15 @@ def test_a_failed_vllm_start_is_explained_by_the_cause_above_its_last_lines() ->
     assert not any("Too many open files" in line for line in shown[:2])  # a warning that quotes an error is none
     llama = "\n".join(f"srv  load_model: line {n}" for n in range(40)) + "\nmain: exiting due to model loading error"
     assert condense(llama) == "\n".join(llama.splitlines()[-15:])  # llama-server's lines: the last 15, as before
+
+
+def test_a_hub_model_is_served_by_its_id_and_a_gguf_quant_is_refused(tmp_path: Path, flags: VllmFlags) -> None:
+    write(tmp_path / "profiles", "hub", 'engine = "vllm"\nbinary = "/opt/vllm/bin/vllm"\nhf_repo = "Qwen/Qwen3-0.6B"\n'
+                                        'alias = "qwen"\nport = 8000\n')
+    profile = load_profile(tmp_path / "profiles", "hub")
+    assert build_vllm_argv(profile, flags)[:3] == ["/opt/vllm/bin/vllm", "serve", "Qwen/Qwen3-0.6B"]
+    assert model_problems(profile) == []
+    write(tmp_path / "profiles", "quant",
+          'engine = "vllm"\nbinary = "/b"\nhf_repo = "o/m:Q4_K_M"\nalias = "a"\nport = 1\n')
+    with pytest.raises(ProfileError, match="names a GGUF quant"):
+        load_profile(tmp_path / "profiles", "quant")
