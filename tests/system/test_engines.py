@@ -78,7 +78,7 @@ def test_switch_llama_server_to_vllm_and_back_with_the_proxy_holding_requests(bo
 
 
 @real_stack
-def test_a_vllm_start_that_fails_is_reverted_with_vllms_journal_lines(box: Box, vllm: VllmInstall) -> None:
+def test_a_vllm_start_that_fails_is_reverted_to_llama_server(box: Box, vllm: VllmInstall) -> None:
     box.specd("switch", "autoregressive", check=True)
     greedy = vllm.profile(port=box.port).replace("gpu_memory_utilization = 0.1", "gpu_memory_utilization = 0.99")
     box.write_profile("vllm-greedy", greedy)
