@@ -26,7 +26,7 @@ from specd.cli.json_out import dumps, failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
-from specd.deploy.preflight import quick_problems, run_preflight
+from specd.deploy.preflight import quick_problems, run_preflight, vram_details
 from specd.deploy.slots import StrategyRequest, same_but_port
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
@@ -187,11 +187,27 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
     console.print(table)
 
 
+VramOption = Annotated[bool, typer.Option("--vram", help="the VRAM check in full: each GPU's estimate by part, "
+                                          "the split mode's margin and its basis, the verdict")]
+
+
 @app.command()
-def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
+def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False,
+         vram: VramOption = False) -> None:
     """The unit file PROFILE would install (after every preflight check)."""
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(context.seams_for(deployment)))
+    main_pid = main_pid_of(context.seams_for(deployment))
+    if vram:
+        lines, fits = vram_details(deployment, profile, current_main_pid=main_pid)
+        if json_out:
+            print_json({"profile": profile, "vram": lines, "fits": fits})
+        else:
+            for line in lines:
+                typer.echo(line)
+        if not fits:
+            raise typer.Exit(2)
+        return
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid)
     if json_out:
         print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
         return

@@ -33,9 +33,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specd.daemon.warmup import WARM_BUDGET_S
 from specd.deploy.systemd import SystemdClient, UnitState
 from specd.paths import StateDir
+from specd.proxy.warmup import WARM_BUDGET_S
 
 log = logging.getLogger(__name__)
 

@@ -100,10 +100,11 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 continue
             profile = load_profile(deployment.profiles_dir, item.name)
             try:
-                run_preflight(deployment, item.name, current_main_pid=main_pid)
+                pre = run_preflight(deployment, item.name, current_main_pid=main_pid)
                 seen = profile_problems(deployment, item.name)
-                findings.append(Finding(label, not seen, "; ".join(seen) or "ready to switch to"
-                                        + (vllm_environment(profile) if profile.engine == "vllm" else ""),
+                ready = ("ready to switch to" + (vllm_environment(profile) if profile.engine == "vllm" else "")
+                         + (f"; VRAM: {pre.vram}" if pre.vram and profile.engine != "vllm" else ""))
+                findings.append(Finding(label, not seen, "; ".join(seen) or ready,
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
                 fix = exc.hint or (_vllm_fix(exc.message) if profile.engine == "vllm" else
