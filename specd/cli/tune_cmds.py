@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -99,19 +99,20 @@ def fmt_ms(value: float | None) -> str:
 
 def _bench_table(report: Report) -> Table:
     data = report.as_json()["cells"]
-    table = Table("profile", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s", "accept",
-                  "reasoning tok", "VRAM peak", "")
+    table = Table("profile", "engine", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s",
+                  "accept", "reasoning tok", "VRAM peak", "")
     for name, cell in data.items():
         wall = cell["wall_ms"]
         lo, hi = wall["ci95"]
         vram = cell["vram_peak_bytes"]
         flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
                                                                      else [])
-        table.add_row(name, str(cell["n"]), f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
+        table.add_row(name, cell["engine"], str(cell["n"]),
+                      f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
                       f"{fmt_ms(cell['prefill_ms_median'])} ({fmt_ms(cell['prefill_ms_no_reuse_median'])})",
                       f"{cell['cache_n_median']:.0f}",
                       "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
-                      "n/a" if cell["acceptance_median"] is None else f"{cell['acceptance_median']:.0%}",
+                      _acceptance(cell),
                       "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}",
                       vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
     return table
@@ -197,6 +198,27 @@ def traffic_line(traffic: dict[str, Any]) -> str:
             f"({traffic['follow_ups']} follow-up turns), sampling {sampling}")
 
 
+def _acceptance(cell: dict[str, Any]) -> str:
+    """Per-request acceptance (llama-server's timings), else the server's counters over the bench (vLLM)."""
+    if cell["acceptance_median"] is not None:
+        return f"{cell['acceptance_median']:.0%}"
+    counters = cell.get("spec_counters")
+    if counters and counters["drafted"]:
+        return f"{counters['accepted'] / counters['drafted']:.0%} (/metrics)"
+    return "n/a"
+
+
+def engines_of(deployment: Deployment, names: Iterable[str]) -> dict[str, str]:
+    """Each profile's engine, as its file says now ("?" for one that no longer loads)."""
+    engines: dict[str, str] = {}
+    for name in names:
+        try:
+            engines[name] = load_profile(deployment.profiles_dir, name).engine
+        except ProfileError:
+            engines[name] = "?"
+    return engines
+
+
 def _ratio_cell(lo: float | None, ratio: float | None, hi: float | None) -> str:
     if ratio is None:
         return "1 (active)"
@@ -204,14 +226,14 @@ def _ratio_cell(lo: float | None, ratio: float | None, hi: float | None) -> str:
     return f"{ratio:.2f} [{(lo or 0.0):.2f}-{top}]"
 
 
-def _decision_table(decision: Decision) -> Table:
+def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
     level = f"{decision.level:.1%}" if decision.level else "95%"
-    table = Table("profile", "n", "wall median", "95% CI", f"time vs {decision.active or 'reference'} [{level}]",
-                  "verdict", "model (mix)", "")
+    table = Table("profile", "engine", "n", "wall median", "95% CI",
+                  f"time vs {decision.active or 'reference'} [{level}]", "verdict", "model (mix)", "")
     for est in decision.estimates:
         mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
         verdict = (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")
-        table.add_row(est.profile, str(est.n), fmt_ms(est.median_ms),
+        table.add_row(est.profile, engines.get(est.profile, "?"), str(est.n), fmt_ms(est.median_ms),
                       f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s",
                       _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi), verdict, fmt_ms(est.model_wall_ms),
                       mark + (" (noisy)" if est.high_variance else ""))
@@ -325,13 +347,13 @@ def tune(
             document["sweep"] = sweep_json(swept)
         print_json(document)
         return
-    _print_decision(decision, result.final_profile)
+    _print_decision(decision, result.final_profile, engines_of(deployment, [e.profile for e in decision.estimates]))
     if swept is not None:
         console.print(sweep_sentence(swept), highlight=False)
 
 
-def _print_decision(decision: Decision, final_profile: str | None) -> None:
-    console.print(_decision_table(decision))
+def _print_decision(decision: Decision, final_profile: str | None, engines: dict[str, str]) -> None:
+    console.print(_decision_table(decision, engines))
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
@@ -352,7 +374,8 @@ def tune_document(deployment: Deployment, decision: dict[str, Any], final_profil
             model = None
         models[name] = Path(model).name if model else None
     return {"schema": TUNE_SCHEMA, "at": now_iso(), "box": box_identity().as_json(),
-            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models, **decision,
+            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models,
+            "engines": engines_of(deployment, models), **decision,
             "final_profile": final_profile, "bench_run": bench_run}
 
 

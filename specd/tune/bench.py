@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specd.engines.metrics import SpecCounters
 from specd.errors import BadInput, Interrupted, SpecdError, UsageError
 from specd.tune.noise import BoxLoad
 from specd.tune.replay import Done, Item, plan_rounds, replay_round
@@ -169,6 +170,20 @@ class _Metered:
     def vram_bytes(self) -> int | None:
         return self.inner.vram_bytes()
 
+    def spec_counters(self) -> SpecCounters | None:
+        """The active server's speculative counters, for targets that can read them (a real server)."""
+        reader = getattr(self.inner, "spec_counters", None)
+        return reader() if callable(reader) else None
+
+    def count(self, report: Report, profile: str, before: SpecCounters | None) -> None:
+        """Add what the server counted over one round of `profile`'s measured requests, and name its engine."""
+        engine = getattr(self.inner, "engine", None)
+        if isinstance(engine, str):
+            report.engines[profile] = engine
+        after = self.spec_counters()
+        if before is not None and after is not None:
+            report.counters[profile] = report.counters.get(profile, SpecCounters(0, 0)) + (after - before)
+
 
 class _StepFailed(SpecdError):
     """A bench step failed after its retries: `step` names it."""
@@ -237,8 +252,10 @@ class _Loop:
                 self._switch_to(profile)
                 step = f"round {number + 1} ({len(items)} requests)"
                 started = time.monotonic()
+                before = self.metered.spec_counters()
                 done = replay_round(self.metered, items, self.body_of, self.settings.concurrency,
                                     arrivals=self.arrivals, deadline=self.deadline)
+                self.metered.count(self.report, profile, before)
                 self.slowest_block_s = max(self.slowest_block_s, time.monotonic() - started)
                 return done
             except Interrupted:

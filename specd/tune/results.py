@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specd.engines.metrics import SpecCounters
 from specd.traffic.taskclass import TaskClass
 from specd.tune.perfmodel import Sample
 from specd.tune.stats import Summary, summarize
@@ -89,6 +90,10 @@ class Report:
     left: dict[str, str] = field(default_factory=dict)  # profile -> why it left the rotation early
     failed: dict[str, str] = field(default_factory=dict)  # profile -> the step that failed and why
     box_load_seen: bool = True  # whether CPU pressure could be read
+    # The server's own speculative counters over each profile's measured requests (specd.engines.metrics):
+    # how vLLM, whose answers carry no `timings`, is seen drafting; and which engine served each profile.
+    counters: dict[str, SpecCounters] = field(default_factory=dict)
+    engines: dict[str, str] = field(default_factory=dict)
 
     def walls(self, profile: str, k: int | None = None) -> list[float]:
         return [r.wall_ms for r in self.results.get(profile, [])[:k]]
@@ -125,6 +130,8 @@ class Report:
                 "reasoning_tokens_median": _median(reasoning),
                 "concurrency_median": _median([float(r.concurrency) for r in rows]),
                 "vram_peak_bytes": max(vram) if vram else "n/a",
+                "engine": self.engines.get(name, "llama-server"),
+                "spec_counters": asdict(self.counters[name]) if name in self.counters else None,
                 "requests": [asdict(r) for r in rows],
             }
         return {"run_id": self.run_id, "workload": self.workload, "traffic": self.traffic,

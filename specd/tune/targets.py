@@ -31,6 +31,8 @@ from specd.deploy.history import Trigger
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.switch import Switcher
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
+from specd.engines.facts import facts_of
+from specd.engines.metrics import SpecCounters, read_counters
 from specd.errors import HealthError, Interrupted, SpecdError, UsageError
 from specd.gpu import nvml as gpu
 from specd.profiles.config import Deployment
@@ -90,6 +92,7 @@ class DeploymentTarget:
         self._origin: tuple[str | None, int | None] | None = None  # (profile, its healthy generation) at the start
         self.moved = False  # a bench step changed the unit
         self.steps: Trigger = "verify" if trigger == "verify" else "bench"  # what each step is recorded as
+        self.engine = "llama-server"  # the active profile's (specd.engines.facts)
 
     def active(self) -> str | None:
         seams = self._seams(self.deployment)
@@ -140,6 +143,7 @@ class DeploymentTarget:
             installed = switcher.installed_text()
             self._url = parse_unit(installed, str(serving.unit_path)).base_url if installed else loaded.base_url
             self._alias = loaded.alias or ""
+            self.engine = loaded.engine
             self._main_pid = switcher.systemd.unit_state(serving.unit).main_pid
         finally:
             seams.close()
@@ -154,6 +158,19 @@ class DeploymentTarget:
         if answer.status_code != 200:
             raise HealthError(f"request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
         return Reply(answer.json(), wall_ms)
+
+    def spec_counters(self) -> SpecCounters | None:
+        """The active server's draft counters on /metrics; for vLLM (it registers them only with a
+        speculator) a page without them is zero drafted."""
+        facts = facts_of(self.engine)
+        counters = read_counters(self.http, self._url, facts) if self._url else None
+        if counters is None and self.engine == "vllm" and self._url:
+            try:
+                answered = self.http.get(f"{self._url}/metrics").status_code == 200
+            except httpx.HTTPError:
+                answered = False
+            return SpecCounters(0, 0) if answered else None
+        return counters
 
     def vram_bytes(self) -> int | None:
         used = gpu.process_vram(self._main_pid) if self._main_pid else None
@@ -269,6 +286,14 @@ class Interruptible:
             if self.stop.is_set():
                 raise self._refuse() from exc
             raise
+
+    @property
+    def engine(self) -> str | None:
+        return getattr(self.inner, "engine", None)
+
+    def spec_counters(self) -> SpecCounters | None:
+        reader = getattr(self.inner, "spec_counters", None)
+        return reader() if callable(reader) else None
 
     def vram_bytes(self) -> int | None:
         return self.inner.vram_bytes()

@@ -30,8 +30,9 @@ from tests.system.daemon_rig import chat, real_stack
 class Load:
     """Clients firing requests through the proxy without pause, streaming and not."""
 
-    def __init__(self, url: str, clients: int = 3) -> None:
+    def __init__(self, url: str, clients: int = 3, timeout_s: float = 180) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.sent = 0
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -39,7 +40,7 @@ class Load:
         self._threads = [threading.Thread(target=self._run, args=(i % 2 == 0,)) for i in range(clients)]
 
     def _run(self, stream: bool) -> None:
-        with httpx.Client(timeout=180) as client:
+        with httpx.Client(timeout=self.timeout_s) as client:
             while not self._stop.is_set():
                 try:
                     if stream:

@@ -16,6 +16,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "paths", "clock", "durable", "secrets", "store"}),
     frozenset({"profiles"}),
     frozenset({"gpu"}),
+    frozenset({"engines"}),  # what differs between llama-server and vLLM
     frozenset({"unit"}),
     frozenset({"deploy"}),
     frozenset({"traffic"}),
