@@ -21,6 +21,31 @@ def newest_backup_text(unit: str, unit_path: Path, installed: str | None) -> str
                      "from the installed unit")
 
 
+def walk_position(history: History, active: Generation) -> Generation:
+    """Where `active` stands in the walk back: the generation whose state it is. A switch or a hand
+    edit stands for itself; a plain rollback for the generation it stepped back to, so the next
+    rollback steps back from there (switch A, B, rollback, switch C, rollback, rollback: A, then B,
+    then A), where going by unit text alone would jump to the first A's start and stop. A rollback
+    `--to N` (or one that history cannot place) stands for the generation whose text it restored."""
+    chain: list[Generation] = []  # the run of rollbacks that ends at `active`, newest first
+    position = active
+    while position.kind == "rollback" and position.restores_id is not None and position.previous_id is not None:
+        before = history.get(position.previous_id)
+        if before is None or len(chain) > 10_000:
+            break
+        chain.append(position)
+        position = before
+    if position.kind == "rollback":  # the run's start cannot be placed: its restored text's generation
+        position = history.get(position.content_id) or position
+    for rollback in reversed(chain):
+        stepped_to = history.get(position.previous_id) if position.previous_id is not None else None
+        if stepped_to is not None and stepped_to.content_id == rollback.restores_id:
+            position = stepped_to  # a plain rollback: one step back from where the walk stood
+        else:
+            position = history.get(rollback.content_id) or rollback  # `--to N`: the generation it restored
+    return position
+
+
 def rollback_target(history: History, store: ContentStore, unit: str, unit_path: Path, installed: str | None,
                     to: int | None) -> tuple[Generation | None, str]:
     """(the generation whose unit text to restore, or None when it comes from a backup; that text)."""
@@ -35,9 +60,11 @@ def rollback_target(history: History, store: ContentStore, unit: str, unit_path:
         active = history.active(unit)
         if active is None:
             return None, newest_backup_text(unit, unit_path, installed)
-        base = history.get(active.content_id) or active
+        base = walk_position(history, active)
         if base.previous_id is None:
-            raise UsageError(f"nothing to roll back to: generation {base.id} created {unit}")
+            raise UsageError(f"nothing to roll back to: generation {base.id} is where {unit}'s history begins",
+                             hint="`specd history` lists every generation: `specd rollback --to N` goes to any "
+                                  "that came up healthy, `specd switch NAME` to any profile")
         previous = history.get(base.previous_id)
         if previous is None:
             return None, newest_backup_text(unit, unit_path, installed)
