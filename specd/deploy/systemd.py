@@ -198,13 +198,39 @@ def connect_systemd(scope: str) -> SystemdClient:
 
 
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
+OUTPUT_TAIL_BYTES = 64 * 1024
 
 
-def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path = JOURNAL_SOCKET) -> str:
-    """The unit's last log lines, or a note saying why there are none."""
-    if not journal_socket.exists():
-        return ("(no systemd-journald runs on this box, so llama-server's output was not kept: run its "
-                "ExecStart= by hand to see why it fails)")
+def journald_runs(journal_socket: Path = JOURNAL_SOCKET) -> bool:
+    """Whether systemd-journald keeps the units' output here (its socket exists)."""
+    return journal_socket.exists()
+
+
+def output_tail(path: Path, lines: int) -> str | None:
+    """The last `lines` lines of a server's output file (read from its end: it only grows), or None."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return None
+    text = data.decode("utf-8", errors="replace").splitlines()[-lines:]
+    return "\n".join(text).strip() or None
+
+
+def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path = JOURNAL_SOCKET,
+                 output: Path | None = None) -> str:
+    """The unit's last log lines, or a note saying why there are none. Without journald they come
+    from the file the rendered unit appends its output to (`output`, default: the state dir's)."""
+    if not journald_runs(journal_socket):
+        output = output or StateDir.from_environment().server_output(unit)
+        tail = output_tail(output, lines)
+        if tail is not None:
+            return f"(no systemd-journald runs on this box; from {output})\n{tail}"
+        return (f"(no systemd-journald runs on this box and {output} holds no output of {unit} (a unit rendered "
+                "before specd kept it there, or one whose profile sets StandardOutput=): run its ExecStart= by "
+                "hand to see why it fails)")
     command = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
     if scope == "user":
         command.insert(1, "--user")
