@@ -1,4 +1,8 @@
-"""bench, tune, pin, unpin: measuring profiles and choosing one."""
+"""bench, tune, tune-table, verify: measuring profiles and choosing one.
+
+The tuner's modules (and numpy under them) are imported inside the commands: every other `specd`
+command, `--help` included, registers these and must not pay for them (benchmarks/cli_startup.py).
+"""
 
 from __future__ import annotations
 
@@ -6,42 +10,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from specd.cli import app as cli_app
-from specd.cli import console, err_console
+from specd.cli import console, err_console, styled
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.context import seams_for, switcher_for
-from specd.deploy.history import now_iso
 from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
-from specd.profiles.axes import parse_axis
-from specd.profiles.config import Deployment
-from specd.profiles.load import load_profile
-from specd.setup.box import box_identity
-from specd.tune import activity
-from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, restoring, run_bench
-from specd.tune.bench import Progress as ProgressFn
-from specd.tune.benchstore import save_report
-from specd.tune.fleet import TUNE_SCHEMA, load_rows
-from specd.tune.recent import captured_bodies, resolve_workload
-from specd.tune.shadow import ShadowTarget, clean_only, load_notes
-from specd.tune.sweep import SweepResult, sweep_deployment, sweep_json, sweep_sentence
-from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
-from specd.tune.verify import (
-    BUILTIN_PROBES,
-    fingerprint,
-    needs_verification,
-    reference_profile,
-    save_verification,
-    traffic_probes,
-    verify_plain,
-    verify_profiles,
-)
-from specd.tune.workloads import Period, Workload
+from specd.tune.periods import Period
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from specd.profiles.config import Deployment
+    from specd.tune.bench import Progress as ProgressFn
+    from specd.tune.bench import Report, Settings
+    from specd.tune.sweep import SweepResult
+    from specd.tune.tuner import Decision
+    from specd.tune.workloads import Workload
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
@@ -64,6 +51,8 @@ ShadowOption = Annotated[bool, typer.Option(
 
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
     if not enabled:
         yield None
         return
@@ -85,6 +74,8 @@ def _fmt_ms(value: float | None) -> str:
 
 
 def _bench_table(report: Report) -> Table:
+    from rich.table import Table
+
     data = report.as_json()["cells"]
     table = Table("profile", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s", "accept",
                   "reasoning tok", "VRAM peak", "")
@@ -125,6 +116,15 @@ def bench(
 
     With --shadow each profile runs in the free slot instead, beside the live server, which keeps
     serving; samples taken while live traffic ran are marked, re-sent, and left out when possible."""
+    from specd.context import seams_for
+    from specd.profiles.load import load_profile
+    from specd.tune import activity
+    from specd.tune.bench import DeploymentTarget, Settings, run_bench
+    from specd.tune.benchstore import save_report
+    from specd.tune.recent import resolve_workload
+    from specd.tune.tuner import candidate_profiles
+    from specd.tune.verify import fingerprint, needs_verification
+
     cfg, deployment = deployment_of(config, unit)
     settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse,
                         temperature=temperature)
@@ -156,7 +156,7 @@ def bench(
         return
     console.print(_bench_table(report))
     for note in report.notes:
-        console.print(f"[dim]note:[/] {note}", highlight=False)
+        console.print(styled("[dim]note:[/] {}", note), highlight=False)
     console.print(f"bench run {report.run_id}: {traffic_line(report.traffic)}; {report.rounds} rounds, "
                   f"{report.switches} switches, {report.elapsed_s:.0f} s; {back}",
                   highlight=False)
@@ -165,6 +165,10 @@ def bench(
 def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, settings: Settings,
                   show_progress: bool) -> Report:
     """Bench in the free slot; the report compares clean samples only when each profile kept enough."""
+    from specd.context import seams_for
+    from specd.tune.bench import bench_profiles
+    from specd.tune.shadow import ShadowTarget, clean_only, load_notes
+
     with ShadowTarget(seams_for(deployment)) as target, progress_bar(show_progress) as progress:
         report = bench_profiles(target, names, workload, settings, progress)
     if not report.benched():
@@ -185,6 +189,8 @@ def traffic_line(traffic: dict[str, Any]) -> str:
 
 
 def _decision_table(decision: Decision) -> Table:
+    from rich.table import Table
+
     table = Table("profile", "n", "wall median", "95% CI", "model (mix)", "")
     for est in decision.estimates:
         mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
@@ -220,6 +226,13 @@ def tune(
     json_out: JsonOption = False,
 ) -> None:
     """Bench the candidates on the workload and switch to the best wall clock if it wins clearly."""
+    from specd.context import seams_for, switcher_for
+    from specd.profiles.axes import parse_axis
+    from specd.profiles.load import load_profile
+    from specd.tune.shadow import ShadowTarget, load_notes
+    from specd.tune.sweep import sweep_deployment, sweep_json, sweep_sentence
+    from specd.tune.tuner import tune_deployment
+
     cfg, deployment = deployment_of(config, unit)
     if margin is not None and not 0.0 <= margin < 1.0:
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
@@ -262,10 +275,10 @@ def tune(
         return
     console.print(_decision_table(decision))
     for sentence in (*decision.crossovers, *decision.notes):
-        console.print(f"[dim]note:[/] {sentence}", highlight=False)
+        console.print(styled("[dim]note:[/] {}", sentence), highlight=False)
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
-    console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
-                  f"{result.final_profile or 'nothing'})", highlight=False)
+    console.print(styled("[bold]{}[/] (bench {} s; now on {})", decision.reason, f"{decision.bench_s:.0f}",
+                         result.final_profile or "nothing"), highlight=False)
     if swept is not None:
         console.print(sweep_sentence(swept), highlight=False)
 
@@ -273,6 +286,11 @@ def tune(
 def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,
                   bench_run: int | None) -> dict[str, Any]:
     """`specd tune --json`: the decision plus what makes it comparable across boxes (docs/json.md)."""
+    from specd.deploy.history import now_iso
+    from specd.profiles.load import load_profile
+    from specd.setup.box import box_identity
+    from specd.tune.fleet import TUNE_SCHEMA
+
     models: dict[str, str | None] = {}
     for name in [*decision["estimates"], *decision.get("left_out", {})]:
         try:
@@ -291,6 +309,10 @@ def tune_table(
     json_out: JsonOption = False,
 ) -> None:
     """Tuner verdicts from several boxes side by side: one row per box and profile."""
+    from rich.table import Table
+
+    from specd.tune.fleet import load_rows
+
     rows = load_rows(files)
     if json_out:
         print_json([asdict(row) for row in rows])
@@ -321,6 +343,23 @@ def verify_cmd(
     Greedy on purpose, unlike bench and tune (which sample as the traffic does): at temperature 0 a
     faithful speculative profile answers exactly as the reference does.
     """
+    from rich.table import Table
+    from rich.text import Text
+
+    from specd.context import seams_for
+    from specd.profiles.load import load_profile
+    from specd.tune.bench import DeploymentTarget, restoring
+    from specd.tune.recent import captured_bodies
+    from specd.tune.verify import (
+        BUILTIN_PROBES,
+        needs_verification,
+        reference_profile,
+        save_verification,
+        traffic_probes,
+        verify_plain,
+        verify_profiles,
+    )
+
     _, deployment = deployment_of(config, unit)
     reference = against or reference_profile(deployment)
     if reference is None:
@@ -345,13 +384,13 @@ def verify_cmd(
     else:
         table = Table("probe", "kind", "exact", "structure", "edit distance", "detail")
         for check in result.checks:
-            verdict = {None: "-", True: "ok", False: "[red]FAIL[/]"}[check.structured_ok]
+            verdict = {None: Text("-"), True: Text("ok"), False: Text("FAIL", style="red")}[check.structured_ok]
             table.add_row(check.probe, check.kind, "yes" if check.exact else "no", verdict, str(check.distance),
                           check.detail)
         console.print(table)
         for note in result.notes:
-            console.print(f"[dim]note:[/] {note}", highlight=False)
-        console.print(f"[bold]{result.summary()}[/]", highlight=False)
+            console.print(styled("[dim]note:[/] {}", note), highlight=False)
+        console.print(styled("[bold]{}[/]", result.summary()), highlight=False)
     if result.draft_problems:
         raise FidelityError("; ".join(result.draft_problems),
                             hint="run `specd switch` to it again: specd renders the flag that turns this build's "

@@ -244,10 +244,26 @@ def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path
     return text
 
 
+PID1_NAME = Path("/proc/1/comm")
+
+
+def systemd_is_pid1(comm: Path = PID1_NAME) -> bool:
+    """Whether systemd runs the box (and logind its login sessions). /proc/1/comm, not sd_booted's
+    /run/systemd/system: a private manager can leave that directory behind where PID 1 is not systemd."""
+    try:
+        return comm.read_text().strip() == "systemd"
+    except OSError:
+        return False
+
+
 def _no_bus_hint() -> str:
-    """Where the user bus is: `specd quickstart`'s private manager when one runs here, else a login session."""
+    """Where the user bus is: `specd quickstart`'s private manager when one runs here, else a login
+    session (or, where systemd is not PID 1 and there are none, the private manager quickstart starts)."""
     env_file = StateDir.from_environment().quickstart_manager / "env.sh"
     if env_file.is_file():
         return (f"`specd quickstart` left a private systemd --user running: `source {env_file}` in this shell, "
                 "then run specd again (`specd quickstart --stop` ends it)")
+    if not systemd_is_pid1():
+        return ("systemd is not PID 1 on this box, so no login session has a user manager: `specd quickstart` "
+                "starts a private one and says how to reach it")
     return "run specd inside a login session, or use `loginctl enable-linger $USER`"

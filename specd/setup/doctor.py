@@ -10,7 +10,7 @@ from typing import Literal
 
 from specd import paths
 from specd.errors import SpecdError
-from specd.profiles.config import load_config
+from specd.profiles.config import Config, load_config
 from specd.profiles.load import list_profiles, load_profile
 
 
@@ -38,12 +38,28 @@ def _systemd(scope: str) -> Finding:
     try:
         connect_systemd(scope)
     except SpecdError as exc:
-        fix = "log in through a session, or `loginctl enable-linger $USER`" if scope == "user" else "run as root"
+        fix = exc.hint or ("log in through a session, or `loginctl enable-linger $USER`" if scope == "user"
+                           else "run as root")
         return Finding(f"systemd ({scope})", False, exc.message, fix)
     return Finding(f"systemd ({scope})", True, "the manager answers on D-Bus")
 
 
-def _linger() -> Finding:
+def _linger(config: Config | None) -> Finding:
+    """Linger keeps a user manager (and the units under it) running without a login session. It
+    matters only for user-scope deployments under the login session's manager: not for system
+    units, not on a box whose PID 1 is not systemd (no login sessions there), and not for the
+    private manager `specd quickstart` keeps, which no login starts or ends."""
+    from specd.deploy.systemd import systemd_is_pid1
+    from specd.setup.quickstart import private_manager_running
+
+    if config is not None and all(d.scope == "system" for d in config.deployments):
+        return Finding("linger", True, "not needed: every deployment is a system unit")
+    if not systemd_is_pid1():
+        return Finding("linger", True, "does not apply: systemd is not PID 1 on this box, so no login session "
+                                       "starts or ends a user manager")
+    if private_manager_running():
+        return Finding("linger", True, "does not apply: the deployments run under the private systemd "
+                                       "`specd quickstart` keeps, which logging out does not stop")
     if not shutil.which("loginctl"):
         return Finding("linger", True, "loginctl not installed; skipped")
     user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=False).stdout.strip()
@@ -73,15 +89,13 @@ def _gpu() -> Finding:
     return Finding("NVIDIA GPU", True, state.describe())
 
 
-def _profiles(config_path: Path | None) -> list[Finding]:
+def _profiles(config: Config | SpecdError) -> list[Finding]:
     from specd.context import main_pid_of, seams_for
     from specd.deploy.preflight import run_preflight
     from specd.tune.activity import profile_problems
 
-    try:
-        config = load_config(config_path)
-    except SpecdError as exc:
-        return [Finding("config", False, exc.message, exc.hint or "")]
+    if isinstance(config, SpecdError):
+        return [Finding("config", False, config.message, config.hint or "")]
     findings = [Finding("config", True, str(config.path))]
     for deployment in config.deployments:
         findings.append(_systemd(deployment.scope))
@@ -152,4 +166,10 @@ def _fix_for(message: str, engine: Engine) -> str:
 
 
 def run_doctor(config_path: Path | None) -> list[Finding]:
-    return [_bindings(), *_cache(), _gpu(), _linger(), *_profiles(config_path)]
+    config: Config | SpecdError
+    try:
+        config = load_config(config_path)
+    except SpecdError as exc:
+        config = exc
+    return [_bindings(), *_cache(), _gpu(), _linger(None if isinstance(config, SpecdError) else config),
+            *_profiles(config)]

@@ -129,3 +129,19 @@ def test_history_reads_whole_words_in_an_80_column_terminal(box) -> None:
     assert [(r[0], r[3], r[4], r[5], r[6]) for r in rows[:3]] == [
         ("3*", "rollback", "autoregressive", "cli", "ok"), ("2", "switch", "ngram-simple", "cli", "ok"),
         ("1", "switch", "autoregressive", "cli", "ok")], table
+
+
+def test_status_with_a_proxy_names_the_clients_address_and_the_server_behind_it(box) -> None:
+    """With [proxy], status showed the backend's port as the endpoint: clients use the proxy's."""
+    box.config_path.write_text(box.config_path.read_text() + '[proxy]\nlisten = "127.0.0.1:18556"\n')
+    box.specd("switch", "autoregressive", check=True)
+    shown = box.specd("status", env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in shown.stdout.splitlines()
+            if line[:1] != " " and "  " in line}
+    assert rows["clients"].startswith("http://127.0.0.1:18556 (specd's proxy"), shown.stdout
+    assert rows["server"] == f"http://127.0.0.1:{box.port}", shown.stdout
+    status = json.loads(box.specd("status", "--json", check=True).stdout)
+    assert status["clients_endpoint"] == "http://127.0.0.1:18556"
+    assert status["endpoint"] == f"http://127.0.0.1:{box.port}"
+    assert "last_tune" in status and "last_tuning" not in status  # one key for the last tuning
