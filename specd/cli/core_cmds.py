@@ -259,8 +259,6 @@ def history(
     json_out: JsonOption = False,
 ) -> None:
     """Every generation of the unit: when, which profile, what triggered it, how it went."""
-    from rich.table import Table
-
     from specd.context import switcher_for
 
     _, deployment = deployment_of(config, unit)
@@ -270,10 +268,10 @@ def history(
         if json_out:
             print_json(rows)
             return
-        table = Table("time (UTC)", "kind", "detail")
-        for row in rows:
-            table.add_row(str(row["at"])[:19].replace("T", " "), str(row["kind"]), str(row["detail"]))
-        console.print(table)
+        when_and_kind = [[str(row["at"])[:19].replace("T", " "), str(row["kind"])] for row in rows]
+        for line in table_with_detail(["time (UTC)", "kind"], when_and_kind, [str(row["detail"]) for row in rows],
+                                      console.width):
+            typer.echo(line)
         return
     generations = switcher.history.list(deployment.unit, limit)
     active = switcher.history.active(deployment.unit)

@@ -18,9 +18,13 @@ DETAIL_INDENT = "    "
 
 
 def wrapped(text: str, width: int, *, first: str = "", rest: str = "") -> list[str]:
-    """`text` wrapped at spaces to `width`, behind the prefixes; words (paths) are never split."""
-    return textwrap.wrap(text, width=max(width, len(first) + 20), initial_indent=first, subsequent_indent=rest,
-                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    """`text` wrapped at spaces to `width`, behind the prefixes; words (paths) are never split and
+    each of its own lines (a journal's) starts a line."""
+    out: list[str] = []
+    for paragraph in text.splitlines() or [""]:
+        out += textwrap.wrap(paragraph, width=max(width, len(first) + 20), initial_indent=rest if out else first,
+                             subsequent_indent=rest, break_long_words=False, break_on_hyphens=False)
+    return out or [first.rstrip()]
 
 
 def table_with_detail(headers: Sequence[str], rows: Sequence[Sequence[str]], details: Sequence[str],

@@ -85,3 +85,17 @@ def test_doctor_at_80_columns_never_cuts_a_path(env: dict[str, str], tmp_path: P
     build = cache / "llama-server" / "0.3.36-cpu" / "build" / "bin" / "llama-server"
     assert str(build) in result.stdout.split(), result.stdout  # one word on one line: not folded
     assert "problem  tiny llama-server build" in result.stdout
+
+
+def test_events_keep_each_journal_line_on_its_own_line_at_80_columns(env: dict[str, str]) -> None:
+    history = History(StateDir(Path(env["XDG_STATE_HOME"]) / "specd").db)
+    history.event(UNIT, "revert-journal", "generation 2\nerror: failed to load model\nexiting")
+    history.event(UNIT, "tune", NO_PROXY)
+    history.close()
+    result = specd(env, "history", "--events")
+    assert result.returncode == 0, result
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.stdout
+    stripped = [line.strip() for line in lines]
+    assert "error: failed to load model" in stripped and "exiting" in stripped, result.stdout
+    assert " ".join(NO_PROXY.split()) in " ".join(result.stdout.split())
