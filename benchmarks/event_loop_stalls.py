@@ -1,6 +1,6 @@
 """How long the proxy's in-loop work on one hostile request takes: task classification and JSON parsing.
 
-The proxy classifies each request (specd.daemon.relay.task_class_of) and parses its body in the
+The proxy classifies each request (specd.proxy.exchange.task_class_of) and parses its body in the
 event loop, so their worst case is a stall of every stream. Measured in-process, single-threaded,
 best of `--repeat` runs (less is the machine's noise):
 
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specd.daemon.proxy import ProxySettings
-from specd.daemon.relay import CLASSIFY_CHARS, task_class_of
+from specd.proxy.exchange import CLASSIFY_CHARS, task_class_of
+from specd.proxy.proxy import ProxySettings
 from specd.traffic.taskclass import classify
 
 REPO = Path(__file__).resolve().parent.parent

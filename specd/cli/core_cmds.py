@@ -205,14 +205,30 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
     console.print(table)
 
 
+VramOption = Annotated[bool, typer.Option("--vram", help="the VRAM check in full: each GPU's estimate by part, "
+                                          "the split mode's margin and its basis, the verdict")]
+
+
 @app.command()
-def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
+def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False,
+         vram: VramOption = False) -> None:
     """The unit file PROFILE would install (after every preflight check)."""
     from specd.context import main_pid_of, seams_for
-    from specd.deploy.preflight import run_preflight
+    from specd.deploy.preflight import run_preflight, vram_details
 
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(seams_for(deployment)))
+    main_pid = main_pid_of(seams_for(deployment))
+    if vram:
+        lines, fits = vram_details(deployment, profile, current_main_pid=main_pid)
+        if json_out:
+            print_json({"profile": profile, "vram": lines, "fits": fits})
+        else:
+            for line in lines:
+                typer.echo(line)
+        if not fits:
+            raise typer.Exit(2)
+        return
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid)
     if json_out:
         print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
         return

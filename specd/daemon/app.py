@@ -37,13 +37,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from specd.daemon import control, service
 from specd.daemon.control import daemon_status
-from specd.daemon.crashes import Crash
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
 from specd.daemon.nightly import cron_trigger, nightly_job, schedule_job
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
-from specd.daemon.proxy import Proxy, ProxySettings
 from specd.daemon.service import Server, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
 from specd.daemon.steering import ProxySteering, backend_of
 from specd.daemon.upkeep import SAMPLE_INTERVAL_S, housekeeping, sample_counters
@@ -55,6 +53,8 @@ from specd.deploy.slots import serving_slot
 from specd.errors import ConfigError, LockBusy, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
+from specd.proxy.crashes import Crash
+from specd.proxy.proxy import Proxy, ProxySettings
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
 
@@ -164,7 +164,7 @@ class Daemon:
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> Server:
-        """Serve an ASGI app with uvicorn, or a proxy with its own server (specd.daemon.http1)."""
+        """Serve an ASGI app with uvicorn, or a proxy with its own server (specd.proxy.http1)."""
         server: Server = (app.server(SHUTDOWN_GRACE_S) if isinstance(app, Proxy)
                           else make_server(app, host=host, port=port, uds=uds, grace_s=SHUTDOWN_GRACE_S))
         sockets = None if uds is not None else [bind_tcp(host or "127.0.0.1", port, setting)]

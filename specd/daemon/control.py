@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 import psutil
 
-from specd.daemon.warmup import WARM_BUDGET_S
 from specd.deploy.systemd import SystemdClient, UnitState
 from specd.paths import StateDir
+from specd.proxy.warmup import WARM_BUDGET_S
 
 if TYPE_CHECKING:  # starlette is imported where the server is built: every CLI command loads the client side
     from starlette.applications import Starlette

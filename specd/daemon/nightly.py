@@ -19,10 +19,10 @@ from types import ModuleType
 
 from apscheduler.triggers.cron import CronTrigger
 
-from specd.daemon.proxy import Proxy
 from specd.deploy.seams import SeamsFactory
 from specd.errors import ConfigError
 from specd.profiles.config import Config, Deployment
+from specd.proxy.proxy import Proxy
 
 CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 

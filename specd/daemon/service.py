@@ -1,7 +1,7 @@
 """Running as a service: HTTP servers that leave signals to the daemon, sockets, sd_notify.
 
 The control socket, the status page and the metrics listener are ASGI apps under uvicorn; the
-proxy, which every client request goes through, has its own lean server (specd.daemon.http1).
+proxy, which every client request goes through, has its own lean server (specd.proxy.http1).
 uvicorn installs its own SIGTERM handler and re-raises the signal after shutdown; the daemon runs
 several servers and stops them in a chosen order, so `QuietServer` leaves signals alone. Every
 server runs on a uvloop event loop (`new_event_loop`), uvicorn's with httptools (C, llhttp), not

@@ -5,7 +5,7 @@ names. A drain asked for a slot's unit pauses the proxy only when that slot serv
 stopping the other slot (a blue-green switch's new or old server, a shadow bench's candidate)
 cuts nothing the proxy sends. A retarget is the blue-green flip: the pointer already moved; the
 proxy's backend follows in one assignment, after the new server's prompt cache is warmed with the
-latest requests (`specd.daemon.warmup`) and a /health of it, both off the request path.
+latest requests (`specd.proxy.warmup`) and a /health of it, both off the request path.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 
 import httpx
 
-from specd.daemon.proxy import Backend, Proxy
-from specd.daemon.warmup import Warmed, warm_up
 from specd.deploy.slots import Slot, serving_slot, slot_of_unit
 from specd.deploy.unitfiles import read_text
 from specd.errors import SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
+from specd.proxy.proxy import Backend, Proxy
+from specd.proxy.warmup import Warmed, warm_up
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 

@@ -113,9 +113,10 @@ def _profiles(config: Config | SpecdError) -> list[Finding]:
                 findings.append(Finding(label, False, item.error, "fix the file"))
                 continue
             try:
-                run_preflight(deployment, item.name, current_main_pid=main_pid)
+                pre = run_preflight(deployment, item.name, current_main_pid=main_pid)
                 seen = profile_problems(deployment, item.name)
-                findings.append(Finding(label, not seen, "; ".join(seen) or "ready to switch to",
+                ready = "ready to switch to" + (f"; VRAM: {pre.vram}" if pre.vram else "")
+                findings.append(Finding(label, not seen, "; ".join(seen) or ready,
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
                 profile = load_profile(deployment.profiles_dir, item.name)

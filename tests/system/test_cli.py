@@ -145,3 +145,20 @@ def test_status_with_a_proxy_names_the_clients_address_and_the_server_behind_it(
     assert status["clients_endpoint"] == "http://127.0.0.1:18556"
     assert status["endpoint"] == f"http://127.0.0.1:{box.port}"
     assert "last_tune" in status and "last_tuning" not in status  # one key for the last tuning
+
+
+def test_a_split_mode_this_build_cannot_load_is_refused_and_show_vram_says_why(box) -> None:
+    """The CPU build refuses tensor split: `specd switch` stops before touching anything and names the
+    mode and the binary's words; `specd show --vram` prints the same and exits 2; for a profile that
+    loads, it prints the check in full."""
+    box.specd("switch", "autoregressive", check=True)
+    before = snapshot(box)
+    box.write_profile("tp", 'inherits = "autoregressive"\nargs = ["--split-mode", "tensor"]\n')
+    said = "--split-mode tensor: this llama-server cannot load the model with it: LLAMA_SPLIT_MODE_TENSOR needs >= 1"
+    result = box.specd("switch", "tp")
+    assert result.returncode == 2 and said in " ".join(result.stderr.split()), result.stderr
+    assert snapshot(box) == before
+    shown = box.specd("show", "tp", "--vram")
+    assert shown.returncode == 2 and said in " ".join(shown.stdout.split()), shown.stdout
+    plain = json.loads(box.specd("show", "autoregressive", "--vram", "--json", check=True).stdout)
+    assert plain["fits"] and plain["vram"][0] == "split mode: layer" and plain["vram"][-1].startswith("verdict: ")

@@ -147,7 +147,7 @@ def gap_with_no_proxy(box: Box, body: bytes) -> float:
 @real_stack
 def test_a_body_over_the_limit_is_refused_413_at_once(box: Box, start_daemon: Any,
                                                        fault_results: FaultRecorder) -> None:
-    from specd.daemon.proxy import ProxySettings
+    from specd.proxy.proxy import ProxySettings
 
     daemon = start_daemon()
     box.specd("switch", "autoregressive", check=True)

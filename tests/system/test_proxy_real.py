@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder
 from tests.conftest import LLAMA_SERVER, TINY_MODEL, require_real_server
 from tests.proxy_fakes import ServerThread, eventually, free_port

@@ -1,4 +1,4 @@
-"""The proxy's HTTP/1.1 server (specd.daemon.http1) over real sockets on loopback, with a small
+"""The proxy's HTTP/1.1 server (specd.proxy.http1) over real sockets on loopback, with a small
 handler instead of the proxy: what any HTTP client relies on, checked byte by byte."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from specd.daemon.http1.responder import Responder
-from specd.daemon.http1.server import ClientRequest, FrontLimits, FrontServer
+from specd.proxy.http1.responder import Responder
+from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
 from tests.proxy_fakes import ServerThread, eventually, free_port
 
 LATE_S = 1.0

@@ -20,6 +20,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"deploy"}),
     frozenset({"traffic"}),
     frozenset({"emulator"}),
+    frozenset({"proxy"}),
     frozenset({"daemon"}),
     frozenset({"tune"}),
     frozenset({"context"}),  # the composition root: builds the real seams from everything below

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.offpath import OffPathWriter
 from specd.traffic.records import Recorder, fetch_records, open_db

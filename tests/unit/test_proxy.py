@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from specd.daemon.metrics import SpecdMetrics
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.proxy_fakes import (

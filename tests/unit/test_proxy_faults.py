@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specd.cli import main
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
 from specd.daemon.service import bind_tcp
 from specd.profiles.config import load_config
+from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from specd.daemon.crashes import GATHER_S, Crash
-from specd.daemon.proxy import Backend, Proxy, ProxySettings
+from specd.proxy.crashes import GATHER_S, Crash
+from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.proxy_fakes import ServerThread, chat_body, free_port
 

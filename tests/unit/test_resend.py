@@ -1,4 +1,4 @@
-"""The proxy's re-send rule (specd.daemon.resend): what is sent again and what the client is told.
+"""The proxy's re-send rule (specd.proxy.resend): what is sent again and what the client is told.
 
 The rule is what keeps a poison request from becoming a crash loop and a restart from becoming
 client errors, so every outcome is pinned here; tests/unit/test_proxy_poison.py checks the same
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from specd.daemon.resend import Outcome, decide, needs_probe
+from specd.proxy.resend import Outcome, decide, needs_probe
 
 
 @pytest.mark.parametrize("outcome", ["never-reached", "loading"])

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specd.daemon.proxy import Proxy, ProxySettings
 from specd.daemon.steering import ProxySteering, backend_of
 from specd.deploy.slots import companion_unit, slot, write_pointer
 from specd.paths import StateDir
 from specd.profiles.config import Deployment, ProxyConfig
+from specd.proxy.proxy import Proxy, ProxySettings
 from specd.setup.sandbox import free_port
 from specd.unit.render import exec_start_line
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from specd.daemon.warmup import MAX_BODY_BYTES, Recent, RecentRequests, one_token, warm_up
+from specd.proxy.warmup import MAX_BODY_BYTES, Recent, RecentRequests, one_token, warm_up
 
 
 def chat(text: str, **extra: Any) -> dict[str, Any]:

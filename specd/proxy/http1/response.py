@@ -1,6 +1,6 @@
 """A response from the backend on its way in: the status line first, then the body part by part.
 
-`send` (specd.daemon.http1.client) returns once the status line and headers are in; the body goes
+`send` (specd.proxy.http1.client) returns once the status line and headers are in; the body goes
 to whoever attaches a `Sink`, from the connection's own callback: no reader task, no queue, no
 wake-up per token. What went wrong before a status line is an `UpstreamFailed` with a
 `resend.Outcome`, so the re-send rule never sees transport exceptions; a body that breaks off
@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from specd.daemon.http1 import Headers
-from specd.daemon.resend import Outcome
+from specd.proxy.http1 import Headers
+from specd.proxy.resend import Outcome
 
 if TYPE_CHECKING:
-    from specd.daemon.http1.client import BackendConnection
+    from specd.proxy.http1.client import BackendConnection
 
-log = logging.getLogger("specd.daemon.proxy")
+log = logging.getLogger("specd.proxy.proxy")
 
 
 

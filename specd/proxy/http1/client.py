@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from specd.daemon.http1 import Headers
-from specd.daemon.http1.response import MalformedResponse, UpstreamFailed, UpstreamResponse
+from specd.proxy.http1 import Headers
+from specd.proxy.http1.response import MalformedResponse, UpstreamFailed, UpstreamResponse
 
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from specd.daemon.http1 import Headers
+from specd.proxy.http1 import Headers
 
 if TYPE_CHECKING:
-    from specd.daemon.http1.server import FrontConnection
+    from specd.proxy.http1.server import FrontConnection
 
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specd.daemon.metrics import SpecdMetrics, route_label
+from specd.proxy.metrics import ProxyMetrics, route_label
 from specd.traffic.records import Recorder, TrafficRecord
 from specd.traffic.shape import request_shape
 from specd.traffic.taskclass import classify
@@ -110,7 +110,7 @@ class Exchange:
 class Recording:
     """Where a finished exchange goes: the metrics at once, the traffic row to the Recorder's queue."""
 
-    def __init__(self, unit: str, recorder: Recorder | None, metrics: SpecdMetrics | None) -> None:
+    def __init__(self, unit: str, recorder: Recorder | None, metrics: ProxyMetrics | None) -> None:
         self.unit, self._recorder, self._metrics = unit, recorder, metrics
         self._counted: dict[tuple[str, int], Any] = {}  # metric children by label: a lookup, not a labels() call
 

@@ -3,7 +3,7 @@
 `server` and `responder`: the connections clients make, each whole request handed to a handler,
 each answer written back. `client` and `response`: pooled keep-alive connections to the backend,
 each response's body handed part by part to a sink. Nothing here knows llama-server, the gate or
-what is recorded: specd.daemon.proxy and specd.daemon.relay do. It exists because every request
+what is recorded: specd.proxy.proxy and specd.proxy.relay do. It exists because every request
 pays for it: uvicorn with an ASGI app and aiohttp's client added about 0.5 ms to every first token
 on this project's box, this about 0.1 ms (benchmarks/results/proxy-overhead.md).
 """

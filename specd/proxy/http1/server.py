@@ -35,10 +35,10 @@ from urllib.parse import unquote
 
 import httptools
 
-from specd.daemon.http1 import Headers
-from specd.daemon.http1.responder import Responder
+from specd.proxy.http1 import Headers
+from specd.proxy.http1.responder import Responder
 
-log = logging.getLogger("specd.daemon.proxy")
+log = logging.getLogger("specd.proxy.proxy")
 
 LINGER_S = 5.0  # how long a refused client may go on sending before its connection is closed (nginx: 5 s)
 

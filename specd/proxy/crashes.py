@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from specd.daemon.exchange import Exchange
+from specd.proxy.exchange import Exchange
 
-log = logging.getLogger("specd.daemon.proxy")
+log = logging.getLogger("specd.proxy.proxy")
 
 Phase = Literal["before answering", "mid-stream"]
 ID_HEX_DIGITS = 12

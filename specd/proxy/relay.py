@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from specd.daemon.exchange import Exchange, json_object
-from specd.daemon.http1 import Headers
-from specd.daemon.http1.client import response_headers
-from specd.daemon.http1.responder import Responder, error_body
-from specd.daemon.http1.response import UpstreamResponse
+from specd.proxy.exchange import Exchange, json_object
+from specd.proxy.http1 import Headers
+from specd.proxy.http1.client import response_headers
+from specd.proxy.http1.responder import Responder, error_body
+from specd.proxy.http1.response import UpstreamResponse
 
 StopReason = Literal["client", "shutdown"]
 

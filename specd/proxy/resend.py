@@ -8,7 +8,7 @@ after a restart); otherwise the client gets a 502 right away, so one poison requ
 server restart, not a crash loop. A backend that goes silent is a 504; nothing else is re-sent.
 Once response bytes flowed to the client nothing is re-sent (the relay never comes back here).
 
-Pure: the proxy classifies what happened (specd.daemon.http1.response) and asks `decide`.
+Pure: the proxy classifies what happened (specd.proxy.http1.response) and asks `decide`.
 """
 
 from __future__ import annotations

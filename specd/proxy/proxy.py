@@ -2,21 +2,21 @@
 
 A switch restarts llama-server; a client talking to it directly sees refused connections and
 "Loading model" 503s. Through the proxy it sees latency instead: a request that cannot reach a
-healthy backend waits at a gate (the *hold*, specd.daemon.gate) until the backend answers
+healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers
 `/health` or the hold timeout passes. What is re-sent and what is answered with an error is the
-re-send rule (specd.daemon.resend). `pause`/`wait_idle`/`resume` let a switch drain in-flight
+re-send rule (specd.proxy.resend). `pause`/`wait_idle`/`resume` let a switch drain in-flight
 streams before the restart (the daemon serves them on its control socket; see
 `specd.daemon.control`). Headers pass through untouched (auth included) and are never logged or
-stored; traffic rows keep only the shape (specd.daemon.exchange). A request dropped by a server
+stored; traffic rows keep only the shape (specd.proxy.exchange). A request dropped by a server
 that then stops answering /health (before answering or mid-stream) is reported as the likely cause
-of the crash (`on_crash`, see specd.daemon.crashes); a shutdown answers held and unanswered
+of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers held and unanswered
 requests 503 (at once, and at the end of its grace) and cuts streams on an event boundary.
 
 Every request pays the proxy's own cost, so the path is short: HTTP/1.1 on asyncio protocols with
-httptools on both sides (specd.daemon.http1: no ASGI, no HTTP client library), the request sent
+httptools on both sides (specd.proxy.http1: no ASGI, no HTTP client library), the request sent
 upstream on a pooled connection the moment it is whole (its shape is read while the backend
 works), the stream relayed from the backend connection's callback to the client's socket
-(specd.daemon.relay), the traffic row handed to a writer thread. benchmarks/proxy_overhead.py
+(specd.proxy.relay), the traffic row handed to a writer thread. benchmarks/proxy_overhead.py
 measures it beside nginx.
 """
 
@@ -30,18 +30,18 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from specd.daemon import resend
-from specd.daemon.crashes import Crash, CrashWatch, DroppedRequest, Phase
-from specd.daemon.exchange import Exchange, Recording
-from specd.daemon.gate import BackendGate, HoldExpired
-from specd.daemon.http1.client import UpstreamPool, answers_health_now, forwarded_headers
-from specd.daemon.http1.responder import Responder
-from specd.daemon.http1.response import UpstreamFailed, UpstreamResponse
-from specd.daemon.http1.server import ClientRequest, FrontLimits, FrontServer
-from specd.daemon.metrics import SpecdMetrics
-from specd.daemon.relay import ClientWatch, Relay, read_whole, respond, start_stream
-from specd.daemon.warmup import RecentRequests
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
+from specd.proxy import resend
+from specd.proxy.crashes import Crash, CrashWatch, DroppedRequest, Phase
+from specd.proxy.exchange import Exchange, Recording
+from specd.proxy.gate import BackendGate, HoldExpired
+from specd.proxy.http1.client import UpstreamPool, answers_health_now, forwarded_headers
+from specd.proxy.http1.responder import Responder
+from specd.proxy.http1.response import UpstreamFailed, UpstreamResponse
+from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
+from specd.proxy.metrics import ProxyMetrics
+from specd.proxy.relay import ClientWatch, Relay, read_whole, respond, start_stream
+from specd.proxy.warmup import RecentRequests
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
 
@@ -82,7 +82,7 @@ class Proxy:
         resolve_backend: Callable[[], Backend],
         *,
         recorder: Recorder | None = None,
-        metrics: SpecdMetrics | None = None,
+        metrics: ProxyMetrics | None = None,
         capture: BodyCapture | None = None,
         on_crash: Callable[[Crash], None] | None = None,
     ) -> None:
@@ -129,7 +129,7 @@ class Proxy:
                 waiting.cancel()
             await self.wait_idle(5.0)
 
-    # ---- the gate (specd.daemon.gate): pause for a drain, hold while unhealthy ----------------
+    # ---- the gate (specd.proxy.gate): pause for a drain, hold while unhealthy ----------------
 
     @property
     def shutting_down(self) -> bool:
@@ -181,7 +181,7 @@ class Proxy:
     # ---- requests -----------------------------------------------------------------------------
 
     def handle(self, request: ClientRequest, responder: Responder) -> Coroutine[Any, Any, None]:
-        """Take one whole request: specd.daemon.http1.server calls this the moment the request is whole and
+        """Take one whole request: specd.proxy.http1.server calls this the moment the request is whole and
         runs what it returns as the request's task. With the gate open and a pooled connection idle,
         the request leaves for the backend here and now; reading its shape, recording and the rest
         happen in the task while the backend works (every step before the send is added latency)."""
@@ -277,7 +277,7 @@ class Proxy:
 
     async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str) -> tuple[bool, str]:
         """(the server still answers /health, the cause naming the request); a server that went
-        down on it reports it (specd.daemon.crashes)."""
+        down on it reports it (specd.proxy.crashes)."""
         lost = self._dropped(request, exchange, "before answering")
         return await self._crashes.survived(lost), f"{lost.request_id}, {cause}"
 
