@@ -21,6 +21,7 @@ from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, World
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the unit file: this test's own
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     for name in ("a", "b", "c"):
