@@ -14,10 +14,13 @@ specd_home="${SPECD_HOME:-$HOME/.local/share/specd}"
 venv="$specd_home/venv"
 bin_dir="$HOME/.local/bin"
 doc_dir="$HOME/.local/share/doc/specd"  # what specd.service's Documentation= names
+system_bin="${SPECD_SYSTEM_BIN-/usr/local/bin}"
 say() { echo "install: $*"; }
 
 say "files written outside $repo: $venv, $bin_dir/specd, the daemon's user unit under ~/.config/systemd/user,"
-say "this README under $doc_dir (and ${SPECD_SYSTEM_BIN-/usr/local/bin}/specd when that directory is writable);"
+also=""
+[ -z "$system_bin" ] || also=" (and $system_bin/specd when that directory is writable)"
+say "this README under $doc_dir$also;"
 say "system packages come from apt: only what running specd needs (the test suite's come with scripts/test.sh)"
 "$repo/scripts/install-system-deps.sh"
 
@@ -32,7 +35,6 @@ say "installing specd and its dependencies into $venv (PyGObject builds from sou
 mkdir -p "$bin_dir"
 ln -sfn "$venv/bin/specd" "$bin_dir/specd"
 say "specd -> $bin_dir/specd"
-system_bin="${SPECD_SYSTEM_BIN-/usr/local/bin}"
 if [ -n "$system_bin" ] && [ -w "$system_bin" ] && { [ ! -e "$system_bin/specd" ] || [ -L "$system_bin/specd" ]; }; then
   ln -sfn "$venv/bin/specd" "$system_bin/specd"
   say "specd -> $system_bin/specd (also: $system_bin is writable here, so every user's PATH finds it)"

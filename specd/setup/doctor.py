@@ -98,7 +98,8 @@ def _profiles(config: Config | SpecdError) -> list[Finding]:
         return [Finding("config", False, config.message, config.hint or "")]
     findings = [Finding("config", True, str(config.path))]
     for deployment in config.deployments:
-        findings.append(_systemd(deployment.scope))
+        manager = _systemd(deployment.scope)
+        findings.append(manager)
         if not deployment.profiles_dir.is_dir():
             findings.append(Finding(f"{deployment.unit} profiles", False,
                                     f"{deployment.profiles_dir} is not a directory",
@@ -119,10 +120,22 @@ def _profiles(config: Config | SpecdError) -> list[Finding]:
                 findings.append(Finding(label, not seen, "; ".join(seen) or ready,
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
+                if not manager.ok and " is held by " in exc.message:  # likely the unit's own server
+                    findings.append(Finding(label, True, _unasked_port(exc.message)))
+                    continue
                 profile = load_profile(deployment.profiles_dir, item.name)
                 fix = exc.hint or _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type))
                 findings.append(Finding(label, False, exc.message, fix))
     return findings
+
+
+def _unasked_port(message: str) -> str:
+    """Without the manager, preflight cannot tell the unit's own server from another process on the
+    profile's port; a new shell that has not reached quickstart's manager met "held by llama-server,
+    not by this unit" for every profile. The systemd finding says what to fix."""
+    held = message.removesuffix(", not by this unit")
+    return (f"checked up to its port: {held}, most likely this unit's own server (systemd could not be asked "
+            "which process is the unit's: see the systemd finding)")
 
 
 _SPECULATION_FIX = ("its last bench saw speculation not doing what the profile says: pick another speculative type or "

@@ -139,6 +139,9 @@ def test_quickstart_without_a_user_manager_keeps_a_private_one_until_stop(tmp_pa
         assert unsourced.returncode == 1 and f"source {env_sh}" in " ".join(unsourced.stderr.split()), unsourced
         status = _specd(env, "status")  # and status, which said only "no user bus"
         assert f"source {env_sh}" in " ".join(status.stdout.split()), status.stdout
+        doctor = json.loads(_specd(env, "doctor", "--json").stdout)  # the bus is the one problem it names
+        assert [f["check"] for f in doctor if not f["ok"]] == ["systemd (user)"], doctor
+        assert f"source {env_sh}" in next(f["fix"] for f in doctor if not f["ok"])
         _assert_next_commands_work({**env, **_exports(env_sh)})
     finally:
         stopped = _specd(env, "quickstart", "--stop")
