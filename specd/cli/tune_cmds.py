@@ -348,37 +348,29 @@ def verify_cmd(
 
     from specd.context import seams_for
     from specd.profiles.load import load_profile
+    from specd.tune import verify as checks
     from specd.tune.bench import DeploymentTarget, restoring
     from specd.tune.recent import captured_bodies
-    from specd.tune.verify import (
-        BUILTIN_PROBES,
-        needs_verification,
-        reference_profile,
-        save_verification,
-        traffic_probes,
-        verify_plain,
-        verify_profiles,
-    )
 
     _, deployment = deployment_of(config, unit)
-    reference = against or reference_profile(deployment)
+    reference = against or checks.reference_profile(deployment)
     if reference is None:
         raise UsageError("no reference profile: none is named autoregressive and all of them speculate",
                          hint="pass --against PROFILE")
     for name in (profile, reference):
         load_profile(deployment.profiles_dir, name)
-    plain = [name for name in (profile, reference) if not needs_verification(deployment, name)]
-    probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
+    plain = [name for name in (profile, reference) if not checks.needs_verification(deployment, name)]
+    probes = (*checks.BUILTIN_PROBES, *checks.traffic_probes(captured_bodies(deployment)))
     target = DeploymentTarget(deployment, seams=seams_for, trigger="verify")
     try:
         with restoring(target):
             if profile == reference and profile in plain:  # type = "none" is its own reference: no drafts, then
-                result = verify_plain(target, profile, probes)
+                result = checks.verify_plain(target, profile, probes)
             else:
-                result = verify_profiles(target, profile, reference, probes, plain=plain)
+                result = checks.verify_profiles(target, profile, reference, probes, plain=plain)
     finally:
         target.close()
-    save_verification(deployment, result)
+    checks.save_verification(deployment, result)
     if json_out:
         print_json(result.as_json())
     else:
