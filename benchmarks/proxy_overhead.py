@@ -3,8 +3,9 @@
     python benchmarks/proxy_overhead.py [--backend synthetic|llama|both] [--rounds 400]
         [--stream-rounds 6] [--idle-s 20] [--out benchmarks/results/proxy-overhead.json]
 
-Four ways to reach one backend: A direct, B through nginx (Debian's package, one worker, pooled
-keep-alive upstream connections, buffering off: the usual SSE setup), C through the real
+Four ways to reach one backend: A direct, B through nginx (Debian's package, which
+`scripts/install-system-deps.sh --bench` installs; one worker, pooled keep-alive upstream
+connections, buffering off: the usual SSE setup), C through the real
 `specd daemon` proxy, D through a bare forwarder (`serve_bare_forwarder_for_benchmark`, below: a
 FAKE proxy that only copies bytes both ways on asyncio + httptools, doing none of specd's work;
 the floor of a Python proxy on this machine). Every round sends the same streamed request once

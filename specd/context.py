@@ -9,18 +9,21 @@ step runs inside its drain, and a blue-green switch tells it to follow the slot 
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 from specd.daemon.control import DaemonProxyLink, StepRelay
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import History, Trigger
-from specd.deploy.plan import StepHook
 from specd.deploy.priority import ThreadNice
 from specd.deploy.seams import Seams
-from specd.deploy.switch import Switcher
 from specd.deploy.systemd import SystemdClient, connect_systemd
 from specd.errors import SystemdError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
+
+if TYPE_CHECKING:
+    from specd.deploy.plan import StepHook
+    from specd.deploy.switch import Switcher
 
 
 def state_dir() -> StateDir:
@@ -46,7 +49,10 @@ def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: H
                  systemd: SystemdClient | None = None, on_step: StepHook | None = None) -> Switcher:
     """A Switcher over the real seams. `on_step` hears every step of the transaction and of its
     health gate (the status page); a switch from the command line tells them to the daemon, whose
-    page shows it live."""
+    page shows it live. (The transaction is imported here, not at the top: `specd status` builds
+    seams but never switches, and need not load it.)"""
+    from specd.deploy.switch import Switcher
+
     seams = seams_for(deployment, history=history, systemd=systemd)
     if on_step is None and trigger == "cli":
         on_step = StepRelay(seams.state, deployment.unit)

@@ -83,6 +83,11 @@ class StateDir:
         unit store and the history then hold only this path, never the key."""
         return self.root / "secrets" / f"api-key-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
+    def server_output(self, unit: str) -> Path:
+        """llama-server's output on a box where no systemd-journald runs: the rendered unit appends
+        it here (`StandardOutput=append:`) and a failed switch shows its last lines."""
+        return self.root / f"{unit}.log"
+
     @property
     def daemon_socket(self) -> Path:
         return self.root / "daemon.sock"
@@ -139,3 +144,10 @@ def shipped(folder: str, *parts: str) -> Path:
 def api_key_file(key: str) -> Path:
     """`StateDir.api_key_file` of the environment's state dir: what a rendered unit names."""
     return StateDir.from_environment().api_key_file(key)
+
+
+def server_output_pattern() -> str:
+    """`StateDir.server_output` of the environment's state dir for any unit, as a rendered unit
+    names it: `%n` is systemd's specifier for the unit's own name (blue and green slots each get
+    their file); a `%` in the directory is doubled so systemd reads it as written."""
+    return str(StateDir.from_environment().root).replace("%", "%%") + "/%n.log"

@@ -13,9 +13,16 @@ import signal
 import sys
 from typing import Any
 
+# httpx imports its own command-line tool (httpx._main: pygments, rich's syntax and progress) when
+# click and rich are installed, as they are here; specd never runs it, and every command would pay
+# for it (a quarter of `specd status`'s start-up: benchmarks/results/cli-startup.md). Marking the
+# module absent makes httpx's own `except ImportError` fallback take over.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from specd.errors import SpecdError
 
@@ -27,9 +34,17 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Markup off: a profile's "[proxy]", "[speculative]" or a path in a message or a table cell is text,
+# never a style tag rich would swallow. specd's own styling goes through `styled`.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 log = logging.getLogger("specd")
+
+
+def styled(template: str, *values: object) -> Text:
+    """A line with specd's styling (`template`: rich markup with `{}` for each value) around values
+    printed exactly as they are."""
+    return Text.from_markup(template.format(*(escape(str(value)) for value in values)))
 
 
 def _register_commands() -> None:
@@ -105,8 +120,8 @@ def main() -> None:
         command()(prog_name="specd")
     except SpecdError as exc:
         log.debug("command failed", exc_info=True)
-        # escaped: a message naming a table ("[vllm] max_model_len") is text, not rich markup
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+        # styled: a message naming a table ("[vllm] max_model_len", "[proxy]") is text, not rich markup
+        err_console.print(styled("[bold red]error:[/] {}", exc), highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
@@ -116,5 +131,6 @@ def main() -> None:
     except Exception as exc:  # the last line of defence: no traceback for users
         if os.environ.get("SPECD_DEBUG"):
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (SPECD_DEBUG=1 shows more)")
+        err_console.print(styled("[bold red]internal error:[/] {}: {} (SPECD_DEBUG=1 shows more)",
+                                 type(exc).__name__, exc))
         sys.exit(1)

@@ -1,18 +1,18 @@
-"""switch, rollback, status, profiles, show, diff, history: the core commands."""
+"""switch, rollback, status, profiles, show, diff, history: the core commands.
+
+What a command needs is imported when it runs: `specd --help` and `specd status` must not pay
+for the switch transaction, the tuner or numpy (benchmarks/cli_startup.py measures it).
+"""
 
 from __future__ import annotations
 
-import difflib
 import textwrap
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich import box
-from rich.table import Table
 
-from specd import context
-from specd.cli import app, console, err_console
+from specd.cli import app, console, err_console, styled
 from specd.cli.common import (
     ConfigOption,
     JsonOption,
@@ -21,36 +21,26 @@ from specd.cli.common import (
     deployment_of,
     print_json,
 )
-from specd.cli.facts import facts_of, pins_row
-from specd.cli.json_out import dumps, failure_json, outcome_json
-from specd.context import main_pid_of, switcher_for
-from specd.daemon.control import daemon_status
-from specd.deploy.history import History
-from specd.deploy.preflight import quick_problems, run_preflight, vram_details
-from specd.deploy.slots import StrategyRequest, same_but_port
-from specd.deploy.status import collect_status
-from specd.deploy.switch import Outcome
+from specd.cli.layout import labelled, table_with_detail
+from specd.deploy.slots import StrategyRequest
 from specd.errors import SpecdError, StateDbError
-from specd.profiles.config import Deployment
-from specd.profiles.load import list_profiles, load_profile
-from specd.secrets import mask, mask_argv
-from specd.tune.activity import profile_problems as speculation_problems
-from specd.tune.verify import unverified_warning
+
+if TYPE_CHECKING:
+    from specd.deploy.switch import Outcome
+    from specd.profiles.config import Deployment
 
 
 def _report(outcome: Outcome, what: str) -> None:
     for note in outcome.notes:
-        console.print(f"[dim]note:[/] {note}", highlight=False)
+        console.print(styled("[dim]note:[/] {}", note), highlight=False)
     if outcome.unchanged:
         return
     gen = outcome.generation
     health = outcome.health
     load = f", server load {health.load_s:.1f} s" if health else ""
     how = f"; {gen.strategy}, {gen.slot} slot" if gen.strategy and gen.slot else ""
-    console.print(
-        f"[green]{what}[/]: profile [bold]{gen.profile}[/] is healthy (generation {gen.id}; "
-        f"total {gen.total_s or 0:.1f} s{load}{how})", highlight=False,
-    )
+    console.print(styled("[green]{}[/]: profile [bold]{}[/] is healthy (generation {}; total {} s{}{})", what,
+                         gen.profile, gen.id, f"{gen.total_s or 0:.1f}", load, how), highlight=False)
 
 
 @app.command()
@@ -66,13 +56,16 @@ def switch(
 
     --json prints one document (docs/json.md) on success and on failure; the exit status stays.
     """
+    from specd.context import switcher_for
+    from specd.tune.verify import unverified_warning
+
     _, deployment = deployment_of(config, unit)
     try:
         warning = unverified_warning(deployment, profile)
     except StateDbError:
         warning = None
     if warning:
-        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        err_console.print(styled("[yellow]warning:[/] {}", warning), highlight=False)
     switcher = switcher_for(deployment)
     if not json_out:
         _report(switcher.switch(profile, strategy), "switched")
@@ -83,6 +76,9 @@ def switch(
 def _json_operation(deployment: Deployment, kind: str, profile: str | None, run: Callable[[], Outcome]) -> None:
     """Run a switch or rollback and print its --json document, also when it fails (then re-raise,
     so the message reaches stderr and the exit code stays)."""
+    from specd.cli.json_out import dumps, failure_json, outcome_json
+    from specd.context import switcher_for
+
     def active() -> str | None:
         return switcher_for(deployment).active_profile()
 
@@ -105,14 +101,17 @@ def rollback(
     = "restart",
 ) -> None:
     """Go back to the unit as it was before the last change (repeat to walk further back)."""
+    from specd.context import switcher_for
+    from specd.deploy.history import History
+
     _, deployment = deployment_of(config, unit)
     try:
         switcher = switcher_for(deployment)
     except StateDbError as exc:
         if to is not None:
             raise
-        err_console.print(f"[yellow]warning:[/] {exc.message}\nrolling back from the .pre-* backups alone; "
-                          "this rollback is not recorded in history", highlight=False)
+        err_console.print(styled("[yellow]warning:[/] {}\n{}", exc.message, "rolling back from the .pre-* backups "
+                                 "alone; this rollback is not recorded in history"), highlight=False)
         switcher = switcher_for(deployment, history=History.in_memory())
     if json_out:
         _json_operation(deployment, "rollback", None, lambda: switcher.rollback(to, strategy))
@@ -130,27 +129,35 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
     Exit status: 0 healthy; 3 the endpoint is not healthy, the deployment is marked failed or
     stopped, or an interrupted switch awaits `specd recover`.
     """
+    from specd.cli.facts import facts_of, pins_row
+    from specd.context import seams_for
+    from specd.daemon.control import daemon_status
+    from specd.deploy.status import collect_status
+
     cfg, deployment = deployment_of(config, unit)
-    seams = context.seams_for(deployment)
+    seams = seams_for(deployment)
     report = collect_status(seams, daemon_status(seams.state, deployment.unit))
     if json_out:
         print_json(report.as_dict() | facts_of(cfg, deployment))
     else:
-        table = Table(show_header=False, box=None)
         daemon = report.daemon
         next_run = f"; next tuning {daemon['next_tuning'][:16].replace('T', ' ')}" if daemon.get("next_tuning") else ""
         slot = f"{report.slot} ({report.slot_unit})" + (f", by {report.strategy}" if report.strategy else "")
+        if report.clients_endpoint != report.endpoint:  # a [proxy]: clients use its address, not the server's
+            proxy = "specd's proxy" if daemon.get("running") else "specd's proxy; the daemon is not running"
+            endpoints = [("clients", f"{report.clients_endpoint} ({proxy})"), ("server", report.endpoint)]
+        else:
+            endpoints = [("endpoint", report.endpoint)]
         rows = [("unit", report.unit), ("active profile", report.active_profile), ("slot", slot),
-                ("state", report.state), ("unit state", report.unit_state), ("endpoint", report.endpoint),
+                ("state", report.state), ("unit state", report.unit_state), *endpoints,
                 ("health", report.health), ("vram", report.vram), ("generation", report.generation),
                 ("history", report.history_problem), ("last tuning", report.last_tuning),
                 ("pins", pins_row(deployment)),
                 ("pending", report.pending),
                 ("daemon", str(daemon.get("detail", "")) + next_run)]
-        for label, value in rows:
-            if value not in (None, ""):
-                table.add_row(label, str(value))
-        console.print(table)
+        shown = [(label, str(value)) for label, value in rows if value not in (None, "")]
+        for line in labelled(shown, console.width):  # paths (env.sh, the unit) stay whole
+            typer.echo(line)
     if report.needs_attention:
         raise typer.Exit(STATUS_UNHEALTHY_EXIT)
 
@@ -158,6 +165,8 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
 @app.command()
 def recover(config: ConfigOption = None, unit: UnitOption = None) -> None:
     """Finish an interrupted switch or rollback by reverting it (any switch or rollback does this too)."""
+    from specd.context import switcher_for
+
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
     pending = switcher.pending_intent()
@@ -171,6 +180,13 @@ def recover(config: ConfigOption = None, unit: UnitOption = None) -> None:
 @app.command()
 def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """Every profile in profiles_dir, whether it validates, and which one is active."""
+    from rich.table import Table
+
+    from specd.context import switcher_for
+    from specd.deploy.preflight import quick_problems
+    from specd.profiles.load import list_profiles, load_profile
+    from specd.tune.activity import profile_problems as speculation_problems
+
     _, deployment = deployment_of(config, unit)
     active = switcher_for(deployment).active_profile()
     listing = list_profiles(deployment.profiles_dir)
@@ -185,8 +201,9 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
     table = Table("", "profile", "description", "problem")
     for item in listing:
         mark = "*" if item.name == active else ""
-        kind = " (base)" if item.abstract else ""
-        table.add_row(mark, item.name + kind, item.description, item.error or "; ".join(problems.get(item.name, [])))
+        description = item.description + (" (abstract: the others inherit it; never switched to)"
+                                          if item.abstract else "")
+        table.add_row(mark, item.name, description.strip(), item.error or "; ".join(problems.get(item.name, [])))
     console.print(table)
 
 
@@ -198,8 +215,12 @@ VramOption = Annotated[bool, typer.Option("--vram", help="the VRAM check in full
 def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False,
          vram: VramOption = False) -> None:
     """The unit file PROFILE would install (after every preflight check)."""
+    from specd.context import main_pid_of, seams_for
+    from specd.deploy.preflight import run_preflight, vram_details
+    from specd.secrets import mask, mask_argv
+
     _, deployment = deployment_of(config, unit)
-    main_pid = main_pid_of(context.seams_for(deployment))
+    main_pid = main_pid_of(seams_for(deployment))
     if vram:
         lines, fits = vram_details(deployment, profile, current_main_pid=main_pid)
         if json_out:
@@ -222,6 +243,13 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
 @app.command()
 def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
     """Unified diff of the installed unit against what PROFILE would install."""
+    import difflib
+
+    from specd.context import main_pid_of, switcher_for
+    from specd.deploy.preflight import run_preflight
+    from specd.deploy.slots import same_but_port
+    from specd.secrets import mask
+
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
     pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(switcher.seams))
@@ -251,6 +279,8 @@ def history(
     json_out: JsonOption = False,
 ) -> None:
     """Every generation of the unit: when, which profile, what triggered it, how it went."""
+    from specd.context import switcher_for
+
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
     if events:
@@ -258,10 +288,10 @@ def history(
         if json_out:
             print_json(rows)
             return
-        table = Table("time (UTC)", "kind", "detail")
-        for row in rows:
-            table.add_row(str(row["at"])[:19].replace("T", " "), str(row["kind"]), str(row["detail"]))
-        console.print(table)
+        when_and_kind = [[str(row["at"])[:19].replace("T", " "), str(row["kind"])] for row in rows]
+        for line in table_with_detail(["time (UTC)", "kind"], when_and_kind, [str(row["detail"]) for row in rows],
+                                      console.width):
+            typer.echo(line)
         return
     generations = switcher.history.list(deployment.unit, limit)
     active = switcher.history.active(deployment.unit)
@@ -280,10 +310,6 @@ def history(
                      gen.trigger, gen.outcome, total])
     headers = ["gen", "time (UTC)", "kind", "profile", *(["slot", "strategy"] if slots else []), "trigger", "outcome",
                "s"]
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True)
-    for index, header in enumerate(headers):  # never squeezed: the detail column gives way instead
-        table.add_column(header, no_wrap=True, min_width=max([len(header), *(len(r[index]) for r in cells)]))
-    table.add_column("detail", overflow="fold", min_width=12)
-    for cell, gen in zip(cells, generations, strict=True):
-        table.add_row(*cell, textwrap.shorten(gen.detail or "", 160, placeholder=" …"))
-    console.print(table)
+    details = [textwrap.shorten(gen.detail or "", 160, placeholder=" …") for gen in generations]
+    for line in table_with_detail(headers, cells, details, console.width):  # never squeezed: the detail gives way
+        typer.echo(line)

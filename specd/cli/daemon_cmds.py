@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from specd.cli import app, console
+from specd.cli import app, console, styled
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.errors import UsageError
 from specd.profiles.config import load_config
@@ -93,8 +93,8 @@ def traffic_cmd(
     if json_out:
         print_json(summary)
         return
-    console.print(f"[bold]{deployment.unit}[/], last {since}: [bold]{summary['requests']}[/] requests "
-                  f"({summary['failed']} failed, {summary['streamed']} streamed)", highlight=False)
+    console.print(styled("[bold]{}[/], last {}: [bold]{}[/] requests ({} failed, {} streamed)", deployment.unit, since,
+                         summary["requests"], summary["failed"], summary["streamed"]), highlight=False)
     if summary["requests"] == 0 and not summary["sampled_counters"]:
         console.print("no traffic recorded: enable [proxy] in specd.toml, or start llama-server with --metrics "
                       "and run `specd daemon`", highlight=False, markup=False)

@@ -9,26 +9,24 @@ from typing import Any
 
 from specd import context
 from specd.deploy.history import History
+from specd.deploy.status import last_tuning_event, parse_record
 from specd.errors import StateDbError
 from specd.profiles.config import Config, Deployment
-from specd.setup.box import box_identity
 from specd.tune.pins import get_pin, period_pins
-from specd.tune.tuner import parse_record
-
-TUNE_EVENTS = ("tune", "tune-dry-run", "tune-skip")
 
 
 def last_tune(unit: str) -> dict[str, Any] | None:
-    """The newest tuner event: when, what kind, its sentence and (for a decision) its numbers."""
+    """The newest tuning event (the kinds `specd status` shows as its last tuning): when, what kind,
+    its sentence and (for a decision) its numbers."""
     history = History(context.state_dir().db)
     try:
-        for event in history.events(unit, limit=500):
-            if event["kind"] in TUNE_EVENTS:
-                reason, numbers = parse_record(str(event["detail"]))
-                return {"at": event["at"], "kind": event["kind"], "reason": reason, **numbers}
+        event = last_tuning_event(history, unit)
     finally:
         history.close()
-    return None
+    if event is None:
+        return None
+    reason, numbers = parse_record(str(event["detail"]))
+    return {"at": event["at"], "kind": event["kind"], "reason": reason, **numbers}
 
 
 def pins_row(deployment: Deployment) -> str | None:
@@ -54,5 +52,7 @@ def facts_of(config: Config, deployment: Deployment) -> dict[str, Any]:
         facts["pin"] = facts["last_tune"] = None
         facts["schedule"] = {}
         facts["state_db_error"] = exc.message
+    from specd.setup.box import box_identity
+
     facts["box"] = box_identity().as_json()
     return facts

@@ -5,21 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from specd.cli import app as cli_app
 from specd.cli import console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.cli.tune_cmds import MaxTokensOption, NOption, PeriodOption, WorkloadOption, progress_bar
-from specd.context import seams_for
 from specd.errors import UsageError
-from specd.profiles.load import load_profile
-from specd.tune.bench import DeploymentTarget, Settings
-from specd.tune.levels import bench_levels, levels_of, parse_levels, schedule_of
-from specd.tune.pins import clear_period_pins, set_period_pin
-from specd.tune.recent import recorded_levels_by_period, resolve_workload
-from specd.tune.tuner import candidate_profiles
-from specd.tune.workloads import Period
+from specd.tune.periods import Period
 
 
 @cli_app.command("tune-levels")
@@ -42,6 +34,16 @@ def tune_levels(
     """Bench the profiles at each concurrency level; say the best per level and the single profile that
     loses least over the traffic's mix. Switches nothing: the original profile is back at the end
     (with --apply, the daemon switches by time of day from then on)."""
+    from rich.table import Table
+
+    from specd.context import seams_for
+    from specd.profiles.load import load_profile
+    from specd.tune.bench import DeploymentTarget, Settings
+    from specd.tune.levels import bench_levels, levels_of, parse_levels, schedule_of
+    from specd.tune.pins import clear_period_pins, set_period_pin
+    from specd.tune.recent import recorded_levels_by_period, resolve_workload
+    from specd.tune.tuner import candidate_profiles
+
     cfg, deployment = deployment_of(config, unit)
     settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens)
     chosen = resolve_workload(workload or cfg.tuner.workload, deployment, settings.n, period)

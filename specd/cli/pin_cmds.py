@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 
 from specd.cli import app as cli_app
-from specd.cli import console
+from specd.cli import console, styled
 from specd.cli.common import ConfigOption, UnitOption, deployment_of
-from specd.context import switcher_for
 from specd.errors import UsageError
 from specd.profiles.load import load_profile
+from specd.tune.periods import PERIODS, Period
 from specd.tune.pins import Pin, clear_period_pins, clear_pin, get_pin, set_period_pin, set_pin
-from specd.tune.workloads import PERIODS, Period
 
 PERIOD_HELP = ", ".join(f"{name} {lo:02d}-{hi:02d}" for name, lo, hi in PERIODS)
 PinPeriodOption = Annotated[Period | None, typer.Option(
@@ -35,19 +34,22 @@ def pin(
     load_profile(deployment.profiles_dir, profile)
     if period is not None:
         set_period_pin(deployment.unit, period, profile)
-        console.print(f"pinned {deployment.unit} to [bold]{profile}[/] in the {period}: the daemon switches to it "
-                      "when the period begins (within [daemon] schedule_check_s) and back when it ends",
-                      highlight=False)
+        console.print(styled("pinned {} to [bold]{}[/] in the {}: {}", deployment.unit, profile, period,
+                             "the daemon switches to it when the period begins (within [daemon] schedule_check_s) "
+                             "and back when it ends"), highlight=False)
         if get_pin(deployment.unit) is not None:
-            console.print("[dim]note:[/] an all-day pin holds everything; the schedule waits until `specd unpin`",
-                          highlight=False)
+            console.print(styled("[dim]note:[/] an all-day pin holds everything; the schedule waits until "
+                                 "`specd unpin`"), highlight=False)
         return
     set_pin(deployment.unit, profile)
-    console.print(f"pinned {deployment.unit} to [bold]{profile}[/]; the tuner will not switch it", highlight=False)
+    console.print(styled("pinned {} to [bold]{}[/]; the tuner will not switch it", deployment.unit, profile),
+                  highlight=False)
+    from specd.context import switcher_for
+
     active = switcher_for(deployment).active_profile()
     if active != profile:
-        console.print(f"[dim]note:[/] the active profile is {active or 'none'}; run `specd switch {profile}`",
-                      highlight=False)
+        console.print(styled("[dim]note:[/] the active profile is {}; run `specd switch {}`", active or "none",
+                             profile), highlight=False)
 
 
 @cli_app.command()

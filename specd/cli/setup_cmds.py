@@ -6,31 +6,25 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
-from specd.cli import app, console
+from specd.cli import app, console, layout
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
 from specd.errors import UsageError
-from specd.setup.doctor import run_doctor
-from specd.unit.importer import import_unit_report
-from specd.unit.locate import resolve_source
-from specd.unit.swap_import import import_llama_swap
 
 
 @app.command()
 def doctor(config: ConfigOption = None, json_out: JsonOption = False) -> None:
     """What is missing on this box for specd and each profile, and how to fix it."""
+    from specd.setup.doctor import run_doctor
+
     findings = run_doctor(config)
     if json_out:
         print_json([f.__dict__ for f in findings])
     else:
-        table = Table("check", "")
-        table.add_column("detail", overflow="fold")  # paths fold onto the next line, never cut
-        table.add_column("fix", overflow="fold")
-        for finding in findings:
-            table.add_row(finding.check, "[green]ok[/]" if finding.ok else "[red]problem[/]", finding.detail,
-                          "" if finding.ok else finding.fix)
-        console.print(table)
+        items = [(f.check, f.ok, f.detail, f.fix) for f in findings]
+        for ok, line in layout.findings(items, console.width):  # paths stay whole at any width
+            console.print(Text(line, style="" if ok else "red"), highlight=False, soft_wrap=True)
     if not all(f.ok for f in findings):
         raise typer.Exit(1)
 
@@ -52,6 +46,11 @@ def import_(
 ) -> None:
     """Turn an existing llama-server unit into profile NAME, read as systemd reads it, and say what
     became of each part (typed key, args, env, a default filled in, or not carried)."""
+    from rich.table import Table
+
+    from specd.unit.importer import import_unit_report
+    from specd.unit.locate import resolve_source
+
     _, deployment = deployment_of(config, unit)
     if swap_config is not None:
         _import_llama_swap(swap_config, deployment.profiles_dir, force=force, json_out=json_out)
@@ -76,6 +75,10 @@ def import_(
 
 
 def _import_llama_swap(config: Path, profiles_dir: Path, *, force: bool, json_out: bool) -> None:
+    from rich.table import Table
+
+    from specd.unit.swap_import import import_llama_swap
+
     outcomes, notes = import_llama_swap(config, profiles_dir, force=force)
     if json_out:
         print_json({"models": [{"model": o.model, "profile": str(o.profile) if o.profile else None,

@@ -1,4 +1,8 @@
-"""bench, tune, pin, unpin: measuring profiles and choosing one."""
+"""bench and tune: measuring profiles and choosing one (tune-table and verify: verify_cmds.py).
+
+The tuner's modules (and numpy under them) are imported inside the commands: every other `specd`
+command, `--help` included, registers these and must not pay for them (benchmarks/cli_startup.py).
+"""
 
 from __future__ import annotations
 
@@ -7,36 +11,24 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from specd.cli import app as cli_app
-from specd.cli import console, err_console
+from specd.cli import console, err_console, styled
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.context import seams_for
-from specd.deploy.history import now_iso
+from specd.cli.tune_tables import bench_table, print_decision, traffic_line
 from specd.errors import PreflightError, ProfileError, SpecdError, UsageError
-from specd.profiles.axes import parse_axis
-from specd.profiles.config import Deployment
-from specd.profiles.load import load_profile
-from specd.setup.box import box_identity
-from specd.tune import activity
-from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, run_bench
-from specd.tune.bench import Progress as ProgressFn
-from specd.tune.benchstore import save_report
-from specd.tune.fleet import TUNE_SCHEMA
-from specd.tune.recent import resolve_workload
-from specd.tune.shadow import ShadowTarget, clean_only, load_notes, make_winner_live
-from specd.tune.sweep import SweepResult, sweep_deployment, sweep_json, sweep_sentence
-from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
-from specd.tune.verify import (
-    fingerprint,
-    needs_verification,
-)
-from specd.tune.workloads import Period, Workload
+from specd.tune.periods import Period
+
+if TYPE_CHECKING:
+    from specd.profiles.config import Deployment
+    from specd.tune.bench import Progress as ProgressFn
+    from specd.tune.bench import Report, Settings
+    from specd.tune.shadow import ShadowTarget
+    from specd.tune.sweep import SweepResult
+    from specd.tune.workloads import Workload
 
 WorkloadOption = Annotated[str | None, typer.Option(
     "--workload", "-w", help="recent (from recorded traffic), a built-in name (code, prose, ...) or a JSONL file")]
@@ -74,6 +66,8 @@ def progress_lines(started: float | None = None) -> ProgressFn:
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
     """A live bar on a terminal; plain lines otherwise, so a log shows progress from the start."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
     if not enabled:
         yield None
         return
@@ -91,31 +85,6 @@ def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
 
     with bar:
         yield update
-
-
-def fmt_ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 1000.0:.2f} s"
-
-
-def _bench_table(report: Report) -> Table:
-    data = report.as_json()["cells"]
-    table = Table("profile", "engine", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s",
-                  "accept", "reasoning tok", "VRAM peak", "")
-    for name, cell in data.items():
-        wall = cell["wall_ms"]
-        lo, hi = wall["ci95"]
-        vram = cell["vram_peak_bytes"]
-        flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
-                                                                     else [])
-        table.add_row(name, cell["engine"], str(cell["n"]),
-                      f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
-                      f"{fmt_ms(cell['prefill_ms_median'])} ({fmt_ms(cell['prefill_ms_no_reuse_median'])})",
-                      f"{cell['cache_n_median']:.0f}",
-                      "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
-                      _acceptance(cell),
-                      "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}",
-                      vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
-    return table
 
 
 @cli_app.command()
@@ -139,6 +108,15 @@ def bench(
 
     With --shadow each profile runs in the free slot instead, beside the live server, which keeps
     serving; samples taken while live traffic ran are marked, re-sent, and left out when possible."""
+    from specd.context import seams_for
+    from specd.profiles.load import load_profile
+    from specd.tune import activity
+    from specd.tune.bench import DeploymentTarget, Settings, run_bench
+    from specd.tune.benchstore import save_report
+    from specd.tune.recent import resolve_workload
+    from specd.tune.tuner import candidate_profiles
+    from specd.tune.verify import fingerprint, needs_verification
+
     cfg, deployment = deployment_of(config, unit)
     settings = Settings(n=n or cfg.tuner.n, max_tokens=max_tokens, concurrency=concurrency, cache_reuse=cache_reuse,
                         temperature=temperature)
@@ -168,9 +146,9 @@ def bench(
     if json_out:
         print_json(report.as_json())
         return
-    console.print(_bench_table(report))
+    console.print(bench_table(report))
     for note in report.notes:
-        console.print(f"[dim]note:[/] {note}", highlight=False)
+        console.print(styled("[dim]note:[/] {}", note), highlight=False)
     console.print(f"bench run {report.run_id}: {traffic_line(report.traffic)}; {report.rounds} rounds, "
                   f"{report.switches} switches, {report.elapsed_s:.0f} s; {back}",
                   highlight=False)
@@ -179,6 +157,10 @@ def bench(
 def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, settings: Settings,
                   show_progress: bool) -> Report:
     """Bench in the free slot; the report compares clean samples only when each profile kept enough."""
+    from specd.context import seams_for
+    from specd.tune.bench import bench_profiles
+    from specd.tune.shadow import ShadowTarget, clean_only, load_notes
+
     with ShadowTarget(seams_for(deployment)) as target, progress_bar(show_progress) as progress:
         report = bench_profiles(target, names, workload, settings, progress)
     if not report.benched():
@@ -189,27 +171,10 @@ def _shadow_bench(deployment: Deployment, names: list[str], workload: Workload, 
     return compared
 
 
-def traffic_line(traffic: dict[str, Any]) -> str:
-    """What a bench replayed, in one line: source, size, mix, concurrency, cache reuse, sampling."""
-    mix = ", ".join(f"{name} {count}" for name, count in traffic["class_mix"].items())
-    sampling = "; ".join(f"{label} x{count}" for label, count in traffic["sampling"].items())
-    return (f"workload {traffic['name']} ({traffic['source']}, {traffic['size']} requests: {mix}), "
-            f"concurrency {traffic['concurrency']}, cache reuse {'on' if traffic['cache_reuse'] else 'off'} "
-            f"({traffic['follow_ups']} follow-up turns), sampling {sampling}")
-
-
-def _acceptance(cell: dict[str, Any]) -> str:
-    """Per-request acceptance (llama-server's timings), else the server's counters over the bench (vLLM)."""
-    if cell["acceptance_median"] is not None:
-        return f"{cell['acceptance_median']:.0%}"
-    counters = cell.get("spec_counters")
-    if counters and counters["drafted"]:
-        return f"{counters['accepted'] / counters['drafted']:.0%} (/metrics)"
-    return "n/a"
-
-
 def engines_of(deployment: Deployment, names: Iterable[str]) -> dict[str, str]:
     """Each profile's engine, as its file says now ("?" for one that no longer loads)."""
+    from specd.profiles.load import load_profile
+
     engines: dict[str, str] = {}
     for name in names:
         try:
@@ -217,27 +182,6 @@ def engines_of(deployment: Deployment, names: Iterable[str]) -> dict[str, str]:
         except ProfileError:
             engines[name] = "?"
     return engines
-
-
-def _ratio_cell(lo: float | None, ratio: float | None, hi: float | None) -> str:
-    if ratio is None:
-        return "1 (active)"
-    top = "inf" if hi is None or hi == float("inf") else f"{hi:.2f}"
-    return f"{ratio:.2f} [{(lo or 0.0):.2f}-{top}]"
-
-
-def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
-    level = f"{decision.level:.1%}" if decision.level else "95%"
-    table = Table("profile", "engine", "n", "wall median", "95% CI",
-                  f"time vs {decision.active or 'reference'} [{level}]", "verdict", "model (mix)", "")
-    for est in decision.estimates:
-        mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
-        verdict = (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")
-        table.add_row(est.profile, engines.get(est.profile, "?"), str(est.n), fmt_ms(est.median_ms),
-                      f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s",
-                      _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi), verdict, fmt_ms(est.model_wall_ms),
-                      mark + (" (noisy)" if est.high_variance else ""))
-    return table
 
 
 def _bench_target(deployment: Deployment, shadow: bool, dry_run: bool, names: list[str],
@@ -256,6 +200,9 @@ def _bench_target(deployment: Deployment, shadow: bool, dry_run: bool, names: li
 
 def _where(deployment: Deployment, shadow: bool, dry_run: bool,
            names: list[str]) -> tuple[ShadowTarget | None, list[str]]:
+    from specd.context import seams_for
+    from specd.tune.shadow import ShadowTarget
+
     if shadow or not dry_run:
         return (ShadowTarget(seams_for(deployment)) if shadow else None), []
     why_not = ""
@@ -309,6 +256,13 @@ def tune(
     json_out: JsonOption = False,
 ) -> None:
     """Bench the candidates on the workload and switch to the best wall clock if it wins clearly."""
+    from specd.context import seams_for
+    from specd.profiles.axes import parse_axis
+    from specd.profiles.load import load_profile
+    from specd.tune.shadow import make_winner_live
+    from specd.tune.sweep import sweep_deployment, sweep_json, sweep_sentence
+    from specd.tune.tuner import candidate_profiles, tune_deployment
+
     cfg, deployment = deployment_of(config, unit)
     if margin is not None and not 0.0 <= margin < 1.0:
         raise UsageError(f"--margin must be between 0 and 1 (0.05 = 5%), not {margin}")
@@ -347,25 +301,19 @@ def tune(
             document["sweep"] = sweep_json(swept)
         print_json(document)
         return
-    _print_decision(decision, result.final_profile, engines_of(deployment, [e.profile for e in decision.estimates]))
+    print_decision(decision, result.final_profile, engines_of(deployment, [e.profile for e in decision.estimates]))
     if swept is not None:
         console.print(sweep_sentence(swept), highlight=False)
-
-
-def _print_decision(decision: Decision, final_profile: str | None, engines: dict[str, str]) -> None:
-    console.print(_decision_table(decision, engines))
-    for sentence in (*decision.crossovers, *decision.notes):
-        console.print(f"[dim]note:[/] {sentence}", highlight=False)
-    console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
-    spent = ", ".join(f"{name} {count}" for name, count in decision.samples.items())
-    console.print(f"requests per profile: {spent}; stopped: {decision.stopped or 'n/a'}", highlight=False)
-    console.print(f"[bold]{decision.reason}[/] (outcome: {decision.outcome}; bench {decision.bench_s:.0f} s; now on "
-                  f"{final_profile or 'nothing'})", highlight=False)
 
 
 def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,
                   bench_run: int | None) -> dict[str, Any]:
     """`specd tune --json`: the decision plus what makes it comparable across boxes (docs/json.md)."""
+    from specd.deploy.history import now_iso
+    from specd.profiles.load import load_profile
+    from specd.setup.box import box_identity
+    from specd.tune.fleet import TUNE_SCHEMA
+
     models: dict[str, str | None] = {}
     for name in [*decision["estimates"], *decision.get("left_out", {})]:
         try:

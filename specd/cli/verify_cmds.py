@@ -1,4 +1,7 @@
-"""tune-table and verify: tuner verdicts side by side, and a profile's answers against the reference's."""
+"""tune-table and verify: tuner verdicts side by side, and a profile's answers against the reference's.
+
+What a command needs is imported when it runs (`specd --help` must not load the tuner: benchmarks/cli_startup.py).
+"""
 
 from __future__ import annotations
 
@@ -7,27 +10,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from specd.cli import app as cli_app
-from specd.cli import console
+from specd.cli import console, styled
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.cli.tune_cmds import fmt_ms
-from specd.context import seams_for
+from specd.cli.tune_tables import fmt_ms
 from specd.errors import FidelityError, UsageError
-from specd.profiles.load import load_profile
-from specd.tune.bench import DeploymentTarget, restoring
-from specd.tune.fleet import load_rows
-from specd.tune.recent import captured_bodies
-from specd.tune.verify import (
-    BUILTIN_PROBES,
-    needs_verification,
-    reference_profile,
-    save_verification,
-    traffic_probes,
-    verify_plain,
-    verify_profiles,
-)
 
 
 @cli_app.command("tune-table")
@@ -36,6 +24,10 @@ def tune_table(
     json_out: JsonOption = False,
 ) -> None:
     """Tuner verdicts from several boxes side by side: one row per box and profile."""
+    from rich.table import Table
+
+    from specd.tune.fleet import load_rows
+
     rows = load_rows(files)
     if json_out:
         print_json([asdict(row) for row in rows])
@@ -66,37 +58,46 @@ def verify_cmd(
     Greedy on purpose, unlike bench and tune (which sample as the traffic does): at temperature 0 a
     faithful speculative profile answers exactly as the reference does.
     """
+    from rich.table import Table
+    from rich.text import Text
+
+    from specd.context import seams_for
+    from specd.profiles.load import load_profile
+    from specd.tune import verify as checks
+    from specd.tune.bench import DeploymentTarget, restoring
+    from specd.tune.recent import captured_bodies
+
     _, deployment = deployment_of(config, unit)
-    reference = against or reference_profile(deployment)
+    reference = against or checks.reference_profile(deployment)
     if reference is None:
         raise UsageError("no reference profile: none is named autoregressive and all of them speculate",
                          hint="pass --against PROFILE")
     for name in (profile, reference):
         load_profile(deployment.profiles_dir, name)
-    plain = [name for name in (profile, reference) if not needs_verification(deployment, name)]
-    probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
+    plain = [name for name in (profile, reference) if not checks.needs_verification(deployment, name)]
+    probes = (*checks.BUILTIN_PROBES, *checks.traffic_probes(captured_bodies(deployment)))
     target = DeploymentTarget(deployment, seams=seams_for, trigger="verify")
     try:
         with restoring(target):
             if profile == reference and profile in plain:  # type = "none" is its own reference: no drafts, then
-                result = verify_plain(target, profile, probes)
+                result = checks.verify_plain(target, profile, probes)
             else:
-                result = verify_profiles(target, profile, reference, probes, plain=plain)
+                result = checks.verify_profiles(target, profile, reference, probes, plain=plain)
     finally:
         target.close()
-    save_verification(deployment, result)
+    checks.save_verification(deployment, result)
     if json_out:
         print_json(result.as_json())
     else:
         table = Table("probe", "kind", "exact", "structure", "edit distance", "detail")
         for check in result.checks:
-            verdict = {None: "-", True: "ok", False: "[red]FAIL[/]"}[check.structured_ok]
+            verdict = {None: Text("-"), True: Text("ok"), False: Text("FAIL", style="red")}[check.structured_ok]
             table.add_row(check.probe, check.kind, "yes" if check.exact else "no", verdict, str(check.distance),
                           check.detail)
         console.print(table)
         for note in result.notes:
-            console.print(f"[dim]note:[/] {note}", highlight=False)
-        console.print(f"[bold]{result.summary()}[/]", highlight=False)
+            console.print(styled("[dim]note:[/] {}", note), highlight=False)
+        console.print(styled("[bold]{}[/]", result.summary()), highlight=False)
     if result.draft_problems:
         raise FidelityError("; ".join(result.draft_problems),
                             hint="run `specd switch` to it again: specd renders the flag that turns this build's "

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from specd.cli import app, console
+from specd.cli import app, console, styled
 from specd.cli.common import ConfigOption
 from specd.profiles.config import load_config
 
@@ -32,9 +32,9 @@ def web_token(
         typer.echo(url or "")
         return
     typer.echo(token)
-    console.print(f"[dim]kept in {path} (0600)[/]", highlight=False)
+    console.print(styled("[dim]kept in {} (0600)[/]", path), highlight=False)
     if url:
         console.print(f"open {url}", highlight=False, soft_wrap=True)
     else:
-        console.print("[dim]the page is off: set [daemon] http_listen = \"127.0.0.1:8090\" in specd.toml[/]",
-                      highlight=False)
+        off = 'the page is off: set [daemon] http_listen = "127.0.0.1:8090" in specd.toml'
+        console.print(styled("[dim]{}[/]", off), highlight=False)

@@ -26,17 +26,19 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 import psutil
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from specd.paths import StateDir
 from specd.proxy.warmup import WARM_BUDGET_S
+
+if TYPE_CHECKING:  # starlette is imported where the server is built: every CLI command loads the client side
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,8 @@ async def _no_retarget(unit: str, timeout_s: float) -> dict[str, Any] | None:
 
 
 def _answered(answer: dict[str, Any] | None, missing: str = "no proxy") -> Response:
+    from starlette.responses import JSONResponse
+
     return JSONResponse(answer) if answer is not None else JSONResponse({"error": missing}, 404)
 
 
@@ -215,6 +219,9 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
                 on_step: StepListener | None = None, retarget_unit: Retargeter = _no_retarget) -> Starlette:
     """`/status` and `/metrics` for anyone the socket lets in; `/drain`, `/renew`, `/resume`, `/step`
     and `/retarget` when writable."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
 
     async def get_status(request: Request) -> Response:
         return Response(json.dumps(status(), default=str), media_type="application/json")
@@ -231,6 +238,8 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
 def _writable_routes(drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer, on_step: StepListener | None,
                      retarget_unit: Retargeter) -> list[Route]:
     """What only the daemon's owner may ask (the socket is 0600): drain, renew, resume, step, retarget."""
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
     async def post_drain(request: Request) -> Response:
         unit = request.query_params.get("unit", "")

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from specd import paths
+from specd.deploy.systemd import journald_runs
 from specd.engines.vllm_flags import vllm_flags
 from specd.engines.vllm_render import build_vllm_argv, model_problems
 from specd.errors import PreflightError
@@ -19,7 +21,7 @@ from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.gpu.nvml import process_tree
 from specd.profiles.config import Deployment
 from specd.profiles.flags import BinaryFlags, binary_flags, check_executable, resolve_binary
-from specd.profiles.load import Profile, load_profile
+from specd.profiles.load import Profile, key_origin, load_profile
 from specd.unit.render import build_argv, default_template_path, render_unit, secret_files
 
 if TYPE_CHECKING:
@@ -87,6 +89,19 @@ def check_strict_modes(paths_to_check: tuple[Path, ...]) -> None:
                 )
 
 
+def _model_info(profile: Profile, table: str, key: str, path: Path | None) -> GgufInfo | None:
+    """The GGUF facts of a profile's model file; a missing or broken file is refused naming the
+    profile, the file and line that set it, and the key, as every other profile error does."""
+    if path is None or profile.launcher:
+        return None
+    try:
+        return read_gguf_info(path)
+    except PreflightError as exc:
+        dotted = f"{table}.{key}" if table else key
+        raise PreflightError(f"profile '{profile.name}' ({key_origin(profile, table, key)}, key '{dotted}'): "
+                             f"{exc.message}", hint=exc.hint) from exc
+
+
 def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
     started = time.monotonic()
     profile = load_profile(deployment.profiles_dir, name)
@@ -95,9 +110,8 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     if profile.engine == "vllm":
         return vllm_preflight(deployment, profile, current_main_pid, started)
     flags = binary_flags(profile.binary, profile.launcher)
-    model_info = read_gguf_info(profile.model) if profile.model and not profile.launcher else None
-    draft_info = (read_gguf_info(profile.speculative.draft_model)
-                  if profile.speculative.draft_model and not profile.launcher else None)
+    model_info = _model_info(profile, "", "model", profile.model)
+    draft_info = _model_info(profile, "speculative", "draft_model", profile.speculative.draft_model)
     if profile.speculative.type == "mtp" and model_info is not None and not model_info.has_mtp:
         raise PreflightError(
             f"profile '{name}': speculative type 'mtp' but {profile.model} has no MTP layers "
@@ -121,7 +135,9 @@ def _unit_text(deployment: Deployment, profile: Profile, argv: list[str]) -> str
         template_text = template.read_text(encoding="utf-8")
     except OSError as exc:
         raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
-    return render_unit(profile, argv, scope=deployment.scope, template=template_text)
+    # Without journald the server's output would be lost, and with it why a start failed: keep it in a file.
+    output_file = None if journald_runs() else paths.server_output_pattern()
+    return render_unit(profile, argv, scope=deployment.scope, template=template_text, output_file=output_file)
 
 
 def vllm_preflight(deployment: Deployment, profile: Profile, current_main_pid: int, started: float) -> Preflight:
@@ -158,9 +174,10 @@ def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:
             check_executable(resolve_binary(profile.binary))
         except PreflightError as exc:
             problems.append(exc.message)
-        for path in (profile.model, profile.speculative.draft_model, profile.models_preset, profile.api_key_file):
+        for key, path in (("model", profile.model), ("speculative.draft_model", profile.speculative.draft_model),
+                          ("models_preset", profile.models_preset), ("api_key_file", profile.api_key_file)):
             if path is not None and not path.is_file():
-                problems.append(f"{path}: no such file")
+                problems.append(f"{key} {path}: no such file")
         if profile.models_dir is not None and not profile.models_dir.is_dir():
             problems.append(f"{profile.models_dir}: no such directory")
     proxy = deployment.proxy

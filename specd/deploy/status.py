@@ -3,6 +3,7 @@ the daemon. Read-only: it never recovers, restarts or records anything."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,8 +22,9 @@ from specd.unit.render import profile_of_unit
 
 # Daemon events that change what the deployment *is*, newest wins (recorded by the health monitor).
 STATE_EVENTS = {"monitor-failed": "failed", "owner-stopped": "stopped by its owner", "owner-started": "running"}
-# What the tuner's runs record (specd.tune.night): the newest says how the last night went.
-TUNING_EVENTS = ("tune", "tune-skip", "tune-stopped", "tune-failed")
+# What the tuner's runs record (`specd tune`, its dry run, and the nightly run: specd.tune.night); the
+# newest says how the last tuning went. `status` shows it as a line, `status --json` as `last_tune`.
+TUNING_EVENTS = ("tune", "tune-dry-run", "tune-skip", "tune-stopped", "tune-failed")
 PROBE_TIMEOUT_S = 3.0
 
 
@@ -36,7 +38,7 @@ class StatusReport:
     unit_state: str  # systemd's words: "active (running)", "not installed", "unknown (why)"
     main_pid: int | None
     n_restarts: int | None
-    endpoint: str | None
+    endpoint: str | None  # the server's own address (with a [proxy], the backend's)
     alias: str | None
     health: str  # "healthy" or "unhealthy: why"
     healthy: bool
@@ -53,6 +55,7 @@ class StatusReport:
     slot: str = "blue"  # which slot serves: blue (the unit itself) or green (its companion unit)
     slot_unit: str = ""  # the systemd unit of that slot
     strategy: str | None = None  # how the active generation replaced the server: blue-green or restart
+    clients_endpoint: str | None = None  # where clients connect: the [proxy]'s listen address, else the server's
 
     @property
     def needs_attention(self) -> bool:
@@ -60,8 +63,10 @@ class StatusReport:
         return not self.healthy or self.state is not None or self.pending is not None
 
     def as_dict(self) -> dict[str, Any]:
-        """The `--json` form; optional marks appear only when set."""
+        """The `--json` form; optional marks appear only when set. The last tuning is `last_tune` (an
+        object, from `specd.cli.facts`), not this sentence."""
         data = asdict(self)
+        del data["last_tuning"]
         for optional in ("state", "pending", "history_problem", "vram", "vram_bytes", "vram_by_gpu",
                          "vram_unavailable", "strategy"):
             if data[optional] is None:
@@ -78,13 +83,35 @@ def deployment_state(history: History, unit: str) -> str | None:
     return None
 
 
+def last_tuning_event(history: History, unit: str) -> dict[str, Any] | None:
+    """The newest tuning event (`at`, `kind`, `detail`), if any."""
+    for event in history.events(unit, limit=500):
+        if event["kind"] in TUNING_EVENTS:
+            return dict(event)
+    return None
+
+
+def parse_record(detail: str) -> tuple[str, dict[str, Any]]:
+    """A tuning event's detail (`specd.tune.tuner.record`: 'sentence | {json numbers}') back into
+    (sentence, numbers); numbers are {} for a detail without them. Here, below the tuner, so that
+    `specd status` reads it without loading the tuner."""
+    reason, sep, numbers = detail.rpartition(" | ")
+    if not sep:
+        return detail, {}
+    try:
+        parsed = json.loads(numbers)
+    except json.JSONDecodeError:
+        return detail, {}
+    return (reason, parsed) if isinstance(parsed, dict) else (detail, {})
+
+
 def last_tuning(history: History, unit: str) -> str | None:
     """'<UTC time> <kind>: <sentence>' of the newest tuning run (its numbers are in `history --events`)."""
-    for event in history.events(unit, limit=200):
-        if event["kind"] in TUNING_EVENTS:
-            sentence = str(event["detail"]).split(" | ", 1)[0]
-            return f"{str(event['at'])[:19].replace('T', ' ')} UTC {event['kind']}: {sentence}"
-    return None
+    event = last_tuning_event(history, unit)
+    if event is None:
+        return None
+    sentence = parse_record(str(event["detail"]))[0]
+    return f"{str(event['at'])[:19].replace('T', ' ')} UTC {event['kind']}: {sentence}"
 
 
 def vram_of_server(main_pid: int, nvml: Nvml | None = None) -> dict[str, Any]:
@@ -118,8 +145,8 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
         try:
             state = seams.systemd.unit_state(serving.unit)
             unit_state, main_pid, n_restarts = state.describe(), state.main_pid, state.n_restarts
-        except SpecdError as exc:
-            unit_state = f"unknown ({exc.message})"
+        except SpecdError as exc:  # the hint says where the manager is (quickstart's env.sh, a login session)
+            unit_state = f"unknown ({exc.message}; {exc.hint})" if exc.hint else f"unknown ({exc.message})"
         try:
             command = parse_unit(text, str(serving.unit_path))
             endpoint, alias = command.base_url, command.alias
@@ -141,10 +168,13 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
     except SpecdError as exc:
         problem = exc.message
     vram = vram_of_server(main_pid, seams.nvml) if main_pid else {}
+    proxy = deployment.proxy
+    host = None if proxy is None else (f"[{proxy.listen_host}]" if ":" in proxy.listen_host else proxy.listen_host)
+    clients = f"http://{host}:{proxy.listen_port}" if proxy is not None else endpoint
     return StatusReport(
         unit=deployment.unit, scope=deployment.scope, unit_path=str(serving.unit_path),
         active_profile=profile_of_unit(text) if text else None, managed=bool(text and profile_of_unit(text)),
         unit_state=unit_state, main_pid=main_pid, n_restarts=n_restarts, endpoint=endpoint, alias=alias,
         health=health, healthy=healthy, generation=generation, daemon=daemon, state=marked,
         pending=pending_note(seams), history_problem=problem, last_tuning=tuning, slot=serving.name,
-        slot_unit=serving.unit, strategy=strategy, **vram)
+        slot_unit=serving.unit, strategy=strategy, clients_endpoint=clients, **vram)

@@ -199,13 +199,39 @@ def connect_systemd(scope: str) -> SystemdClient:
 
 
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
+OUTPUT_TAIL_BYTES = 64 * 1024
 
 
-def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path = JOURNAL_SOCKET) -> str:
-    """The unit's last log lines, or a note saying why there are none."""
-    if not journal_socket.exists():
-        return ("(no systemd-journald runs on this box, so llama-server's output was not kept: run its "
-                "ExecStart= by hand to see why it fails)")
+def journald_runs(journal_socket: Path = JOURNAL_SOCKET) -> bool:
+    """Whether systemd-journald keeps the units' output here (its socket exists)."""
+    return journal_socket.exists()
+
+
+def output_tail(path: Path, lines: int) -> str | None:
+    """The last `lines` lines of a server's output file (read from its end: it only grows), or None."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return None
+    text = data.decode("utf-8", errors="replace").splitlines()[-lines:]
+    return "\n".join(text).strip() or None
+
+
+def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path = JOURNAL_SOCKET,
+                 output: Path | None = None) -> str:
+    """The unit's last log lines, or a note saying why there are none. Without journald they come
+    from the file the rendered unit appends its output to (`output`, default: the state dir's)."""
+    if not journald_runs(journal_socket):
+        output = output or StateDir.from_environment().server_output(unit)
+        tail = output_tail(output, max(lines, READ_LINES))
+        if tail is not None:  # condensed as the journal's lines are: vLLM's cause sits far above its last lines
+            return f"(no systemd-journald runs on this box; from {output})\n{condense(tail, keep=lines)}"
+        return (f"(no systemd-journald runs on this box and {output} holds no output of {unit} (a unit rendered "
+                "before specd kept it there, or one whose profile sets StandardOutput=): run its ExecStart= by "
+                "hand to see why it fails)")
     command = ["journalctl", "--no-pager", "-o", "cat", "-n", str(max(lines, READ_LINES)), "-u", unit]
     if scope == "user":
         command.insert(1, "--user")
@@ -219,10 +245,26 @@ def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path
     return condense(text, keep=lines)  # vLLM's cause sits far above its last lines (specd.engines.journal)
 
 
+PID1_NAME = Path("/proc/1/comm")
+
+
+def systemd_is_pid1(comm: Path = PID1_NAME) -> bool:
+    """Whether systemd runs the box (and logind its login sessions). /proc/1/comm, not sd_booted's
+    /run/systemd/system: a private manager can leave that directory behind where PID 1 is not systemd."""
+    try:
+        return comm.read_text().strip() == "systemd"
+    except OSError:
+        return False
+
+
 def _no_bus_hint() -> str:
-    """Where the user bus is: `specd quickstart`'s private manager when one runs here, else a login session."""
+    """Where the user bus is: `specd quickstart`'s private manager when one runs here, else a login
+    session (or, where systemd is not PID 1 and there are none, the private manager quickstart starts)."""
     env_file = StateDir.from_environment().quickstart_manager / "env.sh"
     if env_file.is_file():
         return (f"`specd quickstart` left a private systemd --user running: `source {env_file}` in this shell, "
                 "then run specd again (`specd quickstart --stop` ends it)")
+    if not systemd_is_pid1():
+        return ("systemd is not PID 1 on this box, so no login session has a user manager: `specd quickstart` "
+                "starts a private one and says how to reach it")
     return "run specd inside a login session, or use `loginctl enable-linger $USER`"

@@ -7,8 +7,10 @@ the schema, resolve `inherits`, expand `~` and `${SPECD_CACHE}` in paths — end
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from specd.profiles.keys import (
     ProfileKey,
 )
 from specd.profiles.schema import validate
-from specd.profiles.tomlpos import where
+from specd.profiles.tomlpos import key_line, where
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -140,14 +142,45 @@ def profile_path(profiles_dir: Path, name: str) -> Path:
     return profiles_dir / f"{name}.toml"
 
 
+def _is_abstract(path: Path) -> bool:
+    """Whether a profile file says `abstract = true` (a file that does not parse counts as not)."""
+    try:
+        return bool(tomllib.loads(path.read_text(encoding="utf-8")).get("abstract", False))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+def missing_profile(path: Path, *, switchable: bool) -> ProfileError:
+    """'no such profile file', with the closest name and the others there. For a profile to switch
+    to, abstract bases are left out: suggesting one would only lead to the next error."""
+    there = sorted(p.stem for p in path.parent.glob("*.toml") if not (switchable and _is_abstract(p)))
+    close = difflib.get_close_matches(path.stem, there, n=1)
+    guess = f" — did you mean '{close[0]}'?" if close else ""
+    kind = "profiles to switch to" if switchable else "profiles"
+    listing = f"{kind} there: {', '.join(there)}" if there else f"{path.parent} has no {kind}"
+    return ProfileError(f"{path}: no such profile file{guess} ({listing})")
+
+
+def key_origin(profile: Profile, table: str, key: str) -> str:
+    """'file line N' of the file in the profile's inheritance chain that sets `key` (the profile's
+    own file first), for messages about a value that is valid TOML but wrong on this box."""
+    for name in (profile.name, *profile.inherits_chain):
+        path = profile.path if name == profile.name else profile.path.with_name(f"{name}.toml")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if key_line(text, table, key) is not None:
+            return where(path, text, table, key)
+    return str(profile.path)
+
+
 def read_source(path: Path) -> ProfileSource:
     name = path.stem
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        there = sorted(p.stem for p in path.parent.glob("*.toml"))
-        listing = f"profiles there: {', '.join(there)}" if there else f"{path.parent} has no profiles"
-        raise ProfileError(f"{path}: no such profile file ({listing})") from None
+        raise missing_profile(path, switchable=False) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: cannot read: {exc}") from exc
     try:
@@ -227,7 +260,10 @@ def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False)
         if current in (source.name for source in chain):
             cycle = " -> ".join([s.name for s in chain] + [current])
             raise ProfileError(f"profile '{name}': inheritance cycle {cycle}")
-        source = read_source(profile_path(profiles_dir, current))
+        path = profile_path(profiles_dir, current)
+        if not chain and not allow_abstract and not path.exists():
+            raise missing_profile(path, switchable=True)
+        source = read_source(path)
         chain.append(source)
         parent = source.data.get("inherits")
         current = str(parent) if parent is not None else None

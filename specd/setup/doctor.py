@@ -12,7 +12,7 @@ from typing import Literal
 from specd import paths
 from specd.durable import mode_of
 from specd.errors import SpecdError
-from specd.profiles.config import Deployment, load_config
+from specd.profiles.config import Config, Deployment, load_config
 from specd.profiles.load import Profile, list_profiles, load_profile
 from specd.secrets import holds_secret, readable_by_others
 
@@ -41,12 +41,28 @@ def _systemd(scope: str) -> Finding:
     try:
         connect_systemd(scope)
     except SpecdError as exc:
-        fix = "log in through a session, or `loginctl enable-linger $USER`" if scope == "user" else "run as root"
+        fix = exc.hint or ("log in through a session, or `loginctl enable-linger $USER`" if scope == "user"
+                           else "run as root")
         return Finding(f"systemd ({scope})", False, exc.message, fix)
     return Finding(f"systemd ({scope})", True, "the manager answers on D-Bus")
 
 
-def _linger() -> Finding:
+def _linger(config: Config | None) -> Finding:
+    """Linger keeps a user manager (and the units under it) running without a login session. It
+    matters only for user-scope deployments under the login session's manager: not for system
+    units, not on a box whose PID 1 is not systemd (no login sessions there), and not for the
+    private manager `specd quickstart` keeps, which no login starts or ends."""
+    from specd.deploy.systemd import systemd_is_pid1
+    from specd.setup.quickstart import private_manager_running
+
+    if config is not None and all(d.scope == "system" for d in config.deployments):
+        return Finding("linger", True, "not needed: every deployment is a system unit")
+    if not systemd_is_pid1():
+        return Finding("linger", True, "does not apply: systemd is not PID 1 on this box, so no login session "
+                                       "starts or ends a user manager")
+    if private_manager_running():
+        return Finding("linger", True, "does not apply: the deployments run under the private systemd "
+                                       "`specd quickstart` keeps, which logging out does not stop")
     if not shutil.which("loginctl"):
         return Finding("linger", True, "loginctl not installed; skipped")
     user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=False).stdout.strip()
@@ -76,18 +92,17 @@ def _gpu() -> Finding:
     return Finding("NVIDIA GPU", True, state.describe())
 
 
-def _profiles(config_path: Path | None) -> list[Finding]:
+def _profiles(config: Config | SpecdError) -> list[Finding]:
     from specd.context import main_pid_of, seams_for
     from specd.deploy.preflight import run_preflight
     from specd.tune.activity import profile_problems
 
-    try:
-        config = load_config(config_path)
-    except SpecdError as exc:
-        return [Finding("config", False, exc.message, exc.hint or "")]
+    if isinstance(config, SpecdError):
+        return [Finding("config", False, config.message, config.hint or "")]
     findings = [Finding("config", True, str(config.path))]
     for deployment in config.deployments:
-        findings.append(_systemd(deployment.scope))
+        manager = _systemd(deployment.scope)
+        findings.append(manager)
         findings.append(keys_readable(deployment))
         if not deployment.profiles_dir.is_dir():
             findings.append(Finding(f"{deployment.unit} profiles", False,
@@ -111,6 +126,9 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 findings.append(Finding(label, not seen, "; ".join(seen) or ready,
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
+                if not manager.ok and " is held by " in exc.message:  # likely the unit's own server
+                    findings.append(Finding(label, True, _unasked_port(exc.message)))
+                    continue
                 fix = exc.hint or (_vllm_fix(exc.message) if profile.engine == "vllm" else
                                    _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type)))
                 findings.append(Finding(label, False, exc.message, fix))
@@ -152,6 +170,15 @@ def keys_readable(deployment: Deployment) -> Finding:
     return Finding(label, False, f"other users can read an API key in {listed}",
                    "chmod 600 " + " ".join(str(path) for path in exposed)
                    + "; or keep the key in a 0600 file and name it with api_key_file")
+
+
+def _unasked_port(message: str) -> str:
+    """Without the manager, preflight cannot tell the unit's own server from another process on the
+    profile's port; a new shell that has not reached quickstart's manager met "held by llama-server,
+    not by this unit" for every profile. The systemd finding says what to fix."""
+    held = message.removesuffix(", not by this unit")
+    return (f"checked up to its port: {held}, most likely this unit's own server (systemd could not be asked "
+            "which process is the unit's: see the systemd finding)")
 
 
 _SPECULATION_FIX = ("its last bench saw speculation not doing what the profile says: pick another speculative type or "
@@ -196,7 +223,13 @@ def _fix_for(message: str, engine: Engine) -> str:
 
 
 def run_doctor(config_path: Path | None) -> list[Finding]:
-    return [_bindings(), *_cache(), _gpu(), _linger(), *_profiles(config_path)]
+    config: Config | SpecdError
+    try:
+        config = load_config(config_path)
+    except SpecdError as exc:
+        config = exc
+    return [_bindings(), *_cache(), _gpu(), _linger(None if isinstance(config, SpecdError) else config),
+            *_profiles(config)]
 
 
 def vllm_environment(profile: Profile) -> str:

@@ -140,6 +140,15 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def private_manager_running() -> bool:
+    """Whether the private manager an earlier quickstart left running is still up."""
+    try:
+        record = json.loads(_record_path().read_text())
+        return _pid_alive(int(record["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def start_private_manager(say: Say) -> dict[str, str]:
     """A private manager that outlives quickstart; returns the variables that reach it."""
     stop_private_manager(say, quiet=True)
@@ -217,7 +226,14 @@ class DemoConfig:
     main_written: Path | None  # specd.toml, when quickstart wrote it (there was none)
 
 
-def write_demo_config(port: int) -> DemoConfig:
+def demo_threads(cores: int) -> int:
+    """Half the cores this process may use (at least 1): two demo servers then fit side by side, so
+    `specd switch --strategy blue-green` works on the demo profiles (specd.deploy.capacity refuses
+    two thread pools that would share cores)."""
+    return max(1, cores // 2)
+
+
+def write_demo_config(port: int, threads: int) -> DemoConfig:
     root = paths.config_home() / "specd"
     profiles_dir = root / "profiles" / "tiny"
     profiles_dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +241,8 @@ def write_demo_config(port: int) -> DemoConfig:
         document = tomlkit.parse(source.read_text())
         if "port" in document:
             document["port"] = port
+        if "threads" in document:
+            document["threads"] = threads
         (profiles_dir / source.name).write_text(tomlkit.dumps(document))
     config = root / "quickstart.toml"
     config.write_text(
@@ -275,12 +293,13 @@ def run_quickstart(say: Say, keep_running: bool) -> None:
     else:
         say("using your systemd --user manager")
     port = free_port()
-    config = write_demo_config(port)
+    threads = demo_threads(len(os.sched_getaffinity(0)))
+    config = write_demo_config(port, threads)
+    settings = f"unit {UNIT}, alias '{ALIAS}', port {port}, {threads} thread{'s' if threads > 1 else ''} per server"
     if config.main_written:
-        say(f"wrote {config.main_written} (unit {UNIT}, alias '{ALIAS}', port {port}) and {config.path}")
+        say(f"wrote {config.main_written} ({settings}) and {config.path}")
     else:
-        say(f"wrote {config.path} (unit {UNIT}, alias '{ALIAS}', port {port}); "
-            f"your {paths.default_config_path()} is left as it was")
+        say(f"wrote {config.path} ({settings}); your {paths.default_config_path()} is left as it was")
         exports["SPECD_CONFIG"] = str(config.path)
         os.environ["SPECD_CONFIG"] = str(config.path)
     try:
@@ -298,10 +317,10 @@ def run_quickstart(say: Say, keep_running: bool) -> None:
                 config.main_written.unlink(missing_ok=True)
                 say(f"removed {config.main_written} again: without a user manager it would point at nothing")
     say(f"quickstart done in {time.monotonic() - started:.0f} s")
-    say_next_steps(say, private=private, keep_running=keep_running, exports=exports)
+    say_next_steps(say, private=private, keep_running=keep_running, exports=exports, port=port)
 
 
-def say_next_steps(say: Say, *, private: bool, keep_running: bool, exports: dict[str, str]) -> None:
+def say_next_steps(say: Say, *, private: bool, keep_running: bool, exports: dict[str, str], port: int) -> None:
     if private and not keep_running:
         say("this box has no systemd --user manager, so nothing is left running. "
             "Run `specd quickstart` without --stop-after to keep a private one, "
@@ -315,5 +334,5 @@ def say_next_steps(say: Say, *, private: bool, keep_running: bool, exports: dict
     if exports:
         for key, value in exports.items():
             say(f"  export {key}={value}")
-    say(f"next: `specd status`, `specd profiles`, `specd history`, `specd switch ngram-mod` "
-        f"(the server answers on 127.0.0.1, alias '{ALIAS}')")
+    say(f"next: `specd status`, `specd profiles`, `specd history`, `specd switch ngram-mod`; the server answers "
+        f"on http://127.0.0.1:{port} as alias '{ALIAS}' (/v1/completions: it is a base model)")

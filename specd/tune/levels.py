@@ -22,8 +22,9 @@ from typing import Any
 
 from specd.errors import UsageError
 from specd.tune.bench import Progress, Settings, bench_profiles, restoring
+from specd.tune.periods import PERIODS, Period
 from specd.tune.targets import Target
-from specd.tune.workloads import PERIODS, Period, Workload
+from specd.tune.workloads import Workload
 
 MOST_LEVELS = 3  # levels benched by default: every level multiplies the bench time
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from specd import store
-from specd.tune.workloads import PERIODS, Period, period_of
+from specd.tune.periods import PERIODS, Period, period_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pins (

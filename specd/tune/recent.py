@@ -29,15 +29,14 @@ from specd.traffic import records as traffic
 from specd.traffic.capture import CAPTURE_NAME
 from specd.traffic.shape import conversation_of
 from specd.traffic.taskclass import TASK_CLASSES, TaskClass
+from specd.tune.periods import Period, period_of
 from specd.tune.workloads import (
-    Period,
     Workload,
     WorkloadRequest,
     levels_by_period,
     load_workload,
     opening,
     parse_line,
-    period_of,
     question,
     typical_level,
 )

@@ -29,8 +29,8 @@ from specd.deploy.seams import Seams, SeamsFactory
 from specd.deploy.switch import Switcher
 from specd.errors import LockBusy, SpecdError
 from specd.profiles.config import Deployment
+from specd.tune.periods import Period, period_of
 from specd.tune.pins import get_pin, period_pins
-from specd.tune.workloads import Period, period_of
 
 log = logging.getLogger("specd.tune.schedule")
 

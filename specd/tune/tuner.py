@@ -33,16 +33,17 @@ from specd.tune.benchstore import save_report
 from specd.tune.decision import Decision, Estimate, decide
 from specd.tune.paired import Comparison, comparisons, noise_notes
 from specd.tune.perfmodel import MixItem, crossover_output_tokens, expected_wall_ms, fit_all
+from specd.tune.periods import Period
 from specd.tune.pins import pin_in_force
 from specd.tune.recent import captured_bodies, resolve_workload
 from specd.tune.sequential import PairedRule
 from specd.tune.stats import Summary
 from specd.tune.targets import Interruptible
 from specd.tune.verify import Guard, fingerprint, needs_verification, tuner_guard
-from specd.tune.workloads import Period, Workload, period_note
+from specd.tune.workloads import Workload, period_note
 
 log = logging.getLogger(__name__)
-__all__ = ["Decision", "Estimate", "TuneResult", "candidate_profiles", "decide", "parse_record", "record", "tune",
+__all__ = ["Decision", "Estimate", "TuneResult", "candidate_profiles", "decide", "record", "tune",
            "tune_deployment"]
 
 
@@ -210,17 +211,6 @@ def record(deployment: Deployment, decision: Decision, trigger: Trigger, extra: 
     return detail
 
 
-
-def parse_record(detail: str) -> tuple[str, dict[str, Any]]:
-    """`record`'s event detail back into (reason, numbers); numbers are {} for a detail without them."""
-    reason, sep, numbers = detail.rpartition(" | ")
-    if not sep:
-        return detail, {}
-    try:
-        parsed = json.loads(numbers)
-    except json.JSONDecodeError:
-        return detail, {}
-    return (reason, parsed) if isinstance(parsed, dict) else (detail, {})
 
 def _watched(guard: Guard, outcomes: dict[str, str]) -> Guard:
     """The guard, noting what it said of each profile (for the history event)."""

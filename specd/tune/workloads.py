@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from specd.errors import UsageError
 from specd.traffic.shape import sampling_of
 from specd.traffic.taskclass import TASK_CLASSES, TaskClass, classify
+from specd.tune.periods import PERIODS, period_of
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "workloads"
 STORED_WORKLOADS = ("code", "factual", "analysis", "creative", "repeat-input", "prose")
@@ -102,18 +100,9 @@ class WorkloadRequest:
 
 def typical_level(levels: Sequence[int]) -> int:
     """The concurrency a request typically meets (itself included): the median level, at least 1."""
+    import numpy as np  # here, not at the top: `specd status` reads pins through this module
+
     return max(1, round(float(np.median(np.asarray(levels, dtype=np.float64))))) if levels else 1
-
-
-Period = Literal["night", "morning", "afternoon", "evening"]
-PERIODS: tuple[tuple[Period, int, int], ...] = (("night", 0, 6), ("morning", 6, 12), ("afternoon", 12, 18),
-                                                ("evening", 18, 24))
-
-
-def period_of(ts: float) -> Period:
-    """The local time of day a unix time falls in."""
-    hour = time.localtime(ts).tm_hour
-    return next(p for p, lo, hi in PERIODS if lo <= hour < hi)
 
 
 def levels_by_period(samples: Sequence[tuple[float, int]]) -> dict[str, int]:
@@ -298,6 +287,8 @@ def save_workload(workload: Workload | Sequence[WorkloadRequest], path: Path) ->
 
 def filler_text(tokens: int, seed: int) -> str:
     """Neutral context of about `tokens` tokens: no words the task classifier reacts to."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     parts: list[str] = []
     size = 0

@@ -145,7 +145,22 @@ def default_template_path() -> Path:
     return paths.shipped("units", "llama-server.service.in")
 
 
-def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str) -> str:
+OUTPUT_KEYS = ("StandardOutput", "StandardError")
+
+
+def output_directives(profile: Profile, output_file: str | None) -> tuple[Directive, ...]:
+    """Where llama-server's output goes when it cannot go to the journal (none runs): appended to
+    `output_file`, stderr with it. Nothing when the profile routes its output itself."""
+    if output_file is None or any(d.section == "Service" and d.key in OUTPUT_KEYS for d in profile.systemd):
+        return ()
+    _refuse_control(output_file, "output file")
+    return (Directive("Service", "StandardOutput", f"append:{output_file}"),
+            Directive("Service", "StandardError", "inherit"))
+
+
+def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str,
+                output_file: str | None = None) -> str:
+    """The unit text; `output_file` (a box without systemd-journald) keeps the server's output there."""
     environment = "".join(quote_environment(name, value) + "\n" for name, value in profile.env)
     replacements = {
         "@PROFILE@": profile.name,
@@ -160,7 +175,7 @@ def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str)
     text = template
     for marker, value in replacements.items():
         text = text.replace(marker, value)
-    return carry_directives(text, profile.systemd)
+    return carry_directives(text, (*output_directives(profile, output_file), *profile.systemd))
 
 
 def carry_directives(text: str, directives: tuple[Directive, ...]) -> str:

@@ -26,7 +26,7 @@ def require_chromium() -> None:
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
     if missing:
         raise AssertionError(f"missing {', '.join(missing)}: install Debian's chromium and chromium-driver "
-                             "(scripts/install-system-deps.sh does)")
+                             "(scripts/install-system-deps.sh --test does)")
 
 
 @contextmanager

@@ -28,7 +28,7 @@ import httpx
 
 PROMETHEUS = "prometheus"
 PROMTOOL = "promtool"
-INSTALL_HINT = "install Debian's `prometheus` package (scripts/install-system-deps.sh does)"
+INSTALL_HINT = "install Debian's `prometheus` package (scripts/install-system-deps.sh --test does)"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ def snapshot(box) -> dict[str, str]:
         ('inherits = "base"\nctx_sise = 1\n', "did you mean 'ctx_size'"),
         ('inherits = "base"\nport = "x"\n', "'port' must be an integer"),
         ('inherits = "base"\nargs = [\n', "TOML syntax error"),
-        ('inherits = "base"\nmodel = "/missing.gguf"\n', "/missing.gguf: no such model file"),
+        ('inherits = "base"\nmodel = "/missing.gguf"\n',  # the profile, its file, line and key, as for every error
+         "/profiles/bad.toml line 2, key 'model'): /missing.gguf: no such model file"),
         ('inherits = "base"\nalias = "x\\" --api-key steal"\n', "'alias' must be letters"),
         ('inherits = "base"\nargs = ["--x", "$(reboot)"]\n', "does not accept --x"),
     ],
@@ -98,7 +99,7 @@ def test_profiles_flags_missing_files_and_a_port_clash_with_the_proxy(box) -> No
     box.write_profile("clash", 'inherits = "base"\nport = 18555\n')
     box.config_path.write_text(box.config_path.read_text() + '[proxy]\nlisten = "127.0.0.1:18555"\n')
     listing = {p["name"]: p for p in json.loads(box.specd("profiles", "--json", check=True).stdout)}
-    assert listing["gone"]["problems"] == ["/nonexistent/model.gguf: no such file"]
+    assert listing["gone"]["problems"] == ["model /nonexistent/model.gguf: no such file"]
     assert "proxy's listen port" in listing["clash"]["problems"][0]
     assert listing["autoregressive"]["problems"] == [] and listing["base"]["abstract"] is True
     table = box.specd("profiles", env={"COLUMNS": "200"}, check=True).stdout
@@ -109,6 +110,9 @@ def test_switch_to_an_unknown_profile_lists_the_known_ones(box) -> None:
     refused = box.specd("switch", "nosuch")
     assert refused.returncode == 2
     assert "no such profile file" in refused.stderr and "autoregressive" in refused.stderr
+    typo = box.specd("switch", "ngram-mdo")
+    assert typo.returncode == 2 and "did you mean 'ngram-mod'?" in typo.stderr, typo.stderr
+    assert "base" not in typo.stderr.split("(profiles to switch to there:", 1)[1]  # abstract: never switchable
 
 
 def test_history_reads_whole_words_in_an_80_column_terminal(box) -> None:
@@ -125,6 +129,22 @@ def test_history_reads_whole_words_in_an_80_column_terminal(box) -> None:
     assert [(r[0], r[3], r[4], r[5], r[6]) for r in rows[:3]] == [
         ("3*", "rollback", "autoregressive", "cli", "ok"), ("2", "switch", "ngram-simple", "cli", "ok"),
         ("1", "switch", "autoregressive", "cli", "ok")], table
+
+
+def test_status_with_a_proxy_names_the_clients_address_and_the_server_behind_it(box) -> None:
+    """With [proxy], status showed the backend's port as the endpoint: clients use the proxy's."""
+    box.config_path.write_text(box.config_path.read_text() + '[proxy]\nlisten = "127.0.0.1:18556"\n')
+    box.specd("switch", "autoregressive", check=True)
+    shown = box.specd("status", env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in shown.stdout.splitlines()
+            if line[:1] != " " and "  " in line}
+    assert rows["clients"].startswith("http://127.0.0.1:18556 (specd's proxy"), shown.stdout
+    assert rows["server"] == f"http://127.0.0.1:{box.port}", shown.stdout
+    status = json.loads(box.specd("status", "--json", check=True).stdout)
+    assert status["clients_endpoint"] == "http://127.0.0.1:18556"
+    assert status["endpoint"] == f"http://127.0.0.1:{box.port}"
+    assert "last_tune" in status and "last_tuning" not in status  # one key for the last tuning
 
 
 def test_a_split_mode_this_build_cannot_load_is_refused_and_show_vram_says_why(box) -> None:

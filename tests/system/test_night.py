@@ -78,7 +78,7 @@ def check_the_night_was_recorded(box: Box, event: NightEvent, sent: Sent, live: 
     assert numbers["waited_idle_s"] > 0.0 and benched_from >= sent.ended_at + idle_s - 1.0, (numbers, sent.ended_at)
     assert numbers["bench_s"] <= numbers["budget_s"]
     status, events = morning(box)
-    assert status["last_tuning"].endswith(f"tune: {event.sentence}"), status["last_tuning"]
+    assert (status["last_tune"]["kind"], status["last_tune"]["reason"]) == ("tune", event.sentence), status["last_tune"]
     assert events[0]["kind"] == "tune" and events[0]["detail"].startswith(event.sentence)
     assert status["active_profile"] == (numbers["best"] if numbers["switched"] else live)
 
@@ -146,7 +146,7 @@ def test_clients_arriving_mid_bench_stop_the_night_and_see_latency_not_errors(
     assert numbers["restore_s"] <= numbers["hold_timeout_s"] == 120.0
     assert event.sentence.endswith("no decision") and "autoregressive put back" in event.sentence
     status = json.loads(box.specd("status", "--json", check=True).stdout)
-    assert status["active_profile"] == "autoregressive" and status["last_tuning"].endswith(event.sentence)
+    assert status["active_profile"] == "autoregressive" and status["last_tune"]["reason"] == event.sentence
     assert max(sent.latencies_s) < 120.0 and time.time() - arrived < 180.0
     rows = json.loads(box.specd("traffic", "--json", "--since", "10m", check=True).stdout)
     assert rows["failed"] == 0, rows

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from specd.tune.workloads import PERIODS, period_of
+from specd.tune.periods import PERIODS, period_of
 from tests.conftest import Box
 from tests.system.daemon_rig import real_stack
 

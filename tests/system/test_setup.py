@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,10 +92,27 @@ def _assert_next_commands_work(env: dict[str, str]) -> None:
     assert history.returncode == 0 and "rollback" in history.stdout, history
     switched = _specd(env, "switch", "ngram-mod")
     assert switched.returncode == 0 and "ngram-mod is healthy" in switched.stdout, switched
+    assert "the deployment has no [proxy]: clients talk to" in " ".join(switched.stdout.split()), switched.stdout
     doctor = _specd(env, "doctor", "--json")  # not suggested, but a new user runs it
     findings = json.loads(doctor.stdout)
     profiles_checked = [f for f in findings if f["check"].startswith("profile ")]
     assert profiles_checked and all("is held by" not in f["detail"] for f in profiles_checked), findings
+    # Linger does not apply to the demo's manager (nor where systemd is not PID 1): nothing to fix.
+    assert doctor.returncode == 0 and all(f["ok"] for f in findings), findings
+    _assert_two_demo_servers_fit(env)
+
+
+def _assert_two_demo_servers_fit(env: dict[str, str]) -> None:
+    """`specd switch --strategy blue-green` needs the new server beside the old one: with the demo
+    profiles' threads (2 + 2 on 2 cores) the capacity check refused it, and the user edited base.toml."""
+    from specd.deploy.capacity import HostResources, text_fits
+    from specd.unit.parse import parse_unit
+
+    status = json.loads(_specd(env, "status", "--json").stdout)
+    running = parse_unit(Path(status["unit_path"]).read_text(), status["unit_path"])
+    shown = json.loads(_specd(env, "show", "ngram-simple", "--json").stdout)["unit"]
+    fit = text_fits(shown, running)
+    assert fit.fits or HostResources().cores() < 2, fit.reason
 
 
 def _exports(env_sh: Path) -> dict[str, str]:
@@ -114,9 +132,16 @@ def test_quickstart_without_a_user_manager_keeps_a_private_one_until_stop(tmp_pa
         _assert_demo_answers(out)
         assert "back on autoregressive" in out
         assert (home / ".config" / "specd" / "specd.toml").exists()
+        port = re.search(r"port (\d+)", out)
+        assert port and f"the server answers on http://127.0.0.1:{port[1]} as alias 'tiny'" in out, out
         # A new shell that did not source env.sh: the error says where the manager is, changing nothing.
         unsourced = _specd(env, "switch", "ngram-mod")
         assert unsourced.returncode == 1 and f"source {env_sh}" in " ".join(unsourced.stderr.split()), unsourced
+        status = _specd(env, "status")  # and status, which said only "no user bus"
+        assert f"source {env_sh}" in " ".join(status.stdout.split()), status.stdout
+        doctor = json.loads(_specd(env, "doctor", "--json").stdout)  # the bus is the one problem it names
+        assert [f["check"] for f in doctor if not f["ok"]] == ["systemd (user)"], doctor
+        assert f"source {env_sh}" in next(f["fix"] for f in doctor if not f["ok"])
         _assert_next_commands_work({**env, **_exports(env_sh)})
     finally:
         stopped = _specd(env, "quickstart", "--stop")

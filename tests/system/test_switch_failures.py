@@ -81,3 +81,22 @@ def test_rollback_after_failed_switch_still_walks_good_generations(box) -> None:
     assert box.specd("switch", "broken").returncode == 1
     box.specd("rollback", check=True)
     assert profile_of_unit(box.unit_path.read_text()) == "autoregressive"
+
+
+def test_without_journald_the_revert_shows_why_the_real_server_failed_to_start(box) -> None:
+    """A truncated GGUF passes preflight (its header is whole) and the real llama-server fails to load
+    it. Where no systemd-journald runs (this rig; containers) the server's output used to be lost and
+    the message said only "run its ExecStart= by hand"; now it is appended to a file in the state
+    directory and the message ends with llama-server's own last lines."""
+    from specd.deploy.systemd import journald_runs
+    from tests.system.test_notify import truncated_model
+
+    box.specd("switch", "autoregressive", check=True)
+    box.write_profile("broken-model", f'inherits = "autoregressive"\nmodel = "{truncated_model(box)}"\n'
+                                      "health_timeout_s = 30\n")
+    result = box.specd("switch", "broken-model")
+    assert result.returncode == 1 and "reverted to autoregressive" in result.stderr, result.stderr
+    journal = result.stderr.split("journal ---", 1)[1]
+    assert "failed to load model" in journal, result.stderr  # llama-server's own words
+    if not journald_runs():
+        assert f"from {box.state.server_output(box.unit)}" in journal, result.stderr

@@ -16,6 +16,7 @@ from specd.deploy.history import History, Trigger
 from specd.deploy.preflight import Preflight
 from specd.deploy.seams import Seams
 from specd.deploy.switch import Switcher
+from specd.errors import UsageError
 from specd.gpu.gguf import GgufInfo
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
@@ -95,3 +96,27 @@ def test_a_bench_killed_half_way_is_passed_over_too(fake: FakeDeployment) -> Non
     bench_steps(fake)  # never put back: the process died
     fake.switcher("cli").rollback()
     assert fake.on() == unit_text("mine")  # the generation before the bench's, not "ngram"
+
+
+def test_repeated_rollbacks_walk_back_through_earlier_rollbacks_and_past_a_bench(fake: FakeDeployment) -> None:
+    """Both rules at once: the walk goes back through an earlier rollback (the first-hour run's
+    sequence, tests/unit/test_rollback_walk.py) and every step of it passes over a bench's generations,
+    including the rollback with which the bench put the original back."""
+    fake.switcher("cli").rollback()  # older, mine, rollback: on older
+    start = fake.history.active(UNIT)
+    assert start is not None and fake.on() == unit_text("older")
+    fake.switcher("bench").switch("ngram")
+    fake.switcher("bench").switch("draft")
+    fake.switcher("bench").rollback(to=start.id, strategy="auto")
+    fake.switcher("cli").switch("ngram")
+    first = min(fake.history.list(UNIT), key=lambda g: g.id)  # the unit as found before specd's first switch
+    first_text = unit_text(str(first.profile))
+    walked = []
+    for _ in range(4):
+        fake.switcher("cli").rollback()
+        walked.append(fake.on())
+    # undo the switch to ngram, then the earlier rollback (mine was live before it), then mine, then the start
+    assert walked == [unit_text("older"), unit_text("mine"), unit_text("older"), first_text]
+    with pytest.raises(UsageError, match="nothing to roll back to"):
+        fake.switcher("cli").rollback()
+    assert fake.on() == first_text

@@ -88,7 +88,16 @@ def test_toml_syntax_error_has_line(tmp_path: Path) -> None:
 def test_missing_required_and_missing_file(tmp_path: Path) -> None:
     write(tmp_path, "p", GOOD.replace('alias = "m"\n', ""))
     assert "needs 'alias'" in error_of(tmp_path, "p")
-    assert "no such profile file (profiles there: p)" in error_of(tmp_path, "absent")
+    assert "no such profile file (profiles to switch to there: p)" in error_of(tmp_path, "absent")
+
+
+def test_a_mistyped_profile_is_told_the_closest_switchable_name_never_the_abstract_base(tmp_path: Path) -> None:
+    write(tmp_path, "base", 'abstract = true\nbinary = "/usr/bin/true"\nport = 8080\n')
+    for name in ("ngram-mod", "ngram-simple"):
+        write(tmp_path, name, f'inherits = "base"\nmodel = "/m/{name}.gguf"\nalias = "m"\n')
+    message = error_of(tmp_path, "ngram-mdo")
+    assert "did you mean 'ngram-mod'?" in message and "ngram-simple" in message
+    assert "base" not in message.split("(", 1)[1], message  # not offered: switching to it is refused
 
 
 def test_invalid_profile_name_is_refused(tmp_path: Path) -> None:

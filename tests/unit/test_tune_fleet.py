@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from specd.deploy.status import parse_record
 from specd.errors import UsageError
 from specd.tune.fleet import TUNE_SCHEMA, load_rows
-from specd.tune.tuner import parse_record
 
 GIB = 1024**3
 
