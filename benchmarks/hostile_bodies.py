@@ -1,0 +1,347 @@
+"""Hostile request bodies through the real `specd daemon` proxy: its memory, and everyone else's latency.
+
+    python benchmarks/hostile_bodies.py [--specd-from CHECKOUT] [--out FILE.json]
+
+The bodies of issue 36, one phase after another, sent to the proxy of a real `specd daemon` (a plain
+process in a throwaway HOME, as benchmarks/proxy_overhead.py runs it):
+
+1. one 60 MB chat body whose padding is small JSON objects (`{"k":1},` ...);
+2. three 30 MB bodies of the same kind at once;
+3. 32 bodies of 1 MB of small objects at once;
+4. a chat body holding a 200,000-deep nest of arrays;
+5. ten uploads that declare 60 MB, send 30 MB and then stop (the proxy answers them at its body
+   timeout, 60 s, or refuses them at once when it holds too much).
+
+Throughout, one client asks `GET /v1/models` every 50 ms on a keep-alive connection and another holds a
+stream of tokens paced every 20 ms; both latencies are reported per phase (p50, p99, max; the stream as
+the gap between tokens beyond the pacing). The daemon's RSS is sampled every 50 ms and its peak per
+phase is the kernel's high-water mark (VmHWM, reset through /proc/PID/clear_refs at each phase). After
+the last answer, RSS is watched for 60 s: the time until it is back under the budget's idle bound.
+
+The backend is a FAKE llama-server in this file (`--serve-backend`): it reads each body to the end
+without keeping it and answers at once, so every byte and millisecond measured is the daemon's. `--specd-from` runs
+another checkout's daemon (the commit before a change, for its "before" figures) with this benchmark.
+Prints and writes figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from proxy_overhead import daemon_home, free_port, process, wait_http
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL_OBJECT = b'{"k":1},'
+TOKEN_PERIOD_S = 0.02
+MODELS_PERIOD_S = 0.05
+SETTLE_WATCH_S = 60.0
+IDLE_BOUND_MB = 150.0
+
+
+# ---- the FAKE backend (its own process: --serve-backend PORT) ----------------------------------------
+
+
+def serve_draining_backend_for_benchmark(port: int) -> None:
+    """A FAKE llama-server: reads every body to its end without keeping it; a request with the header
+    `x-bench-stream: N` gets N tokens paced every TOKEN_PERIOD_S, any other a one-token answer."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": [{"id": "bench", "aliases": ["bench"]}]})
+
+    async def chat(request: Request) -> Response:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+        tokens = int(request.headers.get("x-bench-stream", "0"))
+        if not tokens:
+            return JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "x_body_bytes": size})
+
+        async def events() -> AsyncIterator[bytes]:
+            start = time.perf_counter()
+            for index in range(tokens):
+                delay = start + index * TOKEN_PERIOD_S - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                yield b'data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}\n\n' % index
+            yield b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
+                            Route("/v1/chat/completions", chat, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# ---- the bodies ------------------------------------------------------------------------------------
+
+
+def small_objects_body(size: int) -> bytes:
+    """A chat body of `size` bytes whose padding is small JSON objects (a field llama-server ignores)."""
+    head = b'{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"x_items":['
+    tail = b'{"k":1}]}'
+    count = max(0, (size - len(head) - len(tail)) // len(SMALL_OBJECT))
+    return head + SMALL_OBJECT * count + tail
+
+
+def deep_nest_body(depth: int) -> bytes:
+    return (b'{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"x_nest":'
+            + b"[" * depth + b"]" * depth + b"}")
+
+
+# ---- watchers ----------------------------------------------------------------------------------------
+
+
+class Watchers:
+    """The daemon's RSS, /v1/models latency and a paced stream's token gaps, each timestamped."""
+
+    def __init__(self, url: str, pid: int) -> None:
+        self.url, self.pid = url, pid
+        self.rss: list[tuple[float, float]] = []
+        self.models: list[tuple[float, float]] = []  # (asked at, seconds), or seconds = inf on failure
+        self.gaps: list[tuple[float, float]] = []  # (arrived at, seconds since the previous token)
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=run, daemon=True)
+                        for run in (self._sample_rss, self._ask_models, self._stream)]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+    def _sample_rss(self) -> None:
+        daemon = psutil.Process(self.pid)
+        while not self.stop.is_set():
+            self.rss.append((time.monotonic(), daemon.memory_info().rss / 1e6))
+            self.stop.wait(0.05)
+
+    def _ask_models(self) -> None:
+        with httpx.Client(timeout=60) as client:
+            while not self.stop.is_set():
+                asked = time.monotonic()
+                try:
+                    ok = client.get(f"{self.url}/v1/models").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.models.append((asked, time.monotonic() - asked if ok else float("inf")))
+                self.stop.wait(max(0.0, MODELS_PERIOD_S - (time.monotonic() - asked)))
+
+    def _stream(self) -> None:
+        body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        with httpx.Client(timeout=60) as client:
+            while not self.stop.is_set():
+                last = None
+                with contextlib.suppress(httpx.HTTPError), client.stream(
+                        "POST", f"{self.url}/v1/chat/completions", json=body,
+                        headers={"x-bench-stream": "3000"}) as response:
+                    for line in response.iter_lines():
+                        if self.stop.is_set():
+                            break
+                        if line.startswith("data: {"):
+                            now = time.monotonic()
+                            if last is not None:
+                                self.gaps.append((now, now - last))
+                            last = now
+
+
+def window(samples: list[tuple[float, float]], start: float, end: float) -> list[float]:
+    return [value for at, value in samples if start <= at <= end]
+
+
+def percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return {"n": len(ordered), "p50": round(statistics.median(ordered) * scale, 1), "p99": round(p99 * scale, 1),
+            "max": round(ordered[-1] * scale, 1)}
+
+
+def memory_status(pid: int) -> dict[str, float]:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM")}
+
+
+def reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+
+
+# ---- the phases -------------------------------------------------------------------------------------
+
+
+def post(url: str, body: bytes) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        with httpx.Client(timeout=300) as client:
+            reply = client.post(f"{url}/v1/chat/completions", content=body,
+                                headers={"content-type": "application/json"})
+        return {"status": reply.status_code, "s": round(time.monotonic() - started, 2),
+                "closed": reply.headers.get("connection") == "close"}
+    except httpx.HTTPError as exc:
+        return {"status": f"{type(exc).__name__}", "s": round(time.monotonic() - started, 2)}
+
+
+def at_once(count: int, send: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda _: send(), range(count)))
+
+
+def partial_upload(port: int, declared: int, part: bytes) -> dict[str, Any]:
+    """Declare `declared` bytes, send `part` of them, then stop (the socket stays open) until answered."""
+    started = time.monotonic()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {declared}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=150) as raw:
+        try:
+            raw.sendall(head)
+            raw.sendall(part)
+        except OSError as exc:  # refused mid-upload: the answer may still be readable
+            sent_error = type(exc).__name__
+        else:
+            sent_error = None
+        try:
+            answer = raw.recv(4096).decode(errors="replace")
+        except OSError as exc:
+            answer = type(exc).__name__
+    return {"answer": answer.split("\r\n", 1)[0], "s": round(time.monotonic() - started, 1), "send": sent_error}
+
+
+def phases(url: str, port: int) -> list[tuple[str, Callable[[], Any]]]:
+    big, half, small = (small_objects_body(size) for size in (60_000_000, 30_000_000, 1_000_000))
+    nest = deep_nest_body(200_000)
+    part = memoryview(big)[:30_000_000]
+    return [
+        ("idle", lambda: time.sleep(5)),
+        ("one 60 MB body of small objects", lambda: post(url, big)),
+        ("three 30 MB bodies at once", lambda: at_once(3, lambda: post(url, half))),
+        ("32 x 1 MB bodies at once", lambda: at_once(32, lambda: post(url, small))),
+        ("a 200,000-deep nest", lambda: post(url, nest)),
+        ("ten partial uploads (60 MB declared, 30 MB sent, then silence)",
+         lambda: at_once(10, lambda: partial_upload(port, len(big), part))),
+    ]
+
+
+def measure(url: str, port: int, pid: int) -> dict[str, Any]:
+    watchers = Watchers(url, pid)
+    watchers.start()
+    time.sleep(3)  # the stream is flowing and the daemon warm
+    results: list[dict[str, Any]] = []
+    try:
+        for name, run in phases(url, port):
+            reset_peak(pid)
+            before = memory_status(pid)["VmRSS"]
+            load = os.getloadavg()[0]
+            start = time.monotonic()
+            answers = run()
+            end = time.monotonic()
+            peak = memory_status(pid)["VmHWM"]
+            row = {"phase": name, "seconds": round(end - start, 1), "rss_before_mb": round(before),
+                   "peak_rss_mb": round(peak), "load_1min": round(load, 2), "answers": answers,
+                   "models_ms": percentiles(window(watchers.models, start, end)),
+                   "models_failed": sum(1 for v in window(watchers.models, start, end) if v == float("inf")),
+                   "stream_gap_ms": percentiles(window(watchers.gaps, start, end))}
+            print(json.dumps(row), flush=True)
+            results.append(row)
+        settled_at = None
+        answered = time.monotonic()
+        while time.monotonic() - answered < SETTLE_WATCH_S:
+            if memory_status(pid)["VmRSS"] < IDLE_BOUND_MB and settled_at is None:
+                settled_at = time.monotonic() - answered
+            time.sleep(0.5)
+        after = memory_status(pid)["VmRSS"]
+    finally:
+        watchers.close()
+    return {"phases": results, "rss_after_60s_mb": round(after),
+            "back_under_idle_bound_s": None if settled_at is None else round(settled_at, 1),
+            "rss_timeline": [(round(t - watchers.rss[0][0], 2), round(v)) for t, v in watchers.rss[::10]],
+            "overall_peak_rss_mb": max(row["peak_rss_mb"] for row in results)}
+
+
+@contextmanager
+def running(root: Path, specd_from: Path) -> Iterator[tuple[str, int, int]]:
+    backend_port, specd_port = free_port(), free_port()
+    with ExitStack() as stack:
+        stack.enter_context(process([sys.executable, __file__, "--serve-backend", str(backend_port)],
+                                    root / "backend.log"))
+        wait_http(f"http://127.0.0.1:{backend_port}/health")
+        daemon = stack.enter_context(process([sys.executable, "-m", "specd", "daemon"], root / "daemon.log",
+                                             env=daemon_home(root, backend_port, specd_port, specd_from),
+                                             cwd=str(specd_from)))
+        try:
+            wait_http(f"http://127.0.0.1:{specd_port}/health", 60)
+        except RuntimeError:
+            print((root / "daemon.log").read_text()[-3000:], file=sys.stderr)
+            raise
+        yield f"http://127.0.0.1:{specd_port}", specd_port, daemon.pid
+        print((root / "daemon.log").read_text()[-2000:], file=sys.stderr)
+
+
+def provenance(specd_from: Path) -> dict[str, Any]:
+    commit = subprocess.run(["git", "-C", str(specd_from), "rev-parse", "--short", "HEAD"], check=False,
+                            capture_output=True, text=True).stdout.strip() or "(not a git checkout)"
+    dirty = subprocess.run(["git", "-C", str(specd_from), "status", "--porcelain", "--", "specd"], check=False,
+                           capture_output=True, text=True).stdout.strip()
+    return {"command": shlex.join(["python", *sys.argv]),
+            "machine": f"{platform.node()}: {platform.platform()}, {psutil.cpu_count()} CPUs, "
+                       f"{round(psutil.virtual_memory().total / 2**30)} GiB",
+            "uname": " ".join(platform.uname()),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "specd_from": str(specd_from), "specd_commit": commit + ("+uncommitted" if dirty else ""),
+            "python": sys.version.split()[0], "load_avg_start": os.getloadavg()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--specd-from", type=Path, default=REPO,
+                        help="the checkout whose `specd daemon` is measured (another commit, for a baseline)")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_backend:
+        serve_draining_backend_for_benchmark(args.serve_backend)
+        return
+    report = provenance(args.specd_from)
+    with tempfile.TemporaryDirectory(prefix="specd-hostile-") as tmp, \
+            running(Path(tmp), args.specd_from.resolve()) as (url, port, pid):
+        report |= measure(url, port, pid)
+    report["load_avg_end"] = os.getloadavg()
+    print(json.dumps({k: v for k, v in report.items() if k != "rss_timeline"}, indent=2))
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
