@@ -75,10 +75,11 @@ class BackendConnection(asyncio.Protocol):
         self.response: UpstreamResponse | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.served = 0  # responses read to their end on this connection
 
     def begin(self, request: bytes, body: bytes, read_timeout_s: float | None, head_only: bool) -> UpstreamResponse:
         assert self._transport is not None and self.response is None
-        self.response = UpstreamResponse(self, read_timeout_s, head_only)
+        self.response = UpstreamResponse(self, read_timeout_s, head_only, reused=self.served > 0)
         self._transport.write(request)
         if body:
             self._transport.write(body)
@@ -160,6 +161,7 @@ class BackendConnection(asyncio.Protocol):
             response.informational = False
             return
         self.response = None
+        self.served += 1
         keep_alive = self._parser.should_keep_alive()
         response.complete()
         if keep_alive and not self.closed:
@@ -190,19 +192,21 @@ class UpstreamPool:
 
     async def send(self, method: str, base_url: str, target: bytes, headers: bytes, body: bytes,
                    read_timeout_s: float | None,
-                   on_status: Callable[[UpstreamResponse], None] | None = None) -> UpstreamResponse:
+                   on_status: Callable[[UpstreamResponse], None] | None = None, *,
+                   fresh: bool = False) -> UpstreamResponse:
         """The backend's response, its headers read and its body not yet; UpstreamFailed otherwise.
         `headers` are the header lines to send (`forwarded_headers`), Host and Content-Length aside;
         `on_status` becomes the response's hook at its status line (`UpstreamResponse.on_status`).
 
         `read_timeout_s` bounds each wait for bytes (the status line, then every part of the body):
-        a backend that goes silent that long is hung.
+        a backend that goes silent that long is hung. `fresh`: on a new connection, never a pooled one
+        (the re-send rule's re-send after a drop on a reused connection, specd.proxy.resend).
         """
         try:
             origin = origin_of(base_url)
         except ValueError as exc:
             raise UpstreamFailed("failed", exc) from exc
-        connection = self._take(origin) or await self._connect(origin)
+        connection = (None if fresh else self._take(origin)) or await self._connect(origin)
         response = self._begin(connection, method, target, headers, body, read_timeout_s)
         response.on_status = on_status
         await response.started()
@@ -227,6 +231,15 @@ class UpstreamPool:
                 return response.status == 200
         except (UpstreamFailed, TimeoutError, OSError):
             return False
+
+    def discard_idle(self, base_url: str) -> None:
+        """Close the idle connections to `base_url`: the server may have closed them all (a restart)."""
+        try:
+            origin = origin_of(base_url)
+        except ValueError:
+            return
+        for connection in self._idle.pop(origin, []):
+            connection.close()
 
     def close(self) -> None:
         for connection in list(self._open):
