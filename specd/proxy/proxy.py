@@ -2,15 +2,16 @@
 
 A switch restarts llama-server; a client talking to it directly sees refused connections and
 "Loading model" 503s. Through the proxy it sees latency instead: a request that cannot reach a
-healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers
-`/health` or the hold timeout passes. What is re-sent and what is answered with an error is the
-re-send rule, all of it in specd.proxy.resend (this module only does what its verdicts say).
+healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers `/health`
+or the hold timeout passes. What is re-sent and what is answered with an error is the re-send rule,
+all of it in specd.proxy.resend (this module only does what its verdicts say).
 `pause`/`wait_idle`/`resume` let a switch drain in-flight streams before the restart (the daemon
-serves them on its control socket; see `specd.daemon.control`). Headers pass through untouched
-(auth included) and are never logged or stored; traffic rows keep only the shape (specd.proxy.exchange). A request dropped by a server
-that then stops answering /health (before answering or mid-stream) is reported as the likely cause
-of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers held and unanswered
-requests 503 (at once, and at the end of its grace) and cuts streams on an event boundary.
+serves them on its control socket; see `specd.daemon.control`). Headers pass through untouched (auth
+included) and are never logged or stored; traffic rows keep only the shape (specd.proxy.exchange). A
+request dropped by a server that then stops answering /health (before answering or mid-stream) is
+reported as the likely cause of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers
+held and unanswered requests 503 (at once, and at the end of its grace) and cuts streams on an event
+boundary.
 
 Every request pays the proxy's own cost, so the path is short: HTTP/1.1 on asyncio protocols with
 httptools on both sides (specd.proxy.http1: no ASGI, no HTTP client library), the request sent
