@@ -25,7 +25,7 @@ from specd.proxy.crashes import GATHER_S, Crash
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.proxy.resend import MAX_DELIVERIES
 from specd.traffic.records import Recorder, fetch_records, open_db
-from tests.proxy_fakes import ServerThread, chat_body, eventually, free_port
+from tests.fakes.proxy_fakes import ServerThread, chat_body, eventually, free_port
 
 
 class FakeCrashingBackend:

@@ -91,6 +91,7 @@ class UpstreamResponse:
         self.headers: Headers = []
         self.head_only = head_only
         self.informational = False  # a 1xx answer is being read; the real one follows
+        self.close_delimited = False  # no Content-Length, not chunked: the backend's close ends the body
         self._started: asyncio.Future[None] = self._loop.create_future()
         self._read_timeout_s: float | None = None
         self.last_read = self._loop.time()
