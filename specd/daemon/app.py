@@ -1,9 +1,10 @@
 """`specd daemon`: the long-running guard of every configured deployment.
 
-Wiring only; the work lives in `monitor` (health), `watcher` (files), `proxy` (clients),
+Wiring only; the work lives in `monitor` (health), `watcher` (files), `specd.proxy` (clients),
 `traffic` (records), `metrics`, `control` (the socket switches drain through), `observer` (what
 changed in history, for the page and the notifications) and `notifications`. The status page
-(`specd.web`, a front end above this layer) is handed in as a factory by `specd daemon`.
+(`specd.web`, a front end above this layer) and the tuner's jobs (`specd.tune`, above too) are
+handed in as factories by `specd daemon` from the composition root.
 
 Threads: the asyncio loop in the main thread serves the proxies and the control socket, pings
 systemd's watchdog and writes the status file (so a wedged loop stops the pings and systemd
@@ -39,7 +40,7 @@ from specd.daemon import control, service
 from specd.daemon.control import daemon_status
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
-from specd.daemon.nightly import cron_trigger, nightly_job, schedule_job
+from specd.daemon.nightly import NO_TUNER_JOBS, TunerJobs, cron_trigger
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.service import Server, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
@@ -97,8 +98,10 @@ class Runtime:
 
 class Daemon:
     def __init__(self, config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
-                 make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> None:
+                 make_seams: SeamsFactory, page_factory: PageFactory | None = None,
+                 jobs: TunerJobs = NO_TUNER_JOBS) -> None:
         self.config = config
+        self._jobs = jobs  # the tuner's, from the composition root (specd.daemon.nightly)
         self.deployments = deployments or list(config.deployments)
         self.state = state
         self._make_seams = make_seams
@@ -185,19 +188,20 @@ class Daemon:
                 sample = partial(sample_counters, self._http, self.state, runtime.deployment, runtime.info)
                 self.scheduler.add_job(self._job(f"sample {unit}", sample), "interval",
                                        seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=now)
-            schedule = schedule_job(runtime.deployment, self._make_seams)
-            if schedule is not None:
+            if self._jobs.schedule is not None:
+                schedule = self._jobs.schedule(runtime.deployment, self._make_seams)
                 self.scheduler.add_job(self._job(f"schedule {unit}", schedule), "interval",
                                        seconds=daemon.schedule_check_s, id=f"schedule:{unit}", next_run_time=now)
         upkeep = partial(housekeeping, self.state, self.deployments)
         self.scheduler.add_job(self._job("housekeeping", upkeep), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")
-        if self.config.tuner.enabled:
+        if self.config.tuner.enabled and self._jobs.nightly is not None:
             trigger = cron_trigger(self.config.tuner.cron, self.config.path)
             for unit, runtime in self.runtimes.items():
-                nightly = nightly_job(self.config, runtime.deployment, runtime.proxy, self._make_seams)
-                if nightly is not None:
-                    self.scheduler.add_job(self._job(f"tune {unit}", nightly), trigger, id=f"tune:{unit}")
+                proxy = runtime.proxy
+                clients = None if proxy is None else (lambda proxy=proxy: (proxy.accepted, proxy.in_flight))
+                nightly = self._jobs.nightly(self.config, runtime.deployment, clients, self._make_seams)
+                self.scheduler.add_job(self._job(f"tune {unit}", nightly), trigger, id=f"tune:{unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -389,9 +393,10 @@ class Daemon:
 
 
 def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
-               make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> int:
+               make_seams: SeamsFactory, page_factory: PageFactory | None = None,
+               jobs: TunerJobs = NO_TUNER_JOBS) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
     with asyncio.Runner(loop_factory=service.new_event_loop) as runner:
         return runner.run(Daemon(config, deployments, state=state, make_seams=make_seams,
-                                 page_factory=page_factory).run())
+                                 page_factory=page_factory, jobs=jobs).run())

@@ -2,15 +2,16 @@
 
 A switch restarts llama-server; a client talking to it directly sees refused connections and
 "Loading model" 503s. Through the proxy it sees latency instead: a request that cannot reach a
-healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers
-`/health` or the hold timeout passes. What is re-sent and what is answered with an error is the
-re-send rule (specd.proxy.resend). `pause`/`wait_idle`/`resume` let a switch drain in-flight
-streams before the restart (the daemon serves them on its control socket; see
-`specd.daemon.control`). Headers pass through untouched (auth included) and are never logged or
-stored; traffic rows keep only the shape (specd.proxy.exchange). A request dropped by a server
-that then stops answering /health (before answering or mid-stream) is reported as the likely cause
-of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers held and unanswered
-requests 503 (at once, and at the end of its grace) and cuts streams on an event boundary.
+healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers `/health`
+or the hold timeout passes. What is re-sent and what is answered with an error is the re-send rule,
+all of it in specd.proxy.resend (this module only does what its verdicts say).
+`pause`/`wait_idle`/`resume` let a switch drain in-flight streams before the restart (the daemon
+serves them on its control socket; see `specd.daemon.control`). Headers pass through untouched (auth
+included) and are never logged or stored; traffic rows keep only the shape (specd.proxy.exchange). A
+request dropped by a server that then stops answering /health (before answering or mid-stream) is
+reported as the likely cause of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers
+held and unanswered requests 503 (at once, and at the end of its grace) and cuts streams on an event
+boundary.
 
 Every request pays the proxy's own cost, so the path is short: HTTP/1.1 on asyncio protocols with
 httptools on both sides (specd.proxy.http1: no ASGI, no HTTP client library), the request sent
@@ -228,8 +229,8 @@ class Proxy:
         deadline = exchange.started + self.settings.hold_timeout_s
         read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
-        dropped_before = False  # once True, a drop is answered 502 even when the server is up
-        stale = 0
+        rule = resend.Resends()
+        fresh = False  # the next attempt goes on a new connection (the rule said so)
         while True:
             if not await self._through_gate(deadline, exchange, responder, loading, sent):
                 return
@@ -239,10 +240,10 @@ class Proxy:
                     upstream = await self._send_upstream(
                         request, headers, read_timeout_s, first,
                         functools.partial(start_stream, exchange=exchange, responder=responder, watch=watch,
-                                          relays=self._relays))
+                                          relays=self._relays), fresh=fresh)
                 except UpstreamFailed as failed:
                     outcome: resend.Outcome = failed.outcome
-                    cause = failed.cause_name
+                    cause, reused = failed.cause_name, failed.reused
                 except _ShutDownWhileWaiting:
                     self._reject(responder, exchange, 503, SHUTTING_DOWN)
                     return
@@ -252,28 +253,35 @@ class Proxy:
                         if exchange.failed_status == 502:  # the backend dropped the answer: did it go down on it?
                             await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
                         return
-                    outcome, cause = "loading", "503"
+                    outcome, cause, reused = "loading", "503", upstream.reused
                     loading = await read_whole(upstream)
             finally:
                 self._end_active()
             answers = False
             if outcome == "dropped":  # always judged: a server that went down names this request
                 answers, cause = await self._judge_drop(request, exchange, cause)
-                stale += answers  # a live server: a stale pooled connection, tried again up to a bound
-            verdict = resend.decide(outcome, dropped_before=dropped_before, answers_health_now=answers)
-            dropped_before = dropped_before or (outcome == "dropped"
-                                                and (not answers or stale >= resend.MAX_STALE_RESENDS))
-            if verdict.mark_unhealthy:
-                self.mark_unhealthy()
-            if verdict.resend:
-                if self._metrics is not None:
-                    self._metrics.retries.inc()
-                continue
-            assert verdict.status is not None
-            exchange.error = f"{verdict.reason} ({cause})"
-            log.warning("%s %s: %s", request.method, request.path, exchange.error)
-            self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
-            return
+            verdict = rule.after(outcome, reused=reused, answers_health_now=answers)
+            if not self._follow(verdict, request, exchange, responder, cause):
+                return
+            fresh = fresh or verdict.fresh_connection
+
+    def _follow(self, verdict: resend.Verdict, request: ClientRequest, exchange: Exchange, responder: Responder,
+                cause: str) -> bool:
+        """Do what the re-send rule said: True to send again, False once the client got its error."""
+        if verdict.mark_unhealthy:
+            self.mark_unhealthy()
+        if verdict.resend:
+            if verdict.fresh_connection:
+                self._upstream.discard_idle(self.backend.url)
+                log.info("%s %s: re-sent once on a fresh connection (%s)", request.method, request.path, cause)
+            if self._metrics is not None:
+                self._metrics.retries.inc()
+            return True
+        assert verdict.status is not None
+        exchange.error = f"{verdict.reason} ({cause})"
+        log.warning("%s %s: %s", request.method, request.path, exchange.error)
+        self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
+        return False
 
     async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str) -> tuple[bool, str]:
         """(the server still answers /health, the cause naming the request); a server that went
@@ -307,8 +315,8 @@ class Proxy:
         return True
 
     async def _send_upstream(self, request: ClientRequest, headers: bytes, read_timeout_s: float | None,
-                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None]
-                             ) -> UpstreamResponse:
+                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None], *,
+                             fresh: bool = False) -> UpstreamResponse:
         """Send (unless `sent` already went) and wait for the status line, `on_status` run the moment
         it arrives; a shutdown at the end of its grace cuts that wait (answered 503)."""
         task = asyncio.current_task()
@@ -317,7 +325,7 @@ class Proxy:
         try:
             if sent is None:
                 return await self._upstream.send(request.method, self.backend.url, request.target, headers,
-                                                 request.body, read_timeout_s, on_status)
+                                                 request.body, read_timeout_s, on_status, fresh=fresh)
             sent.set_read_timeout(read_timeout_s)
             sent.on_status = on_status
             await sent.started()

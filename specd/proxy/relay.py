@@ -150,6 +150,8 @@ async def respond(upstream: UpstreamResponse, exchange: Exchange, responder: Res
             upstream.close()  # a no-op once the body was read to its end (the connection is back in the pool)
         return
     headers = response_headers(upstream.headers)
+    if upstream.head_only or upstream.status == 304:  # no body: the backend's length says what GET would get
+        headers += [(b"content-length", v) for k, v in upstream.headers if k.lower() == b"content-length"][:1]
     try:
         content = await upstream.read()
     except (TimeoutError, OSError) as exc:

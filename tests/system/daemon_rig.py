@@ -21,7 +21,7 @@ import pytest
 
 from specd.setup.sandbox import free_port
 from tests.conftest import REPO, Box
-from tests.proxy_fakes import read_stream
+from tests.fakes.proxy_fakes import read_stream
 
 _numbers = itertools.count(1)
 

@@ -23,7 +23,7 @@ from specd.deploy.history import Generation
 from specd.paths import StateDir
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
-from tests.proxy_fakes import read_stream
+from tests.fakes.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 
 

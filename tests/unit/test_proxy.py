@@ -20,7 +20,7 @@ from specd.daemon.metrics import SpecdMetrics
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
-from tests.proxy_fakes import (
+from tests.fakes.proxy_fakes import (
     FakeBackendForProxyTests,
     ServerThread,
     chat_body,

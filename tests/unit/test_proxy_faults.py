@@ -33,7 +33,7 @@ from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO
-from tests.proxy_fakes import (
+from tests.fakes.proxy_fakes import (
     FakeBackendForProxyTests,
     ServerThread,
     chat_body,

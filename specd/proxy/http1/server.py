@@ -12,7 +12,13 @@ What it does itself, so the proxy sees only whole requests:
   not exceed `max_body_bytes`, declared or sent chunked (413, the connection closed, lingering so
   that a client still sending its body reads the 413 and not a reset); one sweep
   over the connections enforces the deadlines, so a request arms and cancels no timer;
-- `Expect: 100-continue` is answered; a malformed request gets a 400 and the connection closes;
+- the request target may not exceed `max_target_bytes` (414) nor the request line and headers
+  together `max_head_bytes` (431), as nginx's `large_client_header_buffers` bound them; the parser
+  is never fed more of a head than that (httptools joins a header's pieces by concatenation, so
+  an unbounded header costs time in the square of its size and stalls every connection);
+- request trailers are read and dropped: they never join the headers the handler sees;
+- `Expect: 100-continue` (any case) is answered; a malformed request gets a 400 and the connection
+  closes;
 - pipelined requests are answered in order, one at a time;
 - a response's headers leave with its first body bytes (one send where two would do), or alone at
   the end of the event loop's turn when no body bytes are ready;
@@ -43,11 +49,17 @@ log = logging.getLogger("specd.proxy.proxy")
 LINGER_S = 5.0  # how long a refused client may go on sending before its connection is closed (nginx: 5 s)
 
 
+MAX_TARGET_BYTES = 8 * 1024  # nginx: one 8k buffer for the request line, then 414
+MAX_HEAD_BYTES = 32 * 1024  # nginx: 4 x 8k (large_client_header_buffers), then "too large"
+
+
 @dataclass(frozen=True)
 class FrontLimits:
     max_body_bytes: int
     body_timeout_s: float
     header_timeout_s: float
+    max_target_bytes: int = MAX_TARGET_BYTES
+    max_head_bytes: int = MAX_HEAD_BYTES  # the request line and the headers
 
 
 @dataclass
@@ -67,13 +79,13 @@ class ClientRequest:
         try:
             path = httptools.parse_url(self.target).path
         except httptools.HttpParserInvalidURLError:
-            path = self.target
+            path = self.target.partition(b"?")[0]  # never the query: it may carry an API key
         return unquote(path.decode("latin-1"))
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """The answer to an unusable request (400, 408, 413), waiting its turn on the connection."""
+    """The answer to an unusable request (400, 408, 413, 414, 431), waiting its turn on the connection."""
 
     status: int
     message: str
@@ -95,6 +107,12 @@ class FrontConnection(asyncio.Protocol):
         self._headers: Headers = []  # the partial request's, names lowercased
         self._body: list[bytes] = []
         self._body_size = 0
+        # The request head being read: its bytes so far (bounded by max_head_bytes before the parser
+        # sees them), whether its target is whole (a refusal then says 431, not 414).
+        self._in_head = True
+        self._head_bytes = 0
+        self._target_size = 0
+        self._target_whole = False
         self._queue: deque[tuple[ClientRequest, bool, bool] | Refusal] = deque()
         self._responder: Responder | None = None
         self._task: asyncio.Task[None] | None = None
@@ -123,7 +141,15 @@ class FrontConnection(asyncio.Protocol):
         if self._refused:
             return
         try:
-            self._parser.feed_data(data)
+            while data and self._in_head and not self._refused:
+                room = self._limits.max_head_bytes - self._head_bytes
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+                self._parser.feed_data(piece)
+                if self._in_head and self._head_bytes >= self._limits.max_head_bytes:
+                    self._refuse_head()
+            if data and not self._refused:
+                self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self.keep_alive = False  # the request before the upgrade is answered; nothing after it is read
         except httptools.HttpParserError:
@@ -170,15 +196,23 @@ class FrontConnection(asyncio.Protocol):
         self._partial = ClientRequest("", b"", [])
         self._headers = self._partial.headers
         self._body, self._body_size = [], 0
+        self._target_size, self._target_whole = 0, False
 
     def on_url(self, url: bytes) -> None:
-        if self._partial is not None:
+        self._target_size += len(url)
+        if self._target_size > self._limits.max_target_bytes:
+            self._refuse(414, f"request target over {self._limits.max_target_bytes} bytes")
+        elif self._partial is not None and not self._refused:
             self._partial.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        self._target_whole = True
+        if self._in_head:  # after the head: a trailer, read and dropped (never forwarded as a header)
+            self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._target_whole = True
         request = self._partial
         if request is None or self._refused:
             return
@@ -188,7 +222,8 @@ class FrontConnection(asyncio.Protocol):
             self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
             return
         self._owes, self._since = "body", self.loop.time()
-        if (b"expect", b"100-continue") in request.headers and not self.busy and not self._queue:
+        expects = next((v for k, v in request.headers if k == b"expect"), None)
+        if expects is not None and expects.strip().lower() == b"100-continue" and not self.busy and not self._queue:
             self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -202,6 +237,7 @@ class FrontConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         request, self._partial = self._partial, None
+        self._in_head, self._head_bytes = True, 0  # the next request's head starts here
         if request is None or self.closed or self._refused:
             return
         request.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
@@ -282,6 +318,12 @@ class FrontConnection(asyncio.Protocol):
             self._queue.append(Refusal(status, message, kind))
         else:
             self._answer_refusal(Refusal(status, message, kind))
+
+    def _refuse_head(self) -> None:
+        if not self._target_whole:
+            self._refuse(414, f"request target over {self._limits.max_target_bytes} bytes")
+        else:
+            self._refuse(431, f"request line and headers over {self._limits.max_head_bytes} bytes")
 
     def _answer_refusal(self, refusal: Refusal) -> None:
         self.keep_alive = False
