@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import gc
-import json
 import logging
 import os
 import signal
@@ -51,7 +49,7 @@ from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.slots import serving_slot
-from specd.errors import ConfigError, LockBusy, SpecdError
+from specd.errors import ConfigError, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
 from specd.proxy.crashes import Crash
@@ -121,17 +119,6 @@ class Daemon:
         self.observer: HistoryObserver | None = None
 
     # ---- startup --------------------------------------------------------------------------------
-
-    def _take_daemon_lock(self) -> None:
-        path = self.state.daemon_lock
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LockBusy(f"another specd daemon runs here (see {self.state.daemon_status})") from None
-        self._lock_fd = fd
 
     def _build(self) -> None:
         if self.config.notify.urls:
@@ -280,12 +267,7 @@ class Daemon:
                 "next_tuning": next_runs[0].isoformat() if next_runs else None, "units": units}
 
     def _write_status(self, running: bool = True) -> None:
-        data = self.status()
-        data["running"] = running
-        path = self.state.daemon_status
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, default=str))
-        os.replace(tmp, path)
+        control.write_daemon_status(self.state, {**self.status(), "running": running})
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -294,7 +276,7 @@ class Daemon:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        self._take_daemon_lock()
+        self._lock_fd = control.take_daemon_lock(self.state)
         self._build()
         sock = self.state.daemon_socket
         sock.unlink(missing_ok=True)
@@ -339,7 +321,10 @@ class Daemon:
                 await asyncio.wait_for(stop.wait(), beat)
             if watchdog and self.scheduler.running:
                 notify("WATCHDOG=1")
-            self._write_status()
+            try:
+                self._write_status()
+            except Exception:  # out of file descriptors, a full disk: the heartbeat goes on
+                log.exception("writing the status file failed")
         pinger = loop.create_task(keep_pinging(beat)) if watchdog else None  # shutdown may outlast it
         await observing
         await self._shutdown()
@@ -397,6 +382,7 @@ def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, s
                jobs: TunerJobs = NO_TUNER_JOBS) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
+    service.raise_open_files_limit()  # before the proxies size their connection caps on it
     with asyncio.Runner(loop_factory=service.new_event_loop) as runner:
         return runner.run(Daemon(config, deployments, state=state, make_seams=make_seams,
                                  page_factory=page_factory, jobs=jobs).run())

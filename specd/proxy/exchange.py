@@ -18,7 +18,7 @@ from typing import Any
 
 from specd.proxy.metrics import ProxyMetrics, route_label
 from specd.traffic.records import Recorder, TrafficRecord
-from specd.traffic.shape import request_shape
+from specd.traffic.shape import RequestShape, request_shape
 from specd.traffic.taskclass import classify
 
 log = logging.getLogger(__name__)
@@ -86,12 +86,11 @@ class Exchange:
         completion = _int(usage.get("completion_tokens"))
         if completion is None and self.stream and self.events:
             completion = _int(timings.get("predicted_n")) or self.events
-        messages = self.document.get("messages") if self.document is not None else None
-        shape = request_shape(self.document)
+        task_class, shape = self._read_body()
         return TrafficRecord(
             ts=self.ts, endpoint=self.endpoint, stream=self.stream, status=status, total_ms=1000.0 * total_s,
             unit=unit, profile=self.profile, in_flight=self.in_flight,
-            task_class=task_class_of(messages) if isinstance(messages, list) else None,
+            task_class=task_class,
             prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=completion,
             ttft_ms=self.ttft_ms, held_ms=self.held_ms,
             prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
@@ -100,11 +99,25 @@ class Exchange:
             error=error, sampling=shape.sampling, conversation=shape.conversation, turn=shape.turn,
         )
 
+    def _read_body(self) -> tuple[str | None, RequestShape]:
+        """The body's task class and shape, or unknown (None, an empty shape) where it cannot be read:
+        the row is written whatever the body was."""
+        if self.document is None:
+            return None, RequestShape()
+        try:
+            messages = self.document.get("messages")
+            return (task_class_of(messages) if isinstance(messages, list) else None), request_shape(self.document)
+        except (RecursionError, ValueError, TypeError):  # deep nesting the readers recurse into
+            return None, RequestShape()
+
     def finish(self, status: int, error: str | None = None) -> None:
         if self.done:
             return
         self.done = True
-        self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+        try:
+            self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+        except Exception:  # what is counted and recorded must never fail the request it describes
+            log.exception("recording a finished request failed; the request is unaffected")
 
 
 class Recording:

@@ -37,9 +37,10 @@ from specd.proxy.crashes import Crash, CrashWatch, DroppedRequest, Phase
 from specd.proxy.exchange import Exchange, Recording
 from specd.proxy.gate import BackendGate, HoldExpired
 from specd.proxy.http1.client import UpstreamPool, answers_health_now, forwarded_headers
+from specd.proxy.http1.listener import FrontServer
 from specd.proxy.http1.responder import Responder
 from specd.proxy.http1.response import UpstreamFailed, UpstreamResponse
-from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
+from specd.proxy.http1.server import ClientRequest, FrontLimits
 from specd.proxy.metrics import ProxyMetrics
 from specd.proxy.relay import ClientWatch, Relay, read_whole, respond, start_stream
 from specd.proxy.warmup import RecentRequests
@@ -74,6 +75,7 @@ class ProxySettings:
     stream_idle_timeout_s: float = 300.0
     body_timeout_s: float = 60.0  # a client must send its whole request body within this
     header_timeout_s: float = 30.0  # ... and a request's headers within this (slowloris)
+    max_connections: int | None = None  # open client connections at most (None: what the open-files limit allows)
 
 
 class Proxy:
@@ -111,7 +113,8 @@ class Proxy:
         """The server that takes clients' connections for this proxy (`serve`, `started`, `should_exit`)."""
         limits = FrontLimits(self.settings.max_body_bytes, self.settings.body_timeout_s,
                              self.settings.header_timeout_s)
-        return FrontServer(self.handle, limits, grace_s=grace_s, on_stop=self.stop)
+        return FrontServer(self.handle, limits, grace_s=grace_s, on_stop=self.stop,
+                           max_connections=self.settings.max_connections)
 
     async def stop(self) -> None:
         self.gate.stop()

@@ -69,11 +69,13 @@ class Relay:
 
     def on_end(self) -> None:
         """The end of the body: record first, then let the client see the end."""
-        if self._pending:
-            self._exchange.scan(self._pending)
-        self._exchange.finish(self.upstream.status)
-        self._responder.end(self._pending)
-        self._settle()
+        try:
+            if self._pending:
+                self._exchange.scan(self._pending)
+            self._exchange.finish(self.upstream.status)
+        finally:  # the client gets its end whatever reading the stream's shape did
+            self._responder.end(self._pending)
+            self._settle()
 
     def on_error(self, exc: BaseException) -> None:
         exchange = self._exchange

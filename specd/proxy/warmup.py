@@ -73,7 +73,10 @@ class RecentRequests:
             prompt = next((recent.document[key] for key in PROMPT_KEYS if key in recent.document), None)
             if prompt is None:
                 continue
-            key = f"{recent.path}\0{json.dumps(prompt, sort_keys=True, default=str)}"
+            try:
+                key = f"{recent.path}\0{json.dumps(prompt, sort_keys=True, default=str)}"
+            except (RecursionError, ValueError, TypeError):  # nested too deep to compare: not worth warming
+                continue
             if key not in seen:
                 seen.add(key)
                 chosen.append(recent)

@@ -44,12 +44,17 @@ def _text(message: Mapping[str, Any]) -> str:
 
 
 def conversation_of(messages: Sequence[Any]) -> tuple[str | None, int]:
-    """(hash of the opening up to the first user message, number of user messages)."""
+    """(hash of the opening up to the first user message, number of user messages); the hash is
+    None (unknown) when the opening cannot be read back (a content nested deeper than json.dumps
+    can recurse)."""
     dicts = [m for m in messages if isinstance(m, dict)]
     users = [i for i, m in enumerate(dicts) if m.get("role") == "user"]
     if not users:
         return None, 1
-    opening = "\x1e".join(_text(m) for m in dicts[: users[0] + 1])
+    try:
+        opening = "\x1e".join(_text(m) for m in dicts[: users[0] + 1])
+    except (RecursionError, ValueError, TypeError):
+        return None, len(users)
     return hashlib.sha256(opening.encode("utf-8", "replace")).hexdigest()[:12], len(users)
 
 

@@ -9,8 +9,9 @@ import json
 import threading
 from collections.abc import Awaitable, Callable
 
+from specd.proxy.http1.listener import FrontServer
 from specd.proxy.http1.responder import Responder
-from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
+from specd.proxy.http1.server import ClientRequest, FrontLimits
 
 LIMITS = FrontLimits(max_body_bytes=1 << 20, body_timeout_s=5.0, header_timeout_s=5.0)
 

@@ -39,7 +39,7 @@ class Talk:
     raw: bytes  # every byte read
 
 
-def _parse(raw: bytes, methods: list[str], closed: bool) -> list[Answer]:
+def parse_answers(raw: bytes, methods: list[str], closed: bool) -> list[Answer]:
     conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=1 << 24)
     conn.receive_data(raw)
     if closed:
@@ -87,7 +87,7 @@ def talk(port: int, raw: bytes | list[bytes], methods: list[str] | None = None, 
             except OSError:  # refused mid-send: what came back is the answer
                 break
         while True:
-            if not until_closed and len(_parse(received, methods, False)) >= len(methods):
+            if not until_closed and len(parse_answers(received, methods, False)) >= len(methods):
                 break
             try:
                 chunk = sock.recv(1 << 20)
@@ -97,7 +97,7 @@ def talk(port: int, raw: bytes | list[bytes], methods: list[str] | None = None, 
                 closed = True
                 break
             received += chunk
-    return Talk(_parse(received, methods, closed), closed, received)
+    return Talk(parse_answers(received, methods, closed), closed, received)
 
 
 Script = bytes | Callable[[bytes], bytes]  # the answer's bytes, or made from the raw request

@@ -29,63 +29,32 @@ from hypothesis import strategies as st
 from specd.cli import main
 from specd.daemon.service import bind_tcp
 from specd.profiles.config import load_config
-from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
-from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO
 from tests.fakes.proxy_fakes import (
-    FakeBackendForProxyTests,
-    ServerThread,
     chat_body,
     eventually,
     free_port,
     read_stream,
 )
+from tests.fakes.proxy_rig import ProxyRig
 
 SECRET = "sk-test-0123456789abcdef"
 
 
-class Rig:
-    """A FAKE backend and the proxy in front of it, each in its own server thread on loopback."""
+Rig = ProxyRig
 
-    def __init__(self, tmp_path: Path, *, capture: BodyCapture | None = None, header_timeout_s: float = 30.0,
-                 **settings: Any) -> None:
-        self.fake = FakeBackendForProxyTests(tokens=6)
-        self.backend = ServerThread(self.fake.app, free_port()).start()
-        self.db = tmp_path / "state.db"
-        self.recorder = Recorder(self.db)
-        self.proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", header_timeout_s=header_timeout_s, **settings),
-                           lambda: Backend(self.backend.url, "plain"), recorder=self.recorder, capture=capture)
-        self.front = ServerThread(self.proxy, free_port()).start()
 
-    @property
-    def url(self) -> str:
-        return self.front.url
-
-    def records(self) -> list[Any]:
-        self.recorder.flush()
-        conn = open_db(self.db)
-        try:
-            return list(fetch_records(conn, 0))
-        finally:
-            conn.close()
-
-    def settled(self) -> bool:
-        """Nothing held, nothing talking to the backend."""
-        return self.proxy.in_flight == 0 and self.proxy.active == 0
-
-    def close(self) -> None:
-        self.front.stop()
-        self.backend.stop()
-        self.recorder.close()
+def make_faults_rig(tmp_path: Path, **options: Any) -> ProxyRig:
+    return ProxyRig(tmp_path, **{"tokens": 6, **options})
 
 
 @pytest.fixture
-def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
-    rigs: list[Rig] = []
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., ProxyRig]]:
+    rigs: list[ProxyRig] = []
 
-    def make(**options: Any) -> Rig:
-        rigs.append(Rig(tmp_path, **options))
+    def make(**options: Any) -> ProxyRig:
+        rigs.append(make_faults_rig(tmp_path / f"rig{len(rigs)}", **options))
         return rigs[-1]
 
     yield make
@@ -203,7 +172,7 @@ def test_any_json_document_is_forwarded_never_a_proxy_error(shared_rig: Rig, doc
 @pytest.fixture(scope="module")
 def shared_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     root = tmp_path_factory.mktemp("shared")
-    rig = Rig(root, capture=BodyCapture(root / "capture", 1 << 20))
+    rig = make_faults_rig(root, capture=BodyCapture(root / "capture", 1 << 20))
     yield rig
     rig.close()
 

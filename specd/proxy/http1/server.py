@@ -31,21 +31,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 from urllib.parse import unquote
 
 import httptools
 
 from specd.proxy.http1 import Headers
-from specd.proxy.http1.responder import Responder
+from specd.proxy.http1.responder import Responder, error_body
 
 log = logging.getLogger("specd.proxy.proxy")
 
+_BUSY_BODY = error_body(503, "specd proxy: too many client connections, all busy; retry")
+BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+               b"connection: close\r\ncontent-length: %d\r\n\r\n%b" % (len(_BUSY_BODY), _BUSY_BODY))
 LINGER_S = 5.0  # how long a refused client may go on sending before its connection is closed (nginx: 5 s)
 
 
@@ -95,12 +97,19 @@ class Refusal:
 Handler = Callable[[ClientRequest, Responder], Coroutine[Any, Any, None]]
 
 
+class Admission(Protocol):
+    """Who keeps the count of open connections (specd.proxy.http1.listener.FrontServer)."""
+
+    def admit(self, connection: FrontConnection) -> bool: ...
+    def discard(self, connection: FrontConnection) -> None: ...
+
+
 class FrontConnection(asyncio.Protocol):
     """One client connection: parse requests, hand each whole one to `handler`, in order."""
 
-    def __init__(self, handler: Handler, limits: FrontLimits, connections: set[FrontConnection]) -> None:
+    def __init__(self, handler: Handler, limits: FrontLimits, admission: Admission) -> None:
         self.loop = asyncio.get_running_loop()
-        self._handler, self._limits, self._connections = handler, limits, connections
+        self._handler, self._limits, self._admission = handler, limits, admission
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._partial: ClientRequest | None = None
@@ -133,9 +142,20 @@ class FrontConnection(asyncio.Protocol):
     def busy(self) -> bool:
         return self._responder is not None
 
+    @property
+    def idle_since(self) -> float | None:
+        """Loop time since when this connection waits for a request it has not begun sending (None:
+        a request is under way): what may be closed to make room, as nginx reuses its idle ones."""
+        if self.busy or self._queue or self._owes != "headers" or self._head_bytes or self._linger_until is not None:
+            return None
+        return self._since
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
-        self._connections.add(self)
+        if not self._admission.admit(self):
+            self.closed = True  # at the limit and every connection busy: a clear answer, then the close
+            self._transport.write(BUSY_ANSWER)
+            self._transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -160,7 +180,7 @@ class FrontConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._connections.discard(self)
+        self._admission.discard(self)
         if self._throttled is not None:
             self._throttled[1]()  # a paused producer must not stay paused for a client that is gone
             self._throttled = None
@@ -359,54 +379,3 @@ class FrontConnection(asyncio.Protocol):
             self.close()
         elif self._owes == "body" and now - self._since > self._limits.body_timeout_s:
             self._refuse(408, f"request body not received within {self._limits.body_timeout_s:g} s")
-
-
-class FrontServer:
-    """The proxy's listening socket and its connections, with uvicorn's lifecycle surface
-    (`serve`, `started`, `should_exit`) so the daemon runs it beside its other servers."""
-
-    def __init__(self, handler: Handler, limits: FrontLimits, *, grace_s: float,
-                 on_stop: Callable[[], Awaitable[None]]) -> None:
-        self._handler, self._limits, self._grace_s = handler, limits, grace_s
-        self._on_stop = on_stop
-        self._connections: set[FrontConnection] = set()
-        self._next_sweep = 0.0
-        self.started = False
-        self.should_exit = False
-
-    async def serve(self, sockets: list[socket.socket] | None = None, *, host: str = "127.0.0.1",
-                    port: int = 0) -> None:
-        loop = asyncio.get_running_loop()
-        if sockets:
-            server = await loop.create_server(self._connection, sock=sockets[0])
-        else:
-            server = await loop.create_server(self._connection, host, port)
-        self.started = True
-        sweep_s = min(self._limits.header_timeout_s, self._limits.body_timeout_s, 4.0) / 4
-        try:
-            while not self.should_exit:  # uvicorn's way: a flag other threads may set
-                await asyncio.sleep(min(0.1, sweep_s))
-                now = loop.time()
-                if now >= self._next_sweep:
-                    self._next_sweep = now + sweep_s
-                    for connection in list(self._connections):
-                        connection.enforce_deadlines(now)
-        finally:
-            server.close()
-            await self._close_connections()
-            await self._on_stop()
-
-    def _connection(self) -> FrontConnection:
-        return FrontConnection(self._handler, self._limits, self._connections)
-
-    async def _close_connections(self) -> None:
-        """Idle connections close now; busy ones when their answer ends, within the grace."""
-        deadline = asyncio.get_running_loop().time() + self._grace_s
-        while self._connections and asyncio.get_running_loop().time() < deadline:
-            for connection in list(self._connections):
-                if not connection.busy:
-                    connection.keep_alive = False
-                    connection.close()
-            await asyncio.sleep(0.05)
-        for connection in list(self._connections):
-            connection.close()
