@@ -52,7 +52,9 @@ from specd.deploy.slots import serving_slot
 from specd.errors import ConfigError, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
+from specd.proxy import heap
 from specd.proxy.crashes import Crash
+from specd.proxy.http1.bodies import HeldBytes
 from specd.proxy.proxy import Proxy, ProxySettings
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
@@ -106,6 +108,8 @@ class Daemon:
         self.metrics = SpecdMetrics()
         self.history = History(state.db)  # the event loop's connection; jobs and watchers have their own
         self.recorder: traffic.Recorder | None = None
+        # Request bodies held for clients, bounded across every proxy; their memory goes back after a burst.
+        self.held_bodies = HeldBytes(config.daemon.max_held_body_bytes, on_release=heap.Trimmer().released)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                            "misfire_grace_time": 60})
         self.runtimes: dict[str, Runtime] = {}
@@ -150,7 +154,8 @@ class Daemon:
                    if settings.capture_bodies else None)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
                      lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics,
-                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit))
+                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit),
+                     held=self.held_bodies)
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> Server:
@@ -383,6 +388,7 @@ def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, s
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
     service.raise_open_files_limit()  # before the proxies size their connection caps on it
+    heap.keep_big_blocks_apart()  # before any body arrives (specd.proxy.heap)
     with asyncio.Runner(loop_factory=service.new_event_loop) as runner:
         return runner.run(Daemon(config, deployments, state=state, make_seams=make_seams,
                                  page_factory=page_factory, jobs=jobs).run())

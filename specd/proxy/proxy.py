@@ -33,9 +33,11 @@ from typing import Any
 
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.proxy import resend
+from specd.proxy.bodies import BodyReader
 from specd.proxy.crashes import Crash, CrashWatch, DroppedRequest, Phase
 from specd.proxy.exchange import Exchange, Recording
 from specd.proxy.gate import BackendGate, HoldExpired
+from specd.proxy.http1.bodies import Body, HeldBytes
 from specd.proxy.http1.client import UpstreamPool, answers_health_now, forwarded_headers
 from specd.proxy.http1.listener import FrontServer
 from specd.proxy.http1.responder import Responder
@@ -46,6 +48,7 @@ from specd.proxy.relay import ClientWatch, Relay, read_whole, respond, start_str
 from specd.proxy.warmup import RecentRequests
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
+from specd.traffic.shape import RequestShape
 
 log = logging.getLogger(__name__)
 SHUTTING_DOWN = "specd proxy is shutting down"
@@ -88,12 +91,15 @@ class Proxy:
         metrics: ProxyMetrics | None = None,
         capture: BodyCapture | None = None,
         on_crash: Callable[[Crash], None] | None = None,
+        held: HeldBytes | None = None,
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
         self._metrics, self._capture = metrics, capture
         self._recording = Recording(settings.unit, recorder, metrics)
         self._upstream = UpstreamPool()
+        self._held = held or HeldBytes()  # request bytes held for clients, daemon-wide (the daemon shares one)
+        self._reader = BodyReader()
         self._crashes = CrashWatch(lambda: answers_health_now(self.backend.url), self.mark_unhealthy, on_crash)
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
@@ -112,13 +118,14 @@ class Proxy:
     def server(self, grace_s: float = 30.0) -> FrontServer:
         """The server that takes clients' connections for this proxy (`serve`, `started`, `should_exit`)."""
         limits = FrontLimits(self.settings.max_body_bytes, self.settings.body_timeout_s,
-                             self.settings.header_timeout_s)
+                             self.settings.header_timeout_s, held=self._held)
         return FrontServer(self.handle, limits, grace_s=grace_s, on_stop=self.stop,
                            max_connections=self.settings.max_connections)
 
     async def stop(self) -> None:
         self.gate.stop()
         self._upstream.close()
+        self._reader.close()
         if self._capture is not None:  # the bodies still queued reach the disk
             await asyncio.to_thread(self._capture.close)
 
@@ -203,17 +210,16 @@ class Proxy:
             responder.error(503, SHUTTING_DOWN)
             return
         path, body = request.path, request.body
-        exchange, document = Exchange.of_request(request.method, path, body, self.in_flight, self._finished,
-                                                 started=request.received)
-        self.recent.note(path, document, len(body))
-        if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
-            self._capture.submit(document, in_flight=self.in_flight)
+        exchange = Exchange.of_request(request.method, path, self.in_flight, self._finished, started=request.received)
+        shape = self._reader.read_now(body) if request.method == "POST" else RequestShape()
         self.in_flight += 1
         self.accepted += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
         watch = ClientWatch(responder)
         try:
+            exchange.take(shape if shape is not None else await self._read_off_loop(body, sent))
+            self._remember(exchange, body)
             await self._forward(request, headers, exchange, responder, watch, sent)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
@@ -225,6 +231,23 @@ class Proxy:
             raise
         finally:
             watch.close()
+
+    async def _read_off_loop(self, body: Body, sent: UpstreamResponse | None) -> RequestShape:
+        """A big body's shape, read on the reader's thread while the backend (if `sent`) works."""
+        try:
+            return await self._reader.read(body)
+        except BaseException:  # the client left: a request sent as it arrived is abandoned here
+            if sent is not None:
+                sent.close()
+                self._end_active()
+            raise
+
+    def _remember(self, exchange: Exchange, body: Body) -> None:
+        """A body read as a JSON object: the next warm-up's, and a captured one (when capture is on)."""
+        self.recent.note(exchange.endpoint, exchange.shape, body)
+        if (self._capture is not None and body and exchange.shape.read
+                and exchange.endpoint.endswith("/chat/completions")):
+            self._capture.submit(body, in_flight=exchange.in_flight)
 
     async def _forward(self, request: ClientRequest, headers: bytes, exchange: Exchange, responder: Responder,
                        watch: ClientWatch, sent: UpstreamResponse | None) -> None:

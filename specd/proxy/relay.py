@@ -163,6 +163,8 @@ async def respond(upstream: UpstreamResponse, exchange: Exchange, responder: Res
         return
     if len(content) < _LARGEST_SCANNED_BODY:
         exchange.absorb(json_object(content))
+    if 400 <= upstream.status < 500 and not exchange.shape.read:
+        responder.close_connection()  # a body nobody could read, refused: no kept-alive connection to repeat on
     exchange.finish(upstream.status)
     watch.answered = True
     responder.answer(upstream.status, headers, content)

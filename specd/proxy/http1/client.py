@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from specd.proxy.http1 import Headers
+from specd.proxy.http1.bodies import Body
 from specd.proxy.http1.response import MalformedResponse, UpstreamFailed, UpstreamResponse
 
 HOP_BY_HOP = frozenset({
@@ -91,7 +92,7 @@ class BackendConnection(asyncio.Protocol):
         self.idle_since = 0.0
         self.served = 0  # responses read to their end on this connection
 
-    def begin(self, request: bytes, body: bytes, read_timeout_s: float | None, head_only: bool) -> UpstreamResponse:
+    def begin(self, request: bytes, body: Body, read_timeout_s: float | None, head_only: bool) -> UpstreamResponse:
         assert self._transport is not None and self.response is None
         self.response = UpstreamResponse(self, read_timeout_s, head_only, reused=self.served > 0)
         self._transport.write(request)
@@ -196,7 +197,7 @@ class UpstreamPool:
         self._idle: dict[Origin, list[BackendConnection]] = {}
         self._open: set[BackendConnection] = set()
 
-    def send_now(self, method: str, base_url: str, target: bytes, headers: bytes, body: bytes
+    def send_now(self, method: str, base_url: str, target: bytes, headers: bytes, body: Body
                  ) -> UpstreamResponse | None:
         """Send at once on an idle pooled connection, without waiting for anything; None when no
         connection is idle (or the address is not usable): `send` then. Await `started()` next."""
@@ -209,7 +210,7 @@ class UpstreamPool:
             return None
         return self._begin(connection, method, target, headers, body, None)
 
-    async def send(self, method: str, base_url: str, target: bytes, headers: bytes, body: bytes,
+    async def send(self, method: str, base_url: str, target: bytes, headers: bytes, body: Body,
                    read_timeout_s: float | None,
                    on_status: Callable[[UpstreamResponse], None] | None = None, *,
                    fresh: bool = False) -> UpstreamResponse:
@@ -232,7 +233,7 @@ class UpstreamPool:
         return response
 
     @staticmethod
-    def _begin(connection: BackendConnection, method: str, target: bytes, headers: bytes, body: bytes,
+    def _begin(connection: BackendConnection, method: str, target: bytes, headers: bytes, body: Body,
                read_timeout_s: float | None) -> UpstreamResponse:
         length = b"content-length: %d\r\n" % len(body) if body or method in _BODY_METHODS else b""
         request = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b%b\r\n" % (method.encode("ascii"), target,

@@ -56,6 +56,10 @@ class Responder:
         """The client went away before the answer ended."""
         return self._connection.closed and not self.ended
 
+    def close_connection(self) -> None:
+        """The connection closes once this answer is out (say so before the answer starts)."""
+        self._connection.keep_alive = False
+
     def on_leave(self, callback: Callable[[], None] | None) -> None:
         """`callback` runs once if the client goes away before `end`."""
         self._on_leave = callback

@@ -10,7 +10,8 @@ What it does itself, so the proxy sees only whole requests:
 - a request's headers must arrive within `header_timeout_s` of the connection opening or of the
   previous response ending (slowloris), its body within `body_timeout_s` (408), and the body may
   not exceed `max_body_bytes`, declared or sent chunked (413, the connection closed, lingering so
-  that a client still sending its body reads the 413 and not a reset); one sweep
+  that a client still sending its body reads the 413 and not a reset), nor take the bytes held
+  for all clients past their daemon-wide bound (503: specd.proxy.http1.bodies); one sweep
   over the connections enforces the deadlines, so a request arms and cancels no timer;
 - the request target may not exceed `max_target_bytes` (414) nor the request line and headers
   together `max_head_bytes` (431), as nginx's `large_client_header_buffers` bound them; the parser
@@ -34,13 +35,14 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 from urllib.parse import unquote
 
 import httptools
 
 from specd.proxy.http1 import Headers
+from specd.proxy.http1.bodies import Body, BodyBuffer, HeldBytes
 from specd.proxy.http1.responder import Responder, error_body
 
 log = logging.getLogger("specd.proxy.proxy")
@@ -62,6 +64,7 @@ class FrontLimits:
     header_timeout_s: float
     max_target_bytes: int = MAX_TARGET_BYTES
     max_head_bytes: int = MAX_HEAD_BYTES  # the request line and the headers
+    held: HeldBytes = field(default_factory=HeldBytes)  # request bytes held for clients: shared, daemon-wide
 
 
 @dataclass
@@ -71,8 +74,9 @@ class ClientRequest:
     method: str
     target: bytes  # the raw request target: path and query as sent
     headers: Headers
-    body: bytes = b""
+    body: Body = b""
     received: float = 0.0  # time.perf_counter() when the whole request was in
+    held: int = 0  # bytes of `body` counted in the daemon's HeldBytes until the request is answered
 
     @functools.cached_property
     def path(self) -> str:
@@ -114,8 +118,8 @@ class FrontConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._partial: ClientRequest | None = None
         self._headers: Headers = []  # the partial request's, names lowercased
-        self._body: list[bytes] = []
-        self._body_size = 0
+        self._body = BodyBuffer(limits.held, limits.max_body_bytes)
+        self._request: ClientRequest | None = None  # the one being answered
         # The request head being read: its bytes so far (bounded by max_head_bytes before the parser
         # sees them), whether its target is whole (a refusal then says 431, not 414).
         self._in_head = True
@@ -181,6 +185,10 @@ class FrontConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._admission.discard(self)
+        self._body.drop()
+        for entry in self._queue:  # pipelined and never to be answered (the one in hand is, by `_handled`)
+            if isinstance(entry, tuple):
+                self._release(entry[0])
         if self._throttled is not None:
             self._throttled[1]()  # a paused producer must not stay paused for a client that is gone
             self._throttled = None
@@ -215,7 +223,7 @@ class FrontConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._partial = ClientRequest("", b"", [])
         self._headers = self._partial.headers
-        self._body, self._body_size = [], 0
+        self._body.drop()
         self._target_size, self._target_whole = 0, False
 
     def on_url(self, url: bytes) -> None:
@@ -238,8 +246,9 @@ class FrontConnection(asyncio.Protocol):
             return
         request.method = self._parser.get_method().decode("ascii", "replace")
         declared = next((v for k, v in request.headers if k == b"content-length"), None)
-        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_body_bytes:
-            self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
+        refused = self._body.expect(int(declared)) if declared is not None and declared.isdigit() else None
+        if refused is not None:
+            self._refuse(*refused)
             return
         self._owes, self._since = "body", self.loop.time()
         expects = next((v for k, v in request.headers if k == b"expect"), None)
@@ -249,20 +258,17 @@ class FrontConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self._refused:
             return
-        self._body_size += len(body)
-        if self._body_size > self._limits.max_body_bytes:
-            self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
-            return
-        self._body.append(body)
+        refused = self._body.add(body)
+        if refused is not None:
+            self._refuse(*refused)
 
     def on_message_complete(self) -> None:
         request, self._partial = self._partial, None
         self._in_head, self._head_bytes = True, 0  # the next request's head starts here
         if request is None or self.closed or self._refused:
             return
-        request.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request.body, request.held = self._body.take()
         request.received = time.perf_counter()
-        self._body = []
         self._owes = None
         keep_alive = self._parser.should_keep_alive()
         chunked_ok = self._parser.get_http_version() == "1.1"
@@ -285,11 +291,13 @@ class FrontConnection(asyncio.Protocol):
         request, keep_alive, chunked_ok = entry
         self.keep_alive = self.keep_alive and keep_alive
         responder = self._responder = Responder(self, head_only=request.method == "HEAD", chunked_ok=chunked_ok)
+        self._request = request
         try:
             handling = self._handler(request, responder)  # may act at once (the proxy sends upstream here)
         except Exception:
             log.exception("proxy error")
-            self._responder = None
+            self._release(request)
+            self._responder = self._request = None
             self.keep_alive = False
             responder.error(500, "specd proxy error", "api_error")
             return
@@ -298,6 +306,9 @@ class FrontConnection(asyncio.Protocol):
 
     def _handled(self, task: asyncio.Task[None]) -> None:
         responder, self._responder, self._task = self._responder, None, None
+        if self._request is not None:
+            self._release(self._request)
+            self._request = None
         failed = None if task.cancelled() else task.exception()
         if failed is not None:
             log.error("proxy error", exc_info=failed)
@@ -334,6 +345,7 @@ class FrontConnection(asyncio.Protocol):
         if self._refused:
             return
         self._refused = True
+        self._body.drop()  # a refused body is never used: its bytes go back at once
         if self.busy or self._queue:
             self._queue.append(Refusal(status, message, kind))
         else:
@@ -344,6 +356,11 @@ class FrontConnection(asyncio.Protocol):
             self._refuse(414, f"request target over {self._limits.max_target_bytes} bytes")
         else:
             self._refuse(431, f"request line and headers over {self._limits.max_head_bytes} bytes")
+
+    def _release(self, request: ClientRequest) -> None:
+        """The request is answered (or never will be): its body's bytes are no longer held."""
+        self._limits.held.release(request.held)
+        request.held = 0
 
     def _answer_refusal(self, refusal: Refusal) -> None:
         self.keep_alive = False
