@@ -12,22 +12,24 @@ process in a throwaway HOME, as benchmarks/proxy_overhead.py runs it):
 5. ten uploads that declare 60 MB, send 30 MB and then stop (the proxy answers them at its body
    timeout, 60 s, or refuses them at once when it holds too much).
 
-Throughout, one client asks `GET /v1/models` every 50 ms on a keep-alive connection and another holds a
-stream of tokens paced every 20 ms; both latencies are reported per phase (p50, p99, max; the stream as
-the gap between tokens beyond the pacing). The daemon's RSS is sampled every 50 ms and its peak per
-phase is the kernel's high-water mark (VmHWM, reset through /proc/PID/clear_refs at each phase). After
-the last answer, RSS is watched for 60 s: the time until it is back under the budget's idle bound.
+Throughout, one client asks `GET /v1/models` through the proxy every 20 ms on a keep-alive
+connection, another asks the backend the same straight (the trivial baseline: what the box itself
+gives a client at that moment), and a third holds a stream through the proxy of tokens paced every
+20 ms; the latencies are reported per phase (p50, p99, max; the stream as the gap between tokens).
+The daemon's RSS is sampled every 50 ms and its peak per phase is the kernel's high-water mark
+(VmHWM, reset through /proc/PID/clear_refs at each phase). After the last answer, RSS is watched
+for 60 s: the time until it is back under IDLE_BOUND_MB.
 
-The backend is a FAKE llama-server in this file (`--serve-backend`): it reads each body to the end
-without keeping it and answers at once, so every byte and millisecond measured is the daemon's. `--specd-from` runs
-another checkout's daemon (the commit before a change, for its "before" figures) with this benchmark.
+The backend is a FAKE llama-server in this file (`--serve-backend`): a thread per connection reads
+each body to its end into one reused buffer and answers at once, so what is measured is the
+daemon. `--specd-from` runs another checkout's daemon (the commit before a change, for its
+"before" figures) with this benchmark.
 Prints and writes figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime
 import json
@@ -41,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -54,7 +56,7 @@ from proxy_overhead import daemon_home, free_port, process, wait_http
 REPO = Path(__file__).resolve().parent.parent
 SMALL_OBJECT = b'{"k":1},'
 TOKEN_PERIOD_S = 0.02
-MODELS_PERIOD_S = 0.05
+MODELS_PERIOD_S = 0.02
 SETTLE_WATCH_S = 60.0
 IDLE_BOUND_MB = 150.0
 
@@ -63,43 +65,62 @@ IDLE_BOUND_MB = 150.0
 
 
 def serve_draining_backend_for_benchmark(port: int) -> None:
-    """A FAKE llama-server: reads every body to its end without keeping it; a request with the header
+    """A FAKE llama-server, one thread per connection, that reads every body to its end into one
+    reused buffer (recv_into: no allocation, the interpreter released): what it costs the box is
+    the kernel's copy, so the daemon's figures are the daemon's. A request with the header
     `x-bench-stream: N` gets N tokens paced every TOKEN_PERIOD_S, any other a one-token answer."""
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
+    import socketserver
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    models = json.dumps({"data": [{"id": "bench", "aliases": ["bench"]}]}).encode()
+    answer = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+                         "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
 
-    async def models(request: Request) -> Response:
-        return JSONResponse({"data": [{"id": "bench", "aliases": ["bench"]}]})
+    class Connection(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            sock, pending, sink = self.request, b"", bytearray(1 << 20)
+            while True:
+                while b"\r\n\r\n" not in pending:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    pending += chunk
+                head, pending = pending.split(b"\r\n\r\n", 1)
+                lines = head.decode("latin-1").split("\r\n")
+                headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+                left = int(headers.get("content-length", "0")) - len(pending)
+                pending = b"" if left >= 0 else pending[len(pending) + left:]
+                while left > 0:
+                    got = sock.recv_into(sink, min(left, len(sink)))
+                    if not got:
+                        return
+                    left -= got
+                path = lines[0].split(" ")[1]
+                tokens = int(headers.get("x-bench-stream", "0"))
+                if tokens:
+                    self.stream(sock, tokens)
+                else:
+                    body = answer if path.startswith("/v1/chat") else models if path == "/v1/models" else b"{}"
+                    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                                 % (len(body), body))
 
-    async def chat(request: Request) -> Response:
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-        tokens = int(request.headers.get("x-bench-stream", "0"))
-        if not tokens:
-            return JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
-                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}, "x_body_bytes": size})
-
-        async def events() -> AsyncIterator[bytes]:
+        def stream(self, sock: socket.socket, tokens: int) -> None:
+            sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             start = time.perf_counter()
             for index in range(tokens):
                 delay = start + index * TOKEN_PERIOD_S - time.perf_counter()
                 if delay > 0:
-                    await asyncio.sleep(delay)
-                yield b'data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}\n\n' % index
-            yield b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+                    time.sleep(delay)
+                event = b'data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}\n\n' % index
+                sock.sendall(b"%x\r\n%b\r\n" % (len(event), event))
+            done = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+            sock.sendall(b"%x\r\n%b\r\n0\r\n\r\n" % (len(done), done))
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
 
-    app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
-                            Route("/v1/chat/completions", chat, methods=["POST"])])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    with Server(("127.0.0.1", port), Connection) as server:
+        server.serve_forever()
 
 
 # ---- the bodies ------------------------------------------------------------------------------------
@@ -124,14 +145,17 @@ def deep_nest_body(depth: int) -> bytes:
 class Watchers:
     """The daemon's RSS, /v1/models latency and a paced stream's token gaps, each timestamped."""
 
-    def __init__(self, url: str, pid: int) -> None:
-        self.url, self.pid = url, pid
+    def __init__(self, url: str, backend_url: str, pid: int) -> None:
+        self.url, self.backend_url, self.pid = url, backend_url, pid
         self.rss: list[tuple[float, float]] = []
         self.models: list[tuple[float, float]] = []  # (asked at, seconds), or seconds = inf on failure
+        self.direct: list[tuple[float, float]] = []  # the same, straight to the backend: what the box gives
         self.gaps: list[tuple[float, float]] = []  # (arrived at, seconds since the previous token)
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=run, daemon=True)
-                        for run in (self._sample_rss, self._ask_models, self._stream)]
+        self.threads = [threading.Thread(target=self._sample_rss, daemon=True),
+                        threading.Thread(target=self._ask_models, args=(self.url, self.models), daemon=True),
+                        threading.Thread(target=self._ask_models, args=(self.backend_url, self.direct), daemon=True),
+                        threading.Thread(target=self._stream, daemon=True)]
 
     def start(self) -> None:
         for thread in self.threads:
@@ -148,15 +172,15 @@ class Watchers:
             self.rss.append((time.monotonic(), daemon.memory_info().rss / 1e6))
             self.stop.wait(0.05)
 
-    def _ask_models(self) -> None:
+    def _ask_models(self, url: str, samples: list[tuple[float, float]]) -> None:
         with httpx.Client(timeout=60) as client:
             while not self.stop.is_set():
                 asked = time.monotonic()
                 try:
-                    ok = client.get(f"{self.url}/v1/models").status_code == 200
+                    ok = client.get(f"{url}/v1/models").status_code == 200
                 except httpx.HTTPError:
                     ok = False
-                self.models.append((asked, time.monotonic() - asked if ok else float("inf")))
+                samples.append((asked, time.monotonic() - asked if ok else float("inf")))
                 self.stop.wait(max(0.0, MODELS_PERIOD_S - (time.monotonic() - asked)))
 
     def _stream(self) -> None:
@@ -254,8 +278,8 @@ def phases(url: str, port: int) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-def measure(url: str, port: int, pid: int) -> dict[str, Any]:
-    watchers = Watchers(url, pid)
+def measure(url: str, backend_url: str, port: int, pid: int) -> dict[str, Any]:
+    watchers = Watchers(url, backend_url, pid)
     watchers.start()
     time.sleep(3)  # the stream is flowing and the daemon warm
     results: list[dict[str, Any]] = []
@@ -272,6 +296,7 @@ def measure(url: str, port: int, pid: int) -> dict[str, Any]:
                    "peak_rss_mb": round(peak), "load_1min": round(load, 2), "answers": answers,
                    "models_ms": percentiles(window(watchers.models, start, end)),
                    "models_failed": sum(1 for v in window(watchers.models, start, end) if v == float("inf")),
+                   "models_direct_ms": percentiles(window(watchers.direct, start, end)),
                    "stream_gap_ms": percentiles(window(watchers.gaps, start, end))}
             print(json.dumps(row), flush=True)
             results.append(row)
@@ -291,7 +316,7 @@ def measure(url: str, port: int, pid: int) -> dict[str, Any]:
 
 
 @contextmanager
-def running(root: Path, specd_from: Path) -> Iterator[tuple[str, int, int]]:
+def running(root: Path, specd_from: Path) -> Iterator[tuple[str, str, int, int]]:
     backend_port, specd_port = free_port(), free_port()
     with ExitStack() as stack:
         stack.enter_context(process([sys.executable, __file__, "--serve-backend", str(backend_port)],
@@ -305,7 +330,7 @@ def running(root: Path, specd_from: Path) -> Iterator[tuple[str, int, int]]:
         except RuntimeError:
             print((root / "daemon.log").read_text()[-3000:], file=sys.stderr)
             raise
-        yield f"http://127.0.0.1:{specd_port}", specd_port, daemon.pid
+        yield f"http://127.0.0.1:{specd_port}", f"http://127.0.0.1:{backend_port}", specd_port, daemon.pid
         print((root / "daemon.log").read_text()[-2000:], file=sys.stderr)
 
 
@@ -335,8 +360,8 @@ def main() -> None:
         return
     report = provenance(args.specd_from)
     with tempfile.TemporaryDirectory(prefix="specd-hostile-") as tmp, \
-            running(Path(tmp), args.specd_from.resolve()) as (url, port, pid):
-        report |= measure(url, port, pid)
+            running(Path(tmp), args.specd_from.resolve()) as (url, backend_url, port, pid):
+        report |= measure(url, backend_url, port, pid)
     report["load_avg_end"] = os.getloadavg()
     print(json.dumps({k: v for k, v in report.items() if k != "rss_timeline"}, indent=2))
     if args.out is not None:
