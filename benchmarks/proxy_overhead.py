@@ -459,7 +459,8 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--markdown", type=Path, help="also write the results page (benchmarks/proxy_overhead_report.py)")
+    parser.add_argument("--markdown", type=Path,
+                        help="also write the results page (benchmarks/proxy_overhead_report.py)")
     parser.add_argument("--specd-from", type=Path, default=REPO,
                         help="the checkout whose `specd daemon` is measured (another commit, to compare)")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)

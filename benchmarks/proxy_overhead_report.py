@@ -12,6 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
+WHAT = ("- what: each round sends one streamed request straight to the backend, then through nginx, the real "
+        "`specd daemon` proxy, and three FAKE forwarders (benchmarks/forwarders.py): `bare` only copies bytes; "
+        "`front` and `uvicorn` forward with specd's own upstream client and differ only in the server half "
+        "(specd's hand-written one, or uvicorn's HttpToolsProtocol with a raw ASGI app), in a shuffled order; "
+        "*added* = the route's TTFT minus the direct TTFT of the same round; p50 with a bootstrap 95% interval; "
+        "specd / nginx and uvicorn - front are paired bootstraps (the same resampled rounds for both)")
+TRUTH = ("- truth: the direct request of the same round; trivial baseline: nginx (proxy_pass, keepalive upstream, "
+         "buffering off) in front of the same backend in the same run")
+HEADER = ("| backend | nginx added TTFT p50 ms (95% CI) | specd added p50 ms (95% CI) | specd / nginx (95% CI) "
+          "| bare ms | front ms (95% CI) | uvicorn ms (95% CI) | uvicorn - front ms (95% CI) "
+          "| stream tok/s nginx / specd | CPU ms per request nginx / specd |")
+
 
 def _ci(values: list[float]) -> str:
     return f"{values[0]:.3f} to {values[1]:.3f}"
@@ -43,20 +55,12 @@ def render(report: dict[str, Any], json_name: str) -> str:
         f"- command: `{report['command']}`",
         f"- machine: {report['machine']}; {report['nginx']}; Python {report['python']}",
         f"- date: {report['date']}; specd at {report['specd_commit']}",
-        "- what: each round sends one streamed request straight to the backend, then through nginx, the real "
-        "`specd daemon` proxy, and three FAKE forwarders (benchmarks/forwarders.py): `bare` only copies bytes; "
-        "`front` and `uvicorn` forward with specd's own upstream client and differ only in the server half "
-        "(specd's hand-written one, or uvicorn's HttpToolsProtocol with a raw ASGI app), in a shuffled order; "
-        "*added* = the route's TTFT minus the direct TTFT of the same round; p50 with a bootstrap 95% interval; "
-        "specd / nginx and uvicorn - front are paired bootstraps (the same resampled rounds for both)",
-        "- truth: the direct request of the same round; trivial baseline: nginx (proxy_pass, keepalive upstream, "
-        "buffering off) in front of the same backend in the same run",
-        f"- raw: [{json_name}]({json_name}); 1-minute load average {min(one_minute):.2f}-{max(one_minute):.2f} "
-        f"while it ran (the box is shared; a quiet window narrows every interval); failed requests: {failed}",
+        WHAT,
+        TRUTH,
+        (f"- raw: [{json_name}]({json_name}); 1-minute load average {min(one_minute):.2f}-{max(one_minute):.2f} "
+         f"while it ran (the box is shared; a quiet window narrows every interval); failed requests: {failed}"),
         "",
-        "| backend | nginx added TTFT p50 ms (95% CI) | specd added p50 ms (95% CI) | specd / nginx (95% CI) "
-        "| bare ms | front ms (95% CI) | uvicorn ms (95% CI) | uvicorn - front ms (95% CI) "
-        "| stream tok/s nginx / specd | CPU ms per request nginx / specd |",
+        HEADER,
         "|---|---|---|---|---|---|---|---|---|---|",
         *(_row(backend, result) for backend, result in results.items()),
         "",
@@ -70,7 +74,7 @@ def render(report: dict[str, Any], json_name: str) -> str:
             "the interval straddles 0.05 ms: unresolved in this run, so nothing shows the maintained server is "
             "within the bar and the hand-written server half stays")
         lo, hi = synthetic["uvicorn_minus_front_ci95"]
-        lines += [f"The server half (synthetic backend, where tenths of a millisecond can be told apart): uvicorn "
-                  f"adds {difference:+.3f} ms of TTFT p50 over specd's own server (95% CI {lo:+.3f} to {hi:+.3f}): "
-                  f"{verdict} (issue 32's bar: within 0.05 ms).", ""]
+        lines += [(f"The server half (synthetic backend, where tenths of a millisecond can be told apart): uvicorn "
+                   f"adds {difference:+.3f} ms of TTFT p50 over specd's own server (95% CI {lo:+.3f} to {hi:+.3f}): "
+                   f"{verdict} (issue 32's bar: within 0.05 ms)."), ""]
     return "\n".join(lines)
