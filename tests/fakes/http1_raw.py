@@ -100,6 +100,17 @@ def talk(port: int, raw: bytes | list[bytes], methods: list[str] | None = None, 
     return Talk(parse_answers(received, methods, closed), closed, received)
 
 
+def hold_idle(port: int, count: int) -> list[socket.socket]:
+    """`count` connections that connect and send nothing (the open-files probe's attack); the caller closes them."""
+    held = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", port))
+        held.append(sock)
+    return held
+
+
 Script = bytes | Callable[[bytes], bytes]  # the answer's bytes, or made from the raw request
 
 

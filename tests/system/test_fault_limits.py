@@ -16,26 +16,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import time
 from typing import Any
 
 import httpx
 
 from tests.conftest import Box
+from tests.fakes.http1_raw import hold_idle
 from tests.system.daemon_rig import RunningDaemon, chat, real_stack
 
 NOFILE = 256
-
-
-def hold_idle(port: int, count: int) -> list[socket.socket]:
-    held = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.settimeout(30)
-        sock.connect(("127.0.0.1", port))
-        held.append(sock)
-    return held
 
 
 def settled(daemon: RunningDaemon, box: Box) -> bool:

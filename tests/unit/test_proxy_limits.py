@@ -27,7 +27,7 @@ from specd.proxy.http1.listener import connection_budget
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO
-from tests.fakes.http1_raw import FakeScriptedBackend, parse_answers, talk
+from tests.fakes.http1_raw import FakeScriptedBackend, hold_idle, parse_answers, talk
 from tests.fakes.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, eventually, free_port
 
 NOFILE = 128
@@ -65,17 +65,6 @@ def chat_request(text: str = "hi") -> bytes:
     body = json.dumps(chat_body(text)).encode()
     return b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
            b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
-
-
-def hold_idle(port: int, count: int) -> list[socket.socket]:
-    """`count` connections that connect and send nothing: the probe's attack."""
-    held = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.settimeout(10)
-        sock.connect(("127.0.0.1", port))
-        held.append(sock)
-    return held
 
 
 def test_twice_the_open_files_limit_of_idle_connections_leave_a_normal_request_answered(
