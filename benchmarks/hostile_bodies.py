@@ -1,9 +1,10 @@
 """Hostile request bodies through the real `specd daemon` proxy: its memory, and everyone else's latency.
 
-    python benchmarks/hostile_bodies.py [--specd-from CHECKOUT] [--out FILE.json]
+    python benchmarks/hostile_bodies.py [--specd-from CHECKOUT] [--repeat 5] [--out FILE.json]
 
-The bodies of issue 36, one phase after another, sent to the proxy of a real `specd daemon` (a plain
-process in a throwaway HOME, as benchmarks/proxy_overhead.py runs it):
+The bodies of issue 36, one phase after another (each of the first four `--repeat` times in a
+row, for enough latency samples), sent to the proxy of a real `specd daemon` (a plain process in a
+throwaway HOME, as benchmarks/proxy_overhead.py runs it):
 
 1. one 60 MB chat body whose padding is small JSON objects (`{"k":1},` ...);
 2. three 30 MB bodies of the same kind at once;
@@ -14,8 +15,9 @@ process in a throwaway HOME, as benchmarks/proxy_overhead.py runs it):
 
 Throughout, one client asks `GET /v1/models` through the proxy every 20 ms on a keep-alive
 connection, another asks the backend the same straight (the trivial baseline: what the box itself
-gives a client at that moment), and a third holds a stream through the proxy of tokens paced every
-20 ms; the latencies are reported per phase (p50, p99, max; the stream as the gap between tokens).
+gives a client at that moment), and two hold streams of tokens paced every 20 ms, one through the
+proxy and one straight from the backend; the latencies are reported per phase (p50, p99, max; a
+stream as the gap between tokens).
 The daemon's RSS is sampled every 50 ms and its peak per phase is the kernel's high-water mark
 (VmHWM, reset through /proc/PID/clear_refs at each phase). After the last answer, RSS is watched
 for 60 s: the time until it is back under IDLE_BOUND_MB.
@@ -151,11 +153,13 @@ class Watchers:
         self.models: list[tuple[float, float]] = []  # (asked at, seconds), or seconds = inf on failure
         self.direct: list[tuple[float, float]] = []  # the same, straight to the backend: what the box gives
         self.gaps: list[tuple[float, float]] = []  # (arrived at, seconds since the previous token)
+        self.direct_gaps: list[tuple[float, float]] = []  # the same, streamed straight from the backend
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._sample_rss, daemon=True),
                         threading.Thread(target=self._ask_models, args=(self.url, self.models), daemon=True),
                         threading.Thread(target=self._ask_models, args=(self.backend_url, self.direct), daemon=True),
-                        threading.Thread(target=self._stream, daemon=True)]
+                        threading.Thread(target=self._stream, args=(self.url, self.gaps), daemon=True),
+                        threading.Thread(target=self._stream, args=(self.backend_url, self.direct_gaps), daemon=True)]
 
     def start(self) -> None:
         for thread in self.threads:
@@ -183,13 +187,13 @@ class Watchers:
                 samples.append((asked, time.monotonic() - asked if ok else float("inf")))
                 self.stop.wait(max(0.0, MODELS_PERIOD_S - (time.monotonic() - asked)))
 
-    def _stream(self) -> None:
+    def _stream(self, url: str, gaps: list[tuple[float, float]]) -> None:
         body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         with httpx.Client(timeout=60) as client:
             while not self.stop.is_set():
                 last = None
                 with contextlib.suppress(httpx.HTTPError), client.stream(
-                        "POST", f"{self.url}/v1/chat/completions", json=body,
+                        "POST", f"{url}/v1/chat/completions", json=body,
                         headers={"x-bench-stream": "3000"}) as response:
                     for line in response.iter_lines():
                         if self.stop.is_set():
@@ -197,7 +201,7 @@ class Watchers:
                         if line.startswith("data: {"):
                             now = time.monotonic()
                             if last is not None:
-                                self.gaps.append((now, now - last))
+                                gaps.append((now, now - last))
                             last = now
 
 
@@ -226,16 +230,32 @@ def reset_peak(pid: int) -> None:
 # ---- the phases -------------------------------------------------------------------------------------
 
 
-def post(url: str, body: bytes) -> dict[str, Any]:
+def post(port: int, body: bytes) -> dict[str, Any]:
+    """One POST on a fresh connection from a raw socket (sendall leaves the interpreter: the client's
+    own CPU stays out of the box's way), read to the end of its answer."""
     started = time.monotonic()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
     try:
-        with httpx.Client(timeout=300) as client:
-            reply = client.post(f"{url}/v1/chat/completions", content=body,
-                                headers={"content-type": "application/json"})
-        return {"status": reply.status_code, "s": round(time.monotonic() - started, 2),
-                "closed": reply.headers.get("connection") == "close"}
-    except httpx.HTTPError as exc:
-        return {"status": f"{type(exc).__name__}", "s": round(time.monotonic() - started, 2)}
+        with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
+            sock.sendall(head)
+            sock.sendall(body)
+            received = b""
+            while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < length_of(received):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+    except OSError as exc:
+        return {"status": type(exc).__name__, "s": round(time.monotonic() - started, 2)}
+    status = received.split(b" ", 2)[1].decode() if received.startswith(b"HTTP/1.1 ") else "no answer"
+    return {"status": int(status) if status.isdigit() else status, "s": round(time.monotonic() - started, 2),
+            "closed": b"\r\nconnection: close\r\n" in received.split(b"\r\n\r\n", 1)[0].lower() + b"\r\n"}
+
+
+def length_of(received: bytes) -> int:
+    head = received.split(b"\r\n\r\n", 1)[0].lower()
+    return int(head.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]) if b"content-length: " in head else 0
 
 
 def at_once(count: int, send: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
@@ -263,43 +283,57 @@ def partial_upload(port: int, declared: int, part: bytes) -> dict[str, Any]:
     return {"answer": answer.split("\r\n", 1)[0], "s": round(time.monotonic() - started, 1), "send": sent_error}
 
 
-def phases(url: str, port: int) -> list[tuple[str, Callable[[], Any]]]:
+def repeated(times: int, send: Callable[[], Any]) -> Callable[[], list[Any]]:
+    return lambda: [send() for _ in range(times)]
+
+
+def phases(port: int, times: int) -> list[tuple[str, Callable[[], Any]]]:
     big, half, small = (small_objects_body(size) for size in (60_000_000, 30_000_000, 1_000_000))
     nest = deep_nest_body(200_000)
     part = memoryview(big)[:30_000_000]
     return [
         ("idle", lambda: time.sleep(5)),
-        ("one 60 MB body of small objects", lambda: post(url, big)),
-        ("three 30 MB bodies at once", lambda: at_once(3, lambda: post(url, half))),
-        ("32 x 1 MB bodies at once", lambda: at_once(32, lambda: post(url, small))),
-        ("a 200,000-deep nest", lambda: post(url, nest)),
+        (f"one 60 MB body of small objects ({times} times)", repeated(times, lambda: post(port, big))),
+        (f"three 30 MB bodies at once ({times} times)", repeated(times, lambda: at_once(3, lambda: post(port, half)))),
+        (f"32 x 1 MB bodies at once ({times} times)", repeated(times, lambda: at_once(32, lambda: post(port, small)))),
+        (f"a 200,000-deep nest ({times} times)", repeated(times, lambda: post(port, nest))),
         ("ten partial uploads (60 MB declared, 30 MB sent, then silence)",
          lambda: at_once(10, lambda: partial_upload(port, len(big), part))),
     ]
 
 
-def measure(url: str, backend_url: str, port: int, pid: int) -> dict[str, Any]:
+def watch_for_benchmark(url: str, backend_url: str, pid: int, out: Path) -> None:
+    """The watchers in a process of their own (`--watch`), so the threads sending bodies never hold
+    the interpreter they time with; their samples go to `out` once stdin closes."""
     watchers = Watchers(url, backend_url, pid)
     watchers.start()
-    time.sleep(3)  # the stream is flowing and the daemon warm
-    results: list[dict[str, Any]] = []
+    sys.stdin.read()
+    watchers.close()
+    out.write_text(json.dumps({"rss": watchers.rss, "models": watchers.models, "direct": watchers.direct,
+                               "gaps": watchers.gaps, "direct_gaps": watchers.direct_gaps}))
+
+
+def measure(url: str, backend_url: str, port: int, pid: int, times: int, root: Path) -> dict[str, Any]:
+    samples_path = root / "samples.json"
+    watcher = subprocess.Popen([sys.executable, __file__, "--watch", url, backend_url, str(pid), str(samples_path)],
+                               stdin=subprocess.PIPE)
+    time.sleep(3)  # the streams are flowing and the daemon warm
+    results: list[tuple[dict[str, Any], float, float]] = []
     try:
-        for name, run in phases(url, port):
+        for name, run in phases(port, times):
             reset_peak(pid)
             before = memory_status(pid)["VmRSS"]
             load = os.getloadavg()[0]
+            cpu = sum(psutil.Process(pid).cpu_times()[:2])
             start = time.monotonic()
             answers = run()
             end = time.monotonic()
             peak = memory_status(pid)["VmHWM"]
             row = {"phase": name, "seconds": round(end - start, 1), "rss_before_mb": round(before),
-                   "peak_rss_mb": round(peak), "load_1min": round(load, 2), "answers": answers,
-                   "models_ms": percentiles(window(watchers.models, start, end)),
-                   "models_failed": sum(1 for v in window(watchers.models, start, end) if v == float("inf")),
-                   "models_direct_ms": percentiles(window(watchers.direct, start, end)),
-                   "stream_gap_ms": percentiles(window(watchers.gaps, start, end))}
-            print(json.dumps(row), flush=True)
-            results.append(row)
+                   "peak_rss_mb": round(peak), "load_1min": round(load, 2),
+                   "daemon_cpu_s": round(sum(psutil.Process(pid).cpu_times()[:2]) - cpu, 2), "answers": answers}
+            print(json.dumps(row)[:400], flush=True)
+            results.append((row, start, end))
         settled_at = None
         answered = time.monotonic()
         while time.monotonic() - answered < SETTLE_WATCH_S:
@@ -308,11 +342,21 @@ def measure(url: str, backend_url: str, port: int, pid: int) -> dict[str, Any]:
             time.sleep(0.5)
         after = memory_status(pid)["VmRSS"]
     finally:
-        watchers.close()
-    return {"phases": results, "rss_after_60s_mb": round(after),
+        assert watcher.stdin is not None
+        watcher.stdin.close()
+        watcher.wait(120)
+    samples = {key: [tuple(pair) for pair in values] for key, values in json.loads(samples_path.read_text()).items()}
+    for row, start, end in results:
+        row |= {"models_ms": percentiles(window(samples["models"], start, end)),
+                "models_failed": sum(1 for v in window(samples["models"], start, end) if v == float("inf")),
+                "models_direct_ms": percentiles(window(samples["direct"], start, end)),
+                "stream_gap_ms": percentiles(window(samples["gaps"], start, end)),
+                "stream_gap_direct_ms": percentiles(window(samples["direct_gaps"], start, end))}
+    rss = samples["rss"]
+    return {"phases": [row for row, _, _ in results], "rss_after_60s_mb": round(after),
             "back_under_idle_bound_s": None if settled_at is None else round(settled_at, 1),
-            "rss_timeline": [(round(t - watchers.rss[0][0], 2), round(v)) for t, v in watchers.rss[::10]],
-            "overall_peak_rss_mb": max(row["peak_rss_mb"] for row in results)}
+            "rss_timeline": [(round(t - rss[0][0], 2), round(v)) for t, v in rss[::10]],
+            "overall_peak_rss_mb": max(row["peak_rss_mb"] for row, _, _ in results)}
 
 
 @contextmanager
@@ -353,15 +397,20 @@ def main() -> None:
     parser.add_argument("--specd-from", type=Path, default=REPO,
                         help="the checkout whose `specd daemon` is measured (another commit, for a baseline)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--repeat", type=int, default=5, help="each body phase, one after another (more samples)")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--watch", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_backend:
         serve_draining_backend_for_benchmark(args.serve_backend)
         return
+    if args.watch:
+        watch_for_benchmark(args.watch[0], args.watch[1], int(args.watch[2]), Path(args.watch[3]))
+        return
     report = provenance(args.specd_from)
     with tempfile.TemporaryDirectory(prefix="specd-hostile-") as tmp, \
             running(Path(tmp), args.specd_from.resolve()) as (url, backend_url, port, pid):
-        report |= measure(url, backend_url, port, pid)
+        report |= measure(url, backend_url, port, pid, args.repeat, Path(tmp))
     report["load_avg_end"] = os.getloadavg()
     print(json.dumps({k: v for k, v in report.items() if k != "rss_timeline"}, indent=2))
     if args.out is not None:

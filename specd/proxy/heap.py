@@ -3,12 +3,14 @@
 Python frees a body's buffer when its request ends, but glibc's malloc may keep the pages:
 - by default its mmap threshold rises to the size of the biggest block freed (up to 32 MiB), so
   after one 30 MB body every later block below that size comes from the heap, where a freed hole
-  below the top is never returned (measured: 32 requests of 1 MB left the daemon at 927 MB).
-  `keep_big_blocks_apart` fixes the threshold at glibc's own initial 128 KiB, which turns the
-  rise off: every bigger block is its own mapping, unmapped when freed;
-- memory freed by the worker threads' arenas stays with them until trimmed: after `Trimmer`
-  has seen TRIM_AFTER_BYTES of bodies released it runs malloc_trim(0) on a thread, TRIM_DELAY_S
-  later (one trim per burst, off the event loop).
+  below the top is never returned. `keep_big_blocks_apart` fixes the threshold at 1 MiB, which
+  turns the rise off: a bigger block (a body's buffer past its first MiB) is its own mapping,
+  unmapped when freed, while the 256 KiB pieces each socket read makes are reused from the heap
+  instead of being mapped and faulted in afresh each time (at glibc's initial 128 KiB the daemon
+  spent about 1.5x the CPU per uploaded MB: benchmarks/results/hostile-bodies.md);
+- memory freed in the heap and in the worker threads' arenas stays there until trimmed: after
+  `Trimmer` has seen TRIM_AFTER_BYTES of bodies released it runs malloc_trim(0) on a thread,
+  TRIM_DELAY_S later (one trim per burst, off the event loop).
 Neither applies outside glibc (musl, macOS): each is then a no-op.
 """
 
@@ -23,7 +25,7 @@ import logging
 log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt(3) parameter numbers
-MMAP_THRESHOLD_BYTES = 128 * 1024
+MMAP_THRESHOLD_BYTES = 1024 * 1024
 TRIM_AFTER_BYTES = 16 * 1024 * 1024
 TRIM_DELAY_S = 1.0
 
@@ -39,8 +41,8 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def keep_big_blocks_apart() -> bool:
-    """Every allocation over 128 KiB gets its own mapping, returned to the system when freed
-    (True when glibc took the setting)."""
+    """Every allocation over MMAP_THRESHOLD_BYTES gets its own mapping, returned to the system when
+    freed (True when glibc took the setting)."""
     libc = _libc()
     return bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 

@@ -186,8 +186,8 @@ class FrontConnection(asyncio.Protocol):
             self.loop.call_soon(self._read_on)
 
     def _read_on(self) -> None:
-        if self._owes == "body" and not self.closed and self._transport is not None:
-            self._transport.resume_reading()
+        if self._owes == "body" and not self.busy and not self.closed and self._transport is not None:
+            self._transport.resume_reading()  # (busy: a pipelined body, read on when the answer before it ends)
 
     def eof_received(self) -> bool:
         return False  # a client that half-closes is gone: close (uvicorn does the same)
