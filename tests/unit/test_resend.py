@@ -43,10 +43,27 @@ def test_a_second_drop_is_never_sent_again_whatever_health_says() -> None:
     assert not verdict.resend and verdict.status == 502 and verdict.mark_unhealthy
 
 
-@pytest.mark.parametrize(("outcome", "status"), [("timed-out", 504), ("failed", 502)])
-def test_a_silent_or_broken_answer_is_an_error_at_once_and_leaves_the_gate_open(outcome: Outcome, status: int) -> None:
+@pytest.mark.parametrize(("outcome", "status", "says"), [("timed-out", 504, "did not answer in time"),
+                                                          ("failed", 502, "answer was not HTTP")])
+def test_a_silent_or_broken_answer_is_an_error_at_once_and_leaves_the_gate_open(outcome: Outcome, status: int,
+                                                                                says: str) -> None:
     verdict = decide(outcome, reused=True, answers_health_now=True)
     assert (verdict.resend, verdict.mark_unhealthy, verdict.status) == (False, False, status)
+    assert says in verdict.reason  # what the client and the traffic row are told
+
+
+def test_a_requests_rule_remembers_its_drop_even_if_the_next_attempt_reuses_a_connection() -> None:
+    """The rule holds on its own: were the proxy to send the re-send on a pooled connection again,
+    a second drop is still answered 502, and drops before it count, whatever came between."""
+    rule = Resends()
+    first = rule.after("dropped", reused=True, answers_health_now=True)
+    assert first.resend and first.fresh_connection
+    assert rule.after("loading").resend  # a 503 between: sent again, and the drop is not forgotten
+    second = rule.after("dropped", reused=True, answers_health_now=True)
+    assert not second.resend and second.status == 502
+    assert rule.dropped == 2
+    fresh_rule = Resends()
+    assert not fresh_rule.after("never-reached").fresh_connection and fresh_rule.dropped == 0
 
 
 @given(st.lists(st.tuples(st.sampled_from(OUTCOMES), st.booleans(), st.booleans()), min_size=1, max_size=30))
