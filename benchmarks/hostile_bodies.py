@@ -56,6 +56,10 @@ import psutil
 from proxy_overhead import daemon_home, free_port, process, wait_http
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.fakes.http1_raw import read_head
+
 SMALL_OBJECT = b'{"k":1},'
 TOKEN_PERIOD_S = 0.02
 MODELS_PERIOD_S = 0.02
@@ -81,12 +85,10 @@ def serve_draining_backend_for_benchmark(port: int) -> None:
         def handle(self) -> None:
             sock, pending, sink = self.request, b"", bytearray(1 << 20)
             while True:
-                while b"\r\n\r\n" not in pending:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    pending += chunk
-                head, pending = pending.split(b"\r\n\r\n", 1)
+                read = read_head(sock, pending)
+                if read is None:
+                    return
+                head, pending = read
                 lines = head.decode("latin-1").split("\r\n")
                 headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
                 left = int(headers.get("content-length", "0")) - len(pending)

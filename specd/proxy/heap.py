@@ -7,7 +7,8 @@ Python frees a body's buffer when its request ends, but glibc's malloc may keep 
   turns the rise off: a bigger block (a body's buffer past its first MiB) is its own mapping,
   unmapped when freed, while the 256 KiB pieces each socket read makes are reused from the heap
   instead of being mapped and faulted in afresh each time (at glibc's initial 128 KiB the daemon
-  spent about 1.5x the CPU per uploaded MB: benchmarks/results/hostile-bodies.md);
+  spent 1.1x to 1.9x the CPU on the same uploads; with glibc's rising threshold it passed 300 MB:
+  benchmarks/results/hostile-bodies.md);
 - memory freed in the heap and in the worker threads' arenas stays there until trimmed: after
   `Trimmer` has seen TRIM_AFTER_BYTES of bodies released it runs malloc_trim(0) on a thread,
   TRIM_DELAY_S later (one trim per burst, off the event loop).

@@ -114,6 +114,18 @@ def hold_idle(port: int, count: int) -> list[socket.socket]:
 Script = bytes | Callable[[bytes], bytes]  # the answer's bytes, or made from the raw request
 
 
+def read_head(sock: socket.socket, pending: bytes = b"") -> tuple[bytes, bytes] | None:
+    """(a request's head without its blank line, the bytes read past it), reading from `sock` after
+    `pending`; None when the peer closes first."""
+    while b"\r\n\r\n" not in pending:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        pending += chunk
+    head, _, rest = pending.partition(b"\r\n\r\n")
+    return head, rest
+
+
 class FakeScriptedBackend:
     """A FAKE backend on 127.0.0.1: each request's path picks a script (bytes to write back); a
     script ending with CLOSE closes the connection after writing. /health answers 200."""
@@ -148,12 +160,10 @@ class FakeScriptedBackend:
     def _serve(self, sock: socket.socket) -> None:
         buffer = b""
         while True:
-            while b"\r\n\r\n" not in buffer:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return
-                buffer += chunk
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            read = read_head(sock, buffer)
+            if read is None:
+                return
+            head, buffer = read
             length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:]
                            if line.lower().startswith(b"content-length:")), 0)
             while len(buffer) < length:
