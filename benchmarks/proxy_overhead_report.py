@@ -58,7 +58,9 @@ def render(report: dict[str, Any], json_name: str) -> str:
         WHAT,
         TRUTH,
         (f"- raw: [{json_name}]({json_name}); 1-minute load average {min(one_minute):.2f}-{max(one_minute):.2f} "
-         f"while it ran (the box is shared; a quiet window narrows every interval); failed requests: {failed}"),
+         f"while it ran (the box is shared; a quiet window narrows every interval); failed requests (each counted "
+         f"and sent again; llama-server closes a pooled connection after its 5th stream, and the FAKE forwarders "
+         f"do not re-send on a fresh one): {failed}"),
         "",
         HEADER,
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -122,6 +122,8 @@ class HandlerForFrontTests:
             self.left.set()
         elif path == "/slow-reader":
             await self._slow_reader(responder)
+        elif path == "/throttled":  # 512 parts of 64 KiB (32 MiB: more than the socket buffers), at the client's pace
+            await self._slow_reader(responder, 512)
         elif path == "/answer-then-finish-late":  # answered, and the handler still busy after that
             responder.answer(200, [(b"content-type", b"text/plain")], b"done")
             await asyncio.wrap_future(self.finish)
@@ -132,7 +134,7 @@ class HandlerForFrontTests:
         else:
             responder.error(404, "no such path")
 
-    async def _slow_reader(self, responder: Responder) -> None:
+    async def _slow_reader(self, responder: Responder, parts: int = 4096) -> None:
         responder.start(200, [(b"content-type", b"application/octet-stream")])
         flowing = asyncio.Event()
         flowing.set()
@@ -146,7 +148,7 @@ class HandlerForFrontTests:
             flowing.set()
 
         responder.throttle(pause, resume)
-        for _ in range(4096):  # 256 MiB if nothing paused it
+        for _ in range(parts):  # 256 MiB by default, if nothing paused it
             await flowing.wait()
             responder.write(b"x" * 65536)
             await asyncio.sleep(0)

@@ -153,6 +153,25 @@ def test_a_client_that_does_not_read_pauses_the_producer(front: tuple[ServerThre
     assert 0 < received < 64 << 20  # paused long before the 256 MiB it would have written
 
 
+def test_a_second_answer_on_the_connection_is_not_paused_by_the_first_ones_slow_reader(
+        front: tuple[ServerThread, Any]) -> None:
+    """Once the client caught up, the connection's pause is over: the next answer on it flows (a pause
+    flag left set would pause it at once, with nothing to resume it)."""
+    server, handler = front
+    with connect(server) as sock:
+        for answer in (1, 2):
+            sock.sendall(b"GET /throttled HTTP/1.1\r\nHost: x\r\n\r\n")
+            if answer == 1:
+                eventually(lambda: handler.paused >= 1, "the first answer to be paused by the unread socket")
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):
+                chunk = sock.recv(1 << 20)
+                assert chunk, "closed before the end of the answer"
+                received += chunk
+            assert received.count(b"x" * 1024) >= 512 * 64  # all 32 MiB came
+    assert handler.resumed >= 1
+
+
 def test_a_client_still_sending_a_refused_body_reads_its_413_not_a_reset(front: tuple[ServerThread, Any]) -> None:
     """Most clients write the whole body before they read. The 413 goes out when the headers declare
     too much; the body that follows must not turn the connection into a reset that destroys it."""

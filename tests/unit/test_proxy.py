@@ -64,6 +64,15 @@ def test_non_streaming_request_passes_through_with_auth_and_is_recorded(rig: Rig
     assert "sk-secret" not in dumped and "Write a python" not in dumped
 
 
+def test_the_status_the_control_socket_reports(rig: Rig) -> None:
+    """What `specd status` and the switch's drain read of the proxy (its control socket serves this)."""
+    assert rig.front.call(rig.proxy.status) == {"backend": rig.backend.url, "profile": "plain", "in_flight": 0,
+                                                "active": 0, "paused": False, "healthy": True}
+    rig.front.call(lambda: rig.proxy.pause(30))
+    assert rig.front.call(rig.proxy.status)["paused"] is True
+    rig.front.call(rig.proxy.resume)
+
+
 def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
     with httpx.Client(timeout=10) as client:
         payloads = read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))

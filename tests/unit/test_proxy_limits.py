@@ -11,6 +11,7 @@ made the recorder raise RecursionError, so a stream never got its end, a non-str
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import socket
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from specd.daemon.service import raise_open_files_limit
-from specd.proxy.http1.listener import connection_budget
+from specd.proxy.http1.listener import EVICT_BATCH, FrontServer, connection_budget
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO
@@ -130,6 +131,46 @@ def test_at_the_cap_with_every_connection_busy_a_new_client_gets_a_503_with_retr
             sock.close()
         front.stop()
         backend.stop()
+
+
+def test_at_the_cap_the_oldest_idle_connections_make_room_and_busy_ones_are_kept(
+        backend: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
+    """In the test's own process (the listener's choices seen from inside): with the cap reached, a
+    new client closes the oldest idle connections, a batch of EVICT_BATCH, never a busy one."""
+    cap = EVICT_BATCH + 8
+    proxy = Proxy(ProxySettings(unit="t", health_poll_s=0.05, max_connections=cap),
+                  lambda: Backend(backend.url, "plain"))
+    front = ServerThread(proxy, free_port()).start()
+    listener = front.server
+    assert isinstance(listener, FrontServer)
+    held: list[socket.socket] = []
+    try:
+        busy = socket.create_connection(("127.0.0.1", front.port), timeout=30)
+        hang = json.dumps(chat_body(x_fake_hang_before_answer=True)).encode()
+        busy.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
+                     % (len(hang), hang))
+        eventually(lambda: proxy.active == 1, "the busy request to reach the backend")
+        for opened in range(cap - 1):  # one at a time, so their ages are in this order
+            held.extend(hold_idle(front.port, 1))
+            eventually(lambda opened=opened: listener.open_connections == opened + 2, "the connection to be taken")
+        with caplog.at_level(logging.WARNING, logger="specd"):
+            assert talk(front.port, chat_request()).answers[0].status == 200
+        assert listener.evicted == EVICT_BATCH
+        assert "closed 32 idle one(s) to make room" in caplog.text
+        for sock in held[:EVICT_BATCH]:  # the oldest: closed by the server
+            assert sock.recv(1) == b""
+        for sock in held[EVICT_BATCH:]:  # the newest: still served
+            sock.sendall(chat_request("still here"))
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        busy.setblocking(False)
+        with pytest.raises(BlockingIOError):  # the busy one is open, its answer still owed
+            busy.recv(1)
+        busy.close()  # its client leaves: the request is let go
+        eventually(lambda: proxy.active == 0, "the busy request to be let go")
+    finally:
+        for sock in held:
+            sock.close()
+        front.stop()
 
 
 def test_the_start_raises_the_soft_open_files_limit_to_the_hard_one(backend: ServerThread) -> None:

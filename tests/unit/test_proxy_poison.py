@@ -155,6 +155,11 @@ def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig) 
         "before answering", "plain", len(poison), False)
     described = crashes[0].describe()
     assert f"request {poison_id}" in described and "likely cause" in described and "POISON" not in described
+    # what the owner reads in the journal and history to find the request again
+    assert (f"llama-server (profile plain) went down right after taking request {poison_id} (POST "
+            f"/v1/chat/completions, {len(poison)} bytes, non-streamed, received ") in described
+    assert "UTC, dropped before answering): that request is the likely cause (request id = first 12 hex digits of " \
+           "the body's sha256; answered 502, not re-sent)" in described
 
 
 def test_a_stale_keep_alive_connection_to_a_live_server_is_retried_once(rig: Rig) -> None:

@@ -124,8 +124,7 @@ class FrontServer:
         idle = [(since, id(c), c) for c in self._connections if (since := c.idle_since) is not None]
         oldest = heapq.nsmallest(max(needed, EVICT_BATCH), idle)
         for _, _, connection in oldest:
-            self._connections.discard(connection)
-            connection.keep_alive = False
+            self._connections.discard(connection)  # now: its connection_lost comes a loop turn later
             connection.close()
         self.evicted += len(oldest)
         if oldest:

@@ -124,11 +124,11 @@ class FrontConnection(asyncio.Protocol):
         self._body = BodyBuffer(limits.held, limits.max_body_bytes)
         self._request: ClientRequest | None = None  # the one being answered
         # The request head being read: its bytes so far (bounded by max_head_bytes before the parser
-        # sees them), whether its target is whole (a refusal then says 431, not 414).
+        # sees them) and its target's (bounded by max_target_bytes as it arrives: llhttp hands the
+        # target over piece by piece, at the end of every read).
         self._in_head = True
         self._head_bytes = 0
         self._target_size = 0
-        self._target_whole = False
         self._queue: deque[tuple[ClientRequest, bool, bool] | Refusal] = deque()
         self._responder: Responder | None = None
         self._task: asyncio.Task[None] | None = None
@@ -174,7 +174,7 @@ class FrontConnection(asyncio.Protocol):
                 self._head_bytes += len(piece)
                 self._parser.feed_data(piece)
                 if self._in_head and self._head_bytes >= self._limits.max_head_bytes:
-                    self._refuse_head()
+                    self._refuse(431, f"request line and headers over {self._limits.max_head_bytes} bytes")
             if data and not self._refused:
                 self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -234,7 +234,7 @@ class FrontConnection(asyncio.Protocol):
         self._partial = ClientRequest("", b"", [])
         self._headers = self._partial.headers
         self._body.drop()
-        self._target_size, self._target_whole = 0, False
+        self._target_size = 0
 
     def on_url(self, url: bytes) -> None:
         self._target_size += len(url)
@@ -244,13 +244,11 @@ class FrontConnection(asyncio.Protocol):
             self._partial.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._target_whole = True
         if self._in_head:  # after the head: a trailer, read and dropped (never forwarded as a header)
             self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._target_whole = True
         request = self._partial
         if request is None or self._refused:
             return
@@ -360,12 +358,6 @@ class FrontConnection(asyncio.Protocol):
             self._queue.append(Refusal(status, message, kind))
         else:
             self._answer_refusal(Refusal(status, message, kind))
-
-    def _refuse_head(self) -> None:
-        if not self._target_whole:
-            self._refuse(414, f"request target over {self._limits.max_target_bytes} bytes")
-        else:
-            self._refuse(431, f"request line and headers over {self._limits.max_head_bytes} bytes")
 
     def _release(self, request: ClientRequest) -> None:
         """The request is answered (or never will be): its body's bytes are no longer held."""
