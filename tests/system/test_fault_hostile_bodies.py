@@ -82,11 +82,11 @@ def test_deep_nests_get_llama_servers_own_answer_and_a_refusal_ends_the_connecti
 @real_stack
 def test_a_body_of_a_million_small_objects_costs_the_daemon_about_its_size(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
+    head = json.dumps(chat(False, 2))[:-1].encode() + b', "x_items": ['
+    body = head + b'{"k":1},' * ((SMALL_OBJECTS_BYTES - len(head)) // 8) + b'{"k":1}]}'
     daemon = start_daemon()
     box.specd("switch", "autoregressive", check=True)
     pid = daemon.main_pid(daemon.unit)
-    head = json.dumps(chat(False, 2))[:-1].encode() + b', "x_items": ['
-    body = head + b'{"k":1},' * ((SMALL_OBJECTS_BYTES - len(head)) // 8) + b'{"k":1}]}'
     before = memory_mb(pid)
     with httpx.Client(timeout=300) as client:
         reply = client.post(f"{daemon.proxy_url}/v1/chat/completions", content=body,
