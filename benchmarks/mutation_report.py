@@ -25,24 +25,79 @@ import psutil
 MUTMUT = [sys.executable, "-m", "mutmut"]
 LIVED = ("survived", "no tests")
 
-# (kind, reason, test on the removed and added line) for survivors that are harmless by their nature
+# (kind, reason, test on the changed lines) for survivors that are harmless by their nature
 KINDS: list[tuple[str, str, re.Pattern[str]]] = [
-    ("text", ("the wording of a log line, a message or a description: nothing reads it back but a person "
-              "(the sentences a user relies on are asserted word for word where they matter)"),
+    ("text", ("the wording of a message or a description: nothing reads it back but a person (the sentences "
+              "a user relies on are asserted word for word where they matter)"),
      re.compile(r"""^(?!.*\bb["']).*["'][^"']*["'].*$""")),
-    ("falsy", ("`False`/`0`/`[]` swapped for `None` (or `True` for a truthy value) where the value is only "
-               "tested for truth: the same behaviour"), re.compile(r"(=|\()\s*None\b|\bNone\)")),
+    ("log", "what a log line says or whether it says it: the journal's wording, not behaviour",
+     re.compile(r"\blog\.(debug|info|warning|error|exception)\("))
 ]
+FALSY = {"False", "0", "0.0", '""', "[]", "()"}
 
 # mutant-name prefix -> why it is harmless, or which test now kills it
 NOTES: dict[str, str] = {
-    "specd.proxy.warmup.x_warm_up": "the empty warm-up's counts: `Warmed.describe` reads only `sent`, which "
-                                    "is falsy either way",
+    "specd.proxy.warmup.x_warm_up": "the empty warm-up's counts: `Warmed.describe` reads only `sent`, which is "
+                                    "falsy either way; the timed warm-up is tests/unit/test_warmup.py's",
     "specd.proxy.relay.xǁRelayǁstop": "a second stop closes the upstream again; `close` is idempotent",
-    "specd.proxy.http1.client.xǁUpstreamPoolǁdiscard_idle": "defence only: the re-send after a drop on a "
-                                                            "reused connection goes on a fresh one whatever the "
-                                                            "pool holds; closing the other idle ones saves a "
-                                                            "later request from meeting them",
+    "specd.proxy.http1.client.xǁUpstreamPoolǁdiscard_idle": "defence only: the re-send after a drop on a reused "
+                                                            "connection goes on a fresh one whatever the pool "
+                                                            "holds; closing the other idle ones saves a later "
+                                                            "request from meeting them",
+    "specd.proxy.proxy.xǁProxyǁ_follow__mutmut_1": "the same as discard_idle's: the re-send goes fresh anyway",
+    "specd.proxy.http1.client.x_answers_health_now": "the probe's timeout (1 s, 2 s or the default): how long a "
+                                                     "drop's judgement may take, not what it decides",
+    "specd.proxy.http1.client.xǁBackendConnectionǁdetach": "the connection is closed on the next line; nothing "
+                                                           "reads `response` on a closed connection",
+    "specd.proxy.http1.client.xǁBackendConnectionǁpause_reading": "a guard against a transport already closed: "
+                                                                  "uvloop's pause on a closing transport is a "
+                                                                  "no-op",
+    "specd.proxy.http1.client.xǁBackendConnectionǁresume_reading": "the same guard, for resume",
+    "specd.proxy.http1.listener.xǁFrontServerǁ_warn": "how often the cap's warning is logged (at most once a "
+                                                      "minute): the journal's volume, not behaviour",
+    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_2": "`id(c)` only breaks ties between "
+                                                                       "connections idle since the same instant",
+    "specd.proxy.gate.xǁBackendGateǁpause__mutmut_2": "`_paused_until` is only compared with None (is a pause "
+                                                      "on); the lease's end is its timer's",
+    "specd.proxy.http1.response.xǁUpstreamFailedǁ__init__": "the exception's text and the cause's name go into "
+                                                            "the error message only; `reused` is always passed",
+    "specd.proxy.resend.x_decide__mutmut_1": "a default every caller overrides (the proxy passes each argument)",
+    "specd.proxy.resend.x_decide__mutmut_3": "a default every caller overrides",
+    "specd.proxy.resend.xǁResendsǁafter__mutmut_1": "a default every caller overrides",
+    "specd.proxy.resend.xǁResendsǁafter__mutmut_2": "a default every caller overrides",
+    "specd.proxy.relay.x_read_whole": "the body of a 503 that broke off while loading, shown only if the hold "
+                                      "then expires: a placeholder either way",
+    "specd.proxy.relay.xǁClientWatchǁ_left": "a client that left is recorded 499 before this flag is read; "
+                                             "with it unset the cancellation propagates and the server closes "
+                                             "the connection it already lost",
+    "specd.proxy.proxy.xǁProxyǁshutdown": "the last wait after the streams were cut: they end at once, so it "
+                                          "returns before 5 s, 6 s or forever would matter",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_2": "an `or` of guards that are each "
+                                                                              "enough: the same closes",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_3": "the same",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_7": ("how long a refused client may "
+                                                                               "go on sending (5 s): a test would "
+                                                                               "need a client slower than the "
+                                                                               "sweep; not covered"),
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_8": "the same: the linger's length",
+    "specd.proxy.http1.server.xǁFrontConnectionǁpause_writing": ("the flag matters only when an answer starts "
+                                                                  "while the socket is still backed up from the "
+                                                                  "one before (pipelining behind a slow reader); "
+                                                                  "not covered"),
+    "specd.proxy.http1.response.xǁUpstreamResponseǁpause_reading": ("a slow client's stream must not be cut by "
+                                                                     "the idle timeout while the backend is paused "
+                                                                     "for it: a test needs more than the socket "
+                                                                     "buffers in flight and a client slower than "
+                                                                     "the timeout; not covered"),
+    "specd.proxy.http1.response.xǁUpstreamResponseǁresume_reading": "the same, on resume",
+    "specd.proxy.http1.response.xǁUpstreamResponseǁ_check_stall__mutmut_5": "`<` or `<=` at the exact instant "
+                                                                            "of the timeout",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_10": "`head_only` None is falsy",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_11": "an error answer is whole; "
+                                                                              "`chunked_ok` is never read",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_16": "the same",
+    "specd.proxy.http1.responder.xǁResponderǁclient_left": ("the callback is cleared when the answer ends, so "
+                                                            "`not ended` adds nothing once it is None"),
 }
 
 
@@ -59,12 +114,27 @@ def classify(name: str, diff: list[str]) -> tuple[str, str]:
     for prefix, note in NOTES.items():
         if name.startswith(prefix):
             return "noted", note
+    if _falsy_for_none(diff):
+        return "falsy", ("a falsy value (`False`, `0`, `\"\"`, `[]`) swapped for `None` where it is only "
+                         "tested for truth or passed on to be: the same behaviour")
     changed = [line[1:].strip() for line in diff]
     for kind, reason, pattern in KINDS:
         if (changed and all(pattern.search(line) for line in changed)
                 and (kind != "text" or _only_strings_differ(diff))):
             return kind, reason
     return "to review", ""
+
+
+def _falsy_for_none(diff: list[str]) -> bool:
+    removed = [line[1:] for line in diff if line.startswith("-")]
+    added = [line[1:] for line in diff if line.startswith("+")]
+    if len(removed) != 1 or len(added) != 1:
+        return False
+    before, after = re.findall(r"\w+|\S", removed[0]), re.findall(r"\w+|\S", added[0])
+    if len(before) != len(after):
+        return False
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    return len(changed) == 1 and changed[0][1] == "None" and changed[0][0] in FALSY
 
 
 def _only_strings_differ(diff: list[str]) -> bool:
