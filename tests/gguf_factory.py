@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+import json
+import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
@@ -67,3 +73,41 @@ def write_header(path: Path, arch: str, n_layer: int, n_embd: int, n_head: int, 
     writer.write_ti_data_to_file()
     writer.close()
     return read_gguf_info(path)
+
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_vram"
+# vocabulary rows of the benchmark models, by architecture prefix (as on the device: make_models.py
+# with llama.cpp's llama-bpe tokenizer, Qwen3.5's padded to 248,320, and Gemma 3's 262,144)
+BENCH_VOCABS = {"qwen3": 248320, "dflash": 248320, "llama": 128256, "gemma3": 262144}
+
+
+def bench_module(name: str) -> Any:
+    """A module of benchmarks/gpu_vram (measure, cases, make_models, summarize), imported once."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_headers(folder: Path, records: Iterable[dict[str, Any]]) -> Path:
+    """Header-only twins of every benchmark model the results records name, vocabularies of the real sizes."""
+    make_models = bench_module("make_models")
+    names = {record["case"][key] for record in records for key in ("model", "draft") if record["case"].get(key)}
+    for name in sorted(names):
+        preset, weight_type = name.rsplit("-", 1)
+        arch = make_models.PRESETS[preset].arch
+        size = next(count for prefix, count in BENCH_VOCABS.items() if arch.startswith(prefix))
+        vocab = folder / f"vocab-{size}.json.gz"
+        if not vocab.exists():
+            with gzip.open(vocab, "wt") as handle:
+                json.dump({"tokenizer.ggml.model": {"type": 8, "sub": 8, "value": "gpt2"},
+                           "tokenizer.ggml.tokens": {"type": 9, "sub": 8,
+                                                     "value": [f"t{i}" for i in range(size)]}}, handle)
+        make_models.write_model(preset, weight_type, vocab, folder / f"{name}.gguf", header_only=True)
+    return folder

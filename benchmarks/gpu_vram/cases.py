@@ -3,12 +3,14 @@
 Groups: fit (run 1) and check (run 2: Llama/Gemma), fit3 and held3 (run 3: the Qwen3.6 family),
 held4 (run 4: shapes never fitted), held5 (run 5: MoE expert offload after its rule changed), held6
 (run 6: expert offload after specd.gpu.expert_copies), held7 (run 7: after its mask rule), split2
-(issue 17: two GPUs, not yet run). `blind(group, case)` says which estimates count as held out.
+(issue 17: two GPUs, run 2026-11-27), fit30 and held30 (issue 30: two GPUs, per-GPU estimates).
+`blind(case)` says which estimates count as held out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,14 @@ class Case:
     ubatch: int = 512
     group: str = "fit"
     args: tuple[str, ...] = ()     # more llama-server arguments (--cpu-moe, --spec-type draft-mtp, ...)
+    env: tuple[tuple[str, str], ...] = ()   # more environment for llama-server (GGML_CUDA_ALLREDUCE=...)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Case:
+        """The case a results file's record names (its lists back to tuples)."""
+        fields = record["case"]
+        return cls(**{**fields, "args": tuple(fields.get("args", ())),
+                      "env": tuple(tuple(pair) for pair in fields.get("env", ()))})
 
 
 # measured after the estimator was fitted on FIT_CASES, to check it on settings it had not seen
@@ -225,8 +235,67 @@ SPLIT2_CASES: tuple[Case, ...] = (
     Case("2gpu 8b-q8+1b c32k draft on GPU 1", "llama-8b-q8_0", 32768, draft="llama-1b-f16",
          args=("-sm", "none", "-mg", "0", "-devd", "CUDA1"), group="split2"),
 )
+# Issue 30, in-sample: the split2 models (llama-8b, hybrid27, moe35, llama-1b) again, with their
+# whole `-lv 4` logs this time, to read what tensor split puts on each GPU (the "Meta" device prints
+# one line for both) and what pipeline parallelism adds to layer split; the same tensor case under each
+# of llama.cpp's AllReduce paths (GGML_CUDA_ALLREDUCE) to see what the communication holds; row split
+# for its refusal. These set terms: never held out.
+SM = "-sm"
+FIT30_CASES: tuple[Case, ...] = (
+    Case("2gpu 8b-q8 c32k tensor 2:1 again", "llama-8b-q8_0", 32768, args=(SM, "tensor", "-ts", "2,1"),
+         group="fit30"),
+    Case("2gpu 8b-q8 c32k tensor 2:1 allreduce internal", "llama-8b-q8_0", 32768,
+         args=(SM, "tensor", "-ts", "2,1"), env=(("GGML_CUDA_ALLREDUCE", "internal"),), group="fit30"),
+    Case("2gpu h27 c32k tensor 1:1", "hybrid27-q8_0", 32768, args=(SM, "tensor", "-ts", "1,1"), group="fit30"),
+    Case("2gpu m35 c32k tensor 2:1", "moe35-q8_0", 32768, args=(SM, "tensor", "-ts", "2,1"), group="fit30"),
+    Case("2gpu 8b-q8 c64k q8_0 tensor 1:1", "llama-8b-q8_0", 65536, "q8_0", "q8_0", args=(SM, "tensor", "-ts", "1,1"),
+         group="fit30"),
+    Case("2gpu 8b-q8 c32k row 1:1", "llama-8b-q8_0", 32768, args=(SM, "row", "-ts", "1,1"), group="fit30"),
+    Case("2gpu 1b-f16 c32k tensor 1:3 ub1024", "llama-1b-f16", 32768, ubatch=1024, args=(SM, "tensor", "-ts", "1,3"),
+         group="fit30"),
+    Case("2gpu 8b-q8 c32k layer 3:1 np2 ub1024", "llama-8b-q8_0", 32768, parallel=2, ubatch=1024,
+         args=(SM, "layer", "-ts", "3,1"), group="fit30"),
+    Case("2gpu m35 c32k layer 1:1 ncmoe2", "moe35-q8_0", 32768, args=(SM, "layer", "-ts", "1,1", "--n-cpu-moe", "2"),
+         group="fit30"),
+    Case("2gpu h27 c64k tensor 3:1", "hybrid27-q8_0", 65536, args=(SM, "tensor", "-ts", "3,1"), group="fit30"),
+    Case("2gpu 8b-q8 c32k tensor 2:1 allreduce none", "llama-8b-q8_0", 32768,
+         args=(SM, "tensor", "-ts", "2,1"), env=(("GGML_CUDA_ALLREDUCE", "none"),), group="fit30"),
+    Case("2gpu h27 c32k layer 1:1 ngl10", "hybrid27-q8_0", 32768, ngl=10, args=(SM, "layer", "-ts", "1,1"),
+         group="fit30"),
+    Case("2gpu h27 c32k mtp tensor 1:2", "hybrid27-q8_0", 32768, args=(*MTP, SM, "tensor", "-ts", "1,2"),
+         group="fit30"),
+)
+# Issue 30, held out: decided before anything of it was measured, to be run once the per-GPU estimator
+# is committed. Models the split2 and fit30 runs never used (gemma3-4b: sliding window; hybrid9: qwen35;
+# moe30: qwen3moe; next80: qwen3next), contexts, ratios and KV types they did not use, each split mode
+# (layer with and without pipeline parallelism, tensor, the default split by free memory, row: expected
+# to be refused before loading). Every case counts as held out.
+HELD30_CASES: tuple[Case, ...] = (
+    Case("2gpu g3-4b c48k q4_0 layer 5:3", "gemma3-4b-q8_0", 49152, "q4_0", "q4_0", args=(SM, "layer", "-ts", "5,3"),
+         group="held30"),
+    Case("2gpu g3-4b c24k tensor 3:2", "gemma3-4b-q8_0", 24576, args=(SM, "tensor", "-ts", "3,2"), group="held30"),
+    Case("2gpu h9 c96k layer 2:3", "hybrid9-q8_0", 98304, args=(SM, "layer", "-ts", "2,3"), group="held30"),
+    Case("2gpu h9 c40k q8_0 tensor 2:3", "hybrid9-q8_0", 40960, "q8_0", "q8_0", args=(SM, "tensor", "-ts", "2,3"),
+         group="held30"),
+    Case("2gpu m30 c36k q4_0 layer 4:1", "moe30-q8_0", 36864, "q4_0", "q4_0", args=(SM, "layer", "-ts", "4,1"),
+         group="held30"),
+    Case("2gpu m30 c20k tensor 3:5", "moe30-q8_0", 20480, args=(SM, "tensor", "-ts", "3,5"), group="held30"),
+    Case("2gpu n80 c48k layer 3:2 np2", "next80-q8_0", 49152, parallel=2, args=(SM, "layer", "-ts", "3,2"),
+         group="held30"),
+    Case("2gpu n80 c24k q4_0 tensor 5:3", "next80-q8_0", 24576, "q4_0", "q4_0", args=(SM, "tensor", "-ts", "5,3"),
+         group="held30"),
+    Case("2gpu h9 c48k layer 4:3 ngl12", "hybrid9-q8_0", 49152, ngl=12, args=(SM, "layer", "-ts", "4,3"),
+         group="held30"),
+    Case("2gpu m30 c40k layer 3:2 ncmoe2", "moe30-q8_0", 40960, args=(SM, "layer", "-ts", "3,2", "--n-cpu-moe", "2"),
+         group="held30"),
+    Case("2gpu h9 c24k mtp layer 3:4", "hybrid9-q8_0", 24576, args=(*MTP, SM, "layer", "-ts", "3,4"), group="held30"),
+    Case("2gpu g3-4b c80k ub1024 split by free memory", "gemma3-4b-q8_0", 81920, ubatch=1024, group="held30"),
+    Case("2gpu g3-4b c16k q8_0 tensor 4:1 np3", "gemma3-4b-q8_0", 16384, "q8_0", "q8_0", parallel=3,
+         args=(SM, "tensor", "-ts", "4,1"), group="held30"),
+    Case("2gpu h9 c64k row 3:2", "hybrid9-q8_0", 65536, args=(SM, "row", "-ts", "3,2"), group="held30"),
+)
 CASES = (CHECK_CASES + FIT_CASES + FIT3_CASES + HELD3_CASES + HELD4_CASES + HELD5_CASES + HELD6_CASES
-         + HELD7_CASES + SPLIT2_CASES)
+         + HELD7_CASES + SPLIT2_CASES + FIT30_CASES + HELD30_CASES)
 
 
 def offloads_experts(case: Case) -> bool:
@@ -240,8 +309,9 @@ def blind(case: Case) -> bool:
     and their errors at that time are in the results file's `estimate`). held4 and held5 stay blind
     except their expert-offload cases, whose rule changed after they were seen (run 4's, run 5's,
     then run 6's: specd.gpu.expert_copies' mask rule was read off runs 3-6 and the run-7 sweep), so
-    held6 (all offload) is in-sample now; held7 is blind."""
-    if case.group == "held7":
+    held6 (all offload) is in-sample now; held7 is blind; split2 (issue 17's two-GPU cases, whose
+    misses issue 30 fixed) and fit30 are in-sample, held30 is blind."""
+    if case.group in ("held7", "held30"):
         return True
     return case.group in ("held4", "held5", "held6") and not offloads_experts(case)
 

@@ -27,11 +27,13 @@ from typing import Any
 from cases import CASES, Case
 
 from specd.errors import PreflightError
+from specd.gpu.check import margin_for, server_settings, split_mode_probe
 from specd.gpu.compute import CUDA_CONTEXT
 from specd.gpu.gguf import read_gguf_info
 from specd.gpu.nvml import GIB, NoGpu, probe_gpus, process_vram
-from specd.gpu.settings import settings_from_argv
-from specd.gpu.vram import VramEstimate, estimate_per_gpu, estimate_vram
+from specd.gpu.settings import ServerSettings, settings_from_argv
+from specd.gpu.split_probe import SplitProbe
+from specd.gpu.vram import VramEstimate, combined, estimate_per_gpu, estimate_vram
 
 MIB = 1024**2
 PORT = 18471
@@ -145,7 +147,8 @@ def measure(case: Case, server: Path, models: Path, logs: Path, limit_s: float =
     log_path = logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", case.name) + ".log")
     started = time.monotonic()
     with log_path.open("w") as log:
-        process = subprocess.Popen(argv_for(case, server, models), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv_for(case, server, models), stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, **dict(case.env)})
     result: dict[str, Any] = {"case": asdict(case), "ok": False}
     try:
         while time.monotonic() - started < limit_s:
@@ -192,15 +195,27 @@ def estimate_for(case: Case, models: Path) -> VramEstimate | None:
     except PreflightError as exc:
         print(f"{case.name}: no estimate: {exc}", flush=True)
         return None
-    settings = settings_from_argv(argv_for(case, Path("llama-server"), models))
+    settings = settings_from_argv(argv_for(case, Path("llama-server"), models), dict(case.env))
     return estimate_vram(model, draft, 0, None, settings=settings)
 
 
-def estimate_per_gpu_for(case: Case, models: Path, free: tuple[int, ...]) -> dict[int, VramEstimate]:
+def settings_for(case: Case, models: Path, server: Path) -> ServerSettings:
+    """The settings preflight reads from the case's argv and environment, with the binary's own say."""
+    return server_settings(argv_for(case, server, models), dict(case.env))
+
+
+def split_probe_for(case: Case, server: Path, models: Path) -> SplitProbe | None:
+    """specd's split-mode probe of the real binary, for row and tensor cases (None for the others)."""
+    model = read_gguf_info(models / f"{case.model}.gguf")
+    return split_mode_probe(argv_for(case, server, models), dict(case.env), model)
+
+
+def estimate_per_gpu_for(case: Case, models: Path, free: tuple[int, ...], server: Path = Path("llama-server")
+                         ) -> dict[int, VramEstimate]:
     """The per-GPU estimate preflight makes on a box with len(free) GPUs (split modes, -devd)."""
     model = read_gguf_info(models / f"{case.model}.gguf")
     draft = read_gguf_info(models / f"{case.draft}.gguf") if case.draft else None
-    settings = settings_from_argv(argv_for(case, Path("llama-server"), models))
+    settings = server_settings(argv_for(case, server, models), dict(case.env))
     return estimate_per_gpu(model, draft, settings, len(free), free)
 
 
@@ -249,13 +264,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"{case.name}: model not there yet", flush=True)
             continue
         limit = min(240.0, args.deadline + 60 - time.time()) if args.deadline else 240.0
+        probe = split_probe_for(case, args.server, args.models)      # before the server: what preflight asks
         result = measure(case, args.server, args.models, logs, limit)
+        if probe is not None:
+            result["split_probe"] = {"verdict": probe.verdict, "said": probe.said}
         estimate = estimate_for(case, args.models)
         result["estimate"] = estimate.total_bytes if estimate else None
         if not isinstance(state, NoGpu) and len(state.devices) > 1:
             free = tuple(device.free_bytes for device in state.devices)
-            result["estimate_per_gpu"] = {str(index): part.total_bytes for index, part in
-                                          estimate_per_gpu_for(case, args.models, free).items()}
+            per_gpu = estimate_per_gpu_for(case, args.models, free, args.server)
+            result["estimate_per_gpu"] = {str(index): part.total_bytes for index, part in per_gpu.items()}
+            result["estimate"] = combined(per_gpu).total_bytes     # one definition: the sum of the GPUs'
+            margin = margin_for(settings_for(case, args.models, args.server), read_gguf_info(
+                args.models / f"{case.model}.gguf"), len(free))
+            result["split_margin"] = margin.fraction if margin else 0.0
         result["estimate_parts"] = parts_of(estimate) if estimate else None
         result["estimator"] = os.environ.get("ESTIMATOR", "?")
         result["argv"] = argv_for(case, Path("llama-server"), Path("MODELS"))[1:]
@@ -296,7 +318,7 @@ def report(args: argparse.Namespace) -> int:
           "weights MiB est / llama.cpp | KV | compute | CUDA runtime (rest of the process) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for result in records:
-        case = Case(**{**result["case"], "args": tuple(result["case"].get("args", ()))})
+        case = Case.from_record(result)
         print(_row(result, estimate_for(case, args.models)))
     return 0
 

@@ -69,12 +69,19 @@ if [ "$(cat "$work/build.rc")" != 0 ]; then
 fi
 server="$(tail -1 "$work/build.log")"
 say "built: $server"
+pack_pid=""
+if [ -n "${PACK_SERVER:-}" ] && [ ! -f "$work/packed" ]; then   # the binary back as a split xz tarball
+  ( cd "$(dirname "$server")" && tar -cf - llama-server | xz -T8 -6 | split -b 15m - "$out/srv.tar.xz." \
+      && touch "$work/packed" ) &
+  pack_pid=$!
+fi
 wait "$models_pid"; cat "$work/models.log"; ls -la "$work/models"
 
 # 5. measure until the deadline; results accumulate across calls
 export ESTIMATOR="$(cat "$repo/ESTIMATOR" 2>/dev/null || echo unknown)"
 DEADLINE=$(( deadline - 75 )) python3 "$here/measure.py" run --server "$server" --models "$work/models" \
   --results "$work/results.jsonl" --groups "${CASE_GROUPS:-fit3,held3}"
+[ -n "$pack_pid" ] && wait "$pack_pid"
 cp "$work/results.jsonl" "$out/results.jsonl"
 tar -czf "$out/logs.tar.gz" -C "$work" logs models.log build.log 2>/dev/null
 say "done: $(wc -l < "$work/results.jsonl") cases measured"

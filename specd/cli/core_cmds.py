@@ -26,13 +26,14 @@ from specd.cli.json_out import dumps, failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
 from specd.deploy.history import History
-from specd.deploy.preflight import quick_problems, run_preflight
+from specd.deploy.preflight import quick_problems, run_preflight, vram_details
 from specd.deploy.slots import StrategyRequest, same_but_port
 from specd.deploy.status import collect_status
 from specd.deploy.switch import Outcome
 from specd.errors import SpecdError, StateDbError
 from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
+from specd.secrets import mask, mask_argv
 from specd.tune.activity import profile_problems as speculation_problems
 from specd.tune.verify import unverified_warning
 
@@ -159,10 +160,12 @@ def recover(config: ConfigOption = None, unit: UnitOption = None) -> None:
     """Finish an interrupted switch or rollback by reverting it (any switch or rollback does this too)."""
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
-    if switcher.pending_intent() is None:
+    pending = switcher.pending_intent()
+    done = switcher.recover()  # a switch's or rollback's intent, or a killed shadow bench's candidate
+    if pending is None and done is None:
         console.print(f"nothing to recover: no interrupted operation on {deployment.unit}")
         return
-    console.print(switcher.recover() or f"recovered: {deployment.unit} is back on its previous unit")
+    console.print(done or f"recovered: {deployment.unit} is back on its previous unit")
 
 
 @app.command()
@@ -187,15 +190,31 @@ def profiles(config: ConfigOption = None, unit: UnitOption = None, json_out: Jso
     console.print(table)
 
 
+VramOption = Annotated[bool, typer.Option("--vram", help="the VRAM check in full: each GPU's estimate by part, "
+                                          "the split mode's margin and its basis, the verdict")]
+
+
 @app.command()
-def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False) -> None:
+def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, json_out: JsonOption = False,
+         vram: VramOption = False) -> None:
     """The unit file PROFILE would install (after every preflight check)."""
     _, deployment = deployment_of(config, unit)
-    pre = run_preflight(deployment, profile, current_main_pid=main_pid_of(context.seams_for(deployment)))
-    if json_out:
-        print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
+    main_pid = main_pid_of(context.seams_for(deployment))
+    if vram:
+        lines, fits = vram_details(deployment, profile, current_main_pid=main_pid)
+        if json_out:
+            print_json({"profile": profile, "vram": lines, "fits": fits})
+        else:
+            for line in lines:
+                typer.echo(line)
+        if not fits:
+            raise typer.Exit(2)
         return
-    typer.echo(pre.unit_text, nl=False)
+    pre = run_preflight(deployment, profile, current_main_pid=main_pid)
+    if json_out:  # a key in the unit (in args or env) is shown as `…`: the file itself is written 0600
+        print_json({"profile": profile, "argv": mask_argv(pre.argv), "unit": mask(pre.unit_text), "notes": pre.notes})
+        return
+    typer.echo(mask(pre.unit_text), nl=False)
     for note in pre.notes:
         typer.echo(f"# note: {note}", err=True)
 
@@ -213,7 +232,7 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
     rendered = installed if installed_text and same_but_port(installed_text, pre.unit_text) else pre.unit_text
     lines = difflib.unified_diff(installed.splitlines(keepends=True), rendered.splitlines(keepends=True),
                                  fromfile=str(serving_path), tofile=f"{profile} (rendered)")
-    text = "".join(lines)
+    text = mask("".join(lines))
     if json_out:
         print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(serving_path),
                     "installed": installed_text is not None, "differs": installed_text != rendered,

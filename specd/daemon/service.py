@@ -16,6 +16,7 @@ at start, as systemd advises for programs that do not use select().
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ipaddress
 import logging
@@ -155,6 +156,7 @@ def notify(message: str) -> bool:
     try:
         if _notify_socket is None:
             _notify_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            atexit.register(_notify_socket.close)  # kept for the process's life, closed at its end
         _notify_socket.sendto(message.encode(), address)
     except OSError as exc:
         if time.monotonic() - _notify_warned_at >= 60.0:

@@ -34,6 +34,7 @@ class Preflight:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     secrets: tuple[tuple[Path, str], ...] = ()  # written 0600 before the unit (the API key)
+    vram: str = ""   # the VRAM check's one line (per GPU, with a split's margin), or why it was skipped
 
 
 def port_holders(port: int) -> set[int]:
@@ -102,8 +103,9 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     argv = build_argv(profile, flags)
     settings = environment_settings(profile, flags, argv)
     check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
-    notes = [vram_note(profile, model_info, draft_info, current_main_pid, argv, flags) if model_info else
-             f"VRAM check skipped: {model_source_note(profile)}", hub_note(profile), *settings]
+    vram = (vram_note(profile, model_info, draft_info, current_main_pid, argv, flags) if model_info else
+            f"VRAM check skipped: {model_source_note(profile)}")
+    notes = [vram, hub_note(profile), *settings]
     template = default_template_path()
     try:
         template_text = template.read_text(encoding="utf-8")
@@ -111,7 +113,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
         raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
     unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
     return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
-                     time.monotonic() - started, secret_files(profile))
+                     time.monotonic() - started, secret_files(profile), vram)
 
 
 def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:
@@ -190,21 +192,57 @@ def hub_note(profile: Profile) -> str:
 
 def vram_note(profile: Profile, model: GgufInfo, draft: GgufInfo | None, current_main_pid: int,
               argv: list[str], flags: BinaryFlags) -> str:
-    """The VRAM fit check on every GPU the unit will see; raises naming the biggest parts and what
-    to change when a GPU's share does not fit, returns a one-line note otherwise."""
-    from specd.gpu.check import vram_check
+    """The split-mode probe (row/tensor split: does the binary load the model so?) and the VRAM fit
+    check on every GPU the unit will see; raises naming the binary's refusal, or the biggest parts and
+    what to change when a GPU's share does not fit; returns a one-line note otherwise."""
+    from specd.gpu.check import split_mode_check, vram_check
 
+    try:
+        probe = split_mode_check(argv, dict(profile.env), model, flags)
+    except PreflightError as exc:
+        raise PreflightError(f"profile '{profile.name}': {exc.message}", hint=exc.hint) from exc
     result = vram_check(argv, dict(profile.env), model, draft, current_main_pid, flags=flags)
     result.raise_if_not_ok()
-    return result.message
+    return result.message if probe is None or probe.verdict == "loads" else f"{result.message}; {probe.describe()}"
+
+
+def vram_details(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> tuple[list[str], bool]:
+    """What `specd show --vram` prints: the split-mode probe, each GPU's estimate by part, the split's
+    margin and where it comes from, the verdict; and whether the profile fits. Changes nothing."""
+    from specd.gpu.check import split_mode_check, vram_plan
+
+    profile = load_profile(deployment.profiles_dir, name)
+    if profile.launcher or not profile.model:
+        return [f"VRAM check skipped: {model_source_note(profile)}"], True
+    flags = binary_flags(profile.binary, profile.launcher)
+    model = read_gguf_info(profile.model)
+    draft = read_gguf_info(profile.speculative.draft_model) if profile.speculative.draft_model else None
+    argv = build_argv(profile, flags)
+    lines: list[str] = []
+    try:
+        probe = split_mode_check(argv, dict(profile.env), model, flags)
+        if probe is not None:
+            lines.append(probe.describe())
+    except PreflightError as exc:
+        return [exc.message], False
+    plan = vram_plan(argv, dict(profile.env), model, draft, current_main_pid, flags=flags)
+    return lines + plan.lines(), plan.result.ok
 
 
 def vram_estimate(profile: Profile, model: GgufInfo, draft: GgufInfo | None) -> VramEstimate:
-    """What this profile's server needs on one GPU, from its GGUF files and the settings its argv and
-    [env] give (the status page's per-profile estimate)."""
-    from specd.gpu.settings import settings_from_argv
-    from specd.gpu.vram import estimate_vram
+    """What this profile's server needs in all, from its GGUF files and the settings its argv and
+    [env] give, on the GPUs it would see here (the status page's per-profile estimate): the sum of
+    the per-GPU estimates the fit check compares, so the two never disagree."""
+    from specd.gpu.check import server_settings
+    from specd.gpu.fit import visible_devices
+    from specd.gpu.nvml import NoGpu, probe_gpus
+    from specd.gpu.vram import combined, estimate_per_gpu, estimate_vram
 
     flags = binary_flags(profile.binary, profile.launcher)
-    settings = settings_from_argv(build_argv(profile, flags), dict(profile.env), flags)
-    return estimate_vram(model, draft, 0, None, settings=settings)
+    argv = build_argv(profile, flags)
+    settings = server_settings(argv, dict(profile.env), flags)
+    state = probe_gpus()
+    devices = () if isinstance(state, NoGpu) else visible_devices(state, settings.visible_devices)
+    if not devices:                  # no GPU here: what it would need on one
+        return estimate_vram(model, draft, 0, None, settings=settings)
+    return combined(estimate_per_gpu(model, draft, settings, len(devices), tuple(d.free_bytes for d in devices)))

@@ -34,6 +34,18 @@ CUDA_CONTEXT = 604 * MIB   # process VRAM minus llama.cpp's buffers, quantized w
 CUBLAS = 100 * MIB         # per context whose matrices go through cuBLAS: f16/bf16/f32 weights, -fa off
 EXTRA_CONTEXT = 20 * MIB   # per further context on the device (an MTP head's, a draft's): 20-29 MiB measured
 NO_FA_EXTRA = 100 * 1024   # bytes per ubatch token live beside the KQ scores without flash attn (50 MiB)
+# Layer split over several GPUs with every layer offloaded runs llama.cpp's pipeline parallelism
+# (llama-context.cpp): ggml's scheduler keeps GGML_SCHED_MAX_COPIES copies of each graph input (the
+# KQ masks) and of each tensor a device receives from another (the hidden state), all live at once.
+PIPELINE_COPIES = 4
+# Tensor split: per context on the Meta device, what each GPU holds beyond buffers: the Meta backend's
+# reduce buffers (measured with GGML_CUDA_ALLREDUCE=none: 20 MiB), and the AllReduce's own: NCCL's
+# communicators (774 MiB per GPU for the first context and 500 MiB for each further one, measured on
+# two NVLink-connected H100s with NCCL 2.28; fewer channels over PCIe need less) or llama.cpp's
+# internal two-GPU pipeline (its 32 MB copy-engine scratch, ggml-cuda/allreduce.cu).
+TENSOR_PARALLEL = 20 * MIB
+ALLREDUCE_FIRST = {"nccl": 774 * MIB, "internal": 32 * 1000**2 + 12 * MIB, "none": 0}
+ALLREDUCE_MORE = {"nccl": 500 * MIB, "internal": 32 * 1000**2 + 12 * MIB, "none": 0}
 Role = Literal["target", "mtp", "draft"]
 
 
@@ -113,7 +125,52 @@ def _peak(shape: ModelShape, ctx: Context, indices: list[int], cache_k: str, cac
             attention = ctx.ubatch * 4 * mixer + cells * ctx.n_stream * converted * 2
     elif attending:
         attention = cells * ctx.ubatch * shape.n_head * 4 + ctx.ubatch * NO_FA_EXTRA   # f32 KQ scores
-    return (full + swa) * ctx.ubatch * 2, max(activations, attention)
+    return mask_bytes(shape, ctx, indices), max(activations, attention)
+
+
+def mask_bytes(shape: ModelShape, ctx: Context, indices: list[int]) -> int:
+    """The f16 KQ masks (full and sliding-window attention) of a graph over these layers."""
+    kinds = [shape.layers[index] for index in indices]
+    full = ctx.cells if any(k.attention and not k.sliding for k in kinds) else 0
+    swa = ctx.swa_cells(shape.sliding_window) if any(k.sliding for k in kinds) else 0
+    return (full + swa) * ctx.ubatch * 2
+
+
+def pipeline_parallel(placement: LayerPlacement, settings: ServerSettings, n_layer_all: int, *, draft: bool) -> bool:
+    """Does llama.cpp run this model's contexts with pipeline parallelism (llama-context.cpp)? Layer
+    split over more than one device, every layer and the output offloaded, no tensor overrides
+    (--cpu-moe/--n-cpu-moe are overrides)."""
+    ngl = settings.draft_n_gpu_layers if draft else settings.n_gpu_layers
+    overrides = (settings.draft_cpu_moe or settings.draft_n_cpu_moe > 0) if draft else (
+        settings.cpu_moe or settings.n_cpu_moe > 0)
+    return (placement.split_mode == "layer" and len(placement.devices) > 1
+            and (ngl is None or ngl > n_layer_all) and not overrides)
+
+
+def _layers_by_device(shape: ModelShape, placement: LayerPlacement, settings: ServerSettings, role: Role
+                      ) -> tuple[dict[int, list[int]], list[int]]:
+    """The layers of this context's graph on each device (every device for tensor split), and those
+    left in host memory."""
+    on_device: dict[int, list[int]] = {}
+    host_layers: list[int] = []
+    for index, device in enumerate(placement.layer_device):
+        if shape.layers[index].mtp != (role == "mtp") or (shape.layers[index].mtp and not settings.mtp):
+            continue
+        if device is None:
+            host_layers.append(index)
+            continue
+        for where in (placement.devices if placement.split_mode == "tensor" else (device,)):
+            on_device.setdefault(where, []).append(index)
+    return on_device, host_layers
+
+
+def _count_context(tally: _Tally, device: int, placement: LayerPlacement, cublas: bool) -> None:
+    """One more context on `device`: what the runtime term (specd.gpu.vram) counts."""
+    tally.add(device, "contexts", 1)
+    if placement.split_mode == "tensor" and placement.spread:
+        tally.add(device, "tensor_contexts", 1)
+    if cublas:
+        tally.add(device, "cublas", 1)
 
 
 def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placement: LayerPlacement,
@@ -127,16 +184,8 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
     draft = role == "draft"
     cache_k = settings.draft_cache_type_k if role != "target" else settings.cache_type_k
     cache_v = settings.draft_cache_type_v if role != "target" else settings.cache_type_v
-    on_device: dict[int, list[int]] = {}
-    host_layers: list[int] = []
-    for index, device in enumerate(placement.layer_device):
-        if shape.layers[index].mtp != (role == "mtp") or (shape.layers[index].mtp and not settings.mtp):
-            continue
-        if device is None:
-            host_layers.append(index)
-            continue
-        for where in (placement.devices if placement.split_mode == "tensor" else (device,)):
-            on_device.setdefault(where, []).append(index)
+    on_device, host_layers = _layers_by_device(shape, placement, settings, role)
+    pipelined = pipeline_parallel(placement, settings, shape.n_layer_all, draft=draft)
     for device, indices in on_device.items():
         masks, peak = _peak(shape, ctx, indices, cache_k, cache_v, flash_attn)
         if role == "mtp":
@@ -155,10 +204,13 @@ def compute_bytes(tally: _Tally, shape: ModelShape, layout: WeightLayout, placem
         if draft and shape.reads_target and target is not None:
             # its logits over the target's vocabulary for a whole ubatch (prompt and decode graphs)
             masks, peak = 0, max(masks + peak, 2 * ctx.ubatch * target.n_vocab * 4) + ctx.ubatch * shape.n_embd * 4
+        if pipelined:
+            # the copies: masks, and the hidden state coming in (the MTP head takes two: the token
+            # embeddings and the target's hidden state)
+            hidden = ctx.ubatch * shape.n_embd * 4 * (2 if role == "mtp" else 1)
+            peak += (PIPELINE_COPIES - 1) * mask_bytes(shape, ctx, indices) + PIPELINE_COPIES * hidden
         tally.add(device, "compute", masks + peak)
-        tally.add(device, "contexts", 1)
-        if layout.float_matrices or not flash_attn:
-            tally.add(device, "cublas", 1)
+        _count_context(tally, device, placement, layout.float_matrices or not flash_attn)
     if draft and shape.reads_target and target is not None and placement.output_device is not None:
         # the target's hidden states at the layers the drafter reads (the target's graph grows by them)
         tally.add(placement.output_device, "compute", max(shape.target_layers - 1, 0) * ctx.ubatch * target.n_embd * 4)

@@ -41,7 +41,9 @@ class LayerPlacement:
 def _shares(settings: ServerSettings, devices: tuple[int, ...], free: tuple[int, ...] | None) -> tuple[float, ...]:
     """Normalized proportions per device: --tensor-split, else free memory, else equal."""
     given = [settings.tensor_split[index] if index < len(settings.tensor_split) else 0.0 for index in devices]
-    if not any(given):
+    if not any(given) and settings.split_mode == "tensor":
+        given = [1.0] * len(devices)          # the Meta device cuts evenly (llama_meta_device_get_split_state)
+    elif not any(given):
         given = [float(free[index]) if free is not None and index < len(free) else 1.0 for index in devices]
     total = sum(given)
     if total <= 0:

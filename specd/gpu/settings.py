@@ -17,6 +17,9 @@ from specd.profiles.flags import BinaryFlags
 
 SplitMode = Literal["none", "layer", "row", "tensor"]
 SPLIT_MODES: tuple[SplitMode, ...] = ("none", "layer", "row", "tensor")
+# how tensor split's GPUs add up their partial sums (ggml-cuda.cu comm_init: GGML_CUDA_ALLREDUCE, by
+# default NCCL on Linux where the binary has it, else llama.cpp's internal two-GPU pipeline)
+AllReduce = Literal["nccl", "internal", "none"]
 DEFAULT_UBATCH = 512
 DEFAULT_DRAFT_N_MAX = 3        # common/common.h common_params_speculative_draft::n_max
 # speculative types whose target context keeps n_max recurrent-state snapshots (common.h need_n_rs_seq)
@@ -52,6 +55,7 @@ class ServerSettings:
     devices: tuple[int, ...] | None = None        # -dev CUDA0,CUDA1: CUDA indices the model may use
     draft_devices: tuple[int, ...] | None = None  # -devd
     visible_devices: tuple[str, ...] | None = field(default=None)  # CUDA_VISIBLE_DEVICES, as written
+    allreduce: AllReduce = "nccl"        # GGML_CUDA_ALLREDUCE; "nccl" also where the binary may have it
 
     @property
     def mtp(self) -> bool:
@@ -163,6 +167,13 @@ def _truthy(value: str) -> bool:
     return value.lower() in ("1", "on", "true", "yes", "enabled")
 
 
+def _allreduce(value: str) -> AllReduce:
+    """GGML_CUDA_ALLREDUCE as llama.cpp takes it: an unknown value warns and falls back to "none"."""
+    if value == "nccl":
+        return "nccl"
+    return "internal" if value == "internal" else "none"
+
+
 def settings_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None,
                        flags: BinaryFlags | None = None) -> ServerSettings:
     """The memory-relevant settings of `llama-server argv...` run with `env` ([env] of the profile)."""
@@ -202,4 +213,5 @@ def settings_from_argv(argv: Sequence[str], env: Mapping[str, str] | None = None
         devices=_devices(raw["devices"]) if "devices" in raw else None,
         draft_devices=_devices(raw["draft_devices"]) if "draft_devices" in raw else None,
         visible_devices=tuple(part.strip() for part in visible.split(",")) if visible is not None else None,
+        allreduce=_allreduce(env.get("GGML_CUDA_ALLREDUCE", "nccl")),
     )

@@ -19,15 +19,19 @@ Every term is checked against llama.cpp's own buffer sizes and the process's VRA
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specd.errors import PreflightError
 from specd.gpu.arch import ModelShape, model_shape
 from specd.gpu.compute import (
+    ALLREDUCE_FIRST,
+    ALLREDUCE_MORE,
     CACHE_TYPE_BLOCKS,
     CUBLAS,
     CUDA_CONTEXT,
     EXTRA_CONTEXT,
+    TENSOR_PARALLEL,
     Context,
     compute_bytes,
     context_of,
@@ -38,6 +42,7 @@ from specd.gpu.layout import WeightLayout, approximate_layout, read_weight_layou
 from specd.gpu.nvml import GIB
 from specd.gpu.placement import LayerPlacement, place_layers
 from specd.gpu.settings import ServerSettings
+from specd.gpu.tensor_place import place_tensor_split
 
 MIB = 1024**2
 PARTS = ("weights", "kv", "recurrent", "compute", "runtime", "draft_weights", "draft_kv")
@@ -117,9 +122,12 @@ def _cache_row(cache_type: str, width: int) -> int:
     return row_bytes(cache_type, width) if width else 0
 
 
-def _place_model(tally: _Tally, shape: ModelShape, layout: WeightLayout, placement: LayerPlacement,
-                 settings: ServerSettings, ctx: Context, *, draft: bool) -> None:
+def _place_model(tally: _Tally, info: GgufInfo, shape: ModelShape, layout: WeightLayout,
+                 placement: LayerPlacement, settings: ServerSettings, ctx: Context, *, draft: bool) -> None:
     """Weights, KV and recurrent state of one model's main context (the target's, or a draft's)."""
+    if placement.split_mode == "tensor" and placement.spread and info.tensors:
+        place_tensor_split(tally, info, shape, placement, settings, ctx, draft=draft)
+        return
     weights, kv_part = ("draft_weights", "draft_kv") if draft else ("weights", "kv")
     state_part = "draft_kv" if draft else "recurrent"
     cache_k = settings.draft_cache_type_k if draft else settings.cache_type_k
@@ -156,9 +164,12 @@ def _place_model(tally: _Tally, shape: ModelShape, layout: WeightLayout, placeme
         tally.spread(placement, placement.output_device, weights, head)
 
 
-def _mtp_cache(tally: _Tally, shape: ModelShape, placement: LayerPlacement, settings: ServerSettings,
-               ctx: Context) -> None:
+def _mtp_cache(tally: _Tally, info: GgufInfo, shape: ModelShape, placement: LayerPlacement,
+               settings: ServerSettings, ctx: Context) -> None:
     """The MTP context's KV cache: the NextN layers only, the target's n_ctx, the draft cache types."""
+    if placement.split_mode == "tensor" and placement.spread and info.tensors:
+        place_tensor_split(tally, info, shape, placement, settings, ctx, draft=False, mtp_cache=True)
+        return
     for index, kind in enumerate(shape.layers):
         if kind.mtp and placement.layer_device[index] is not None:
             row = (_cache_row(settings.draft_cache_type_k, shape.k_width(index))
@@ -184,27 +195,46 @@ def estimate_per_gpu(model: GgufInfo, draft: GgufInfo | None, settings: ServerSe
     if settings.mtp and not model.has_mtp:
         tally.notes.append("--spec-type draft-mtp on a model without MTP layers")
     shape, model_layout = model_shape(model), _layout(model, layout, tally.notes)
-    flash_attn = settings.flash_attn or CACHE_TYPE_BLOCKS.get(settings.cache_type_v, (1, 0))[0] > 1
+    # a quantized V cache and tensor split turn flash attention on (llama-context.cpp, llama.cpp)
+    flash_attn = (settings.flash_attn or CACHE_TYPE_BLOCKS.get(settings.cache_type_v, (1, 0))[0] > 1
+                  or settings.split_mode == "tensor")
     ctx = context_of(shape, settings.ctx_size, settings.n_parallel, settings.kv_unified, settings.n_ubatch)
     placement = place_layers(shape.n_layer_all, settings.n_gpu_layers, settings, gpu_count, free)
-    _place_model(tally, shape, model_layout, placement, settings, ctx, draft=False)
+    _place_model(tally, model, shape, model_layout, placement, settings, ctx, draft=False)
     compute_bytes(tally, shape, model_layout, placement, settings, ctx, flash_attn, role="target")
     if settings.mtp and model.has_mtp:
-        _mtp_cache(tally, shape, placement, settings, ctx)
+        _mtp_cache(tally, model, shape, placement, settings, ctx)
         compute_bytes(tally, shape, model_layout, placement, settings, ctx, flash_attn, role="mtp")
     if draft is not None:
         dshape, dlayout = model_shape(draft), _layout(draft, draft_layout, tally.notes)
         dctx = context_of(dshape, ctx.n_ctx, settings.n_parallel, settings.kv_unified, settings.n_ubatch)
         dplace = place_layers(dshape.n_layer_all, settings.draft_n_gpu_layers, settings, gpu_count, free,
                               devices=settings.draft_devices)
-        _place_model(tally, dshape, dlayout, dplace, settings, dctx, draft=True)
+        _place_model(tally, draft, dshape, dlayout, dplace, settings, dctx, draft=True)
         compute_bytes(tally, dshape, dlayout, dplace, settings, dctx, flash_attn, role="draft", target=shape)
     if 0 < placement.first_gpu_layer < shape.n_layer_all:
         tally.notes.append(f"partial offload: layers {placement.first_gpu_layer}..{shape.n_layer_all - 1} on the GPU")
+    allreduce = settings.allreduce if settings.allreduce != "internal" or len(placement.devices) == 2 else "none"
     for device, found in sorted(tally.bytes.items()):
+        parallel = found["tensor_contexts"]
         tally.add(device, "runtime", CUDA_CONTEXT + CUBLAS * found["cublas"]
-                  + EXTRA_CONTEXT * max(found["contexts"] - 1, 0))
+                  + EXTRA_CONTEXT * max(found["contexts"] - 1, 0) + TENSOR_PARALLEL * parallel
+                  + (ALLREDUCE_FIRST[allreduce] + ALLREDUCE_MORE[allreduce] * (parallel - 1) if parallel else 0))
     return {device: tally.estimate(device) for device in sorted(tally.bytes)} or {0: tally.estimate(0)}
+
+
+def combined(per_gpu: Mapping[int, VramEstimate]) -> VramEstimate:
+    """The whole process: each part summed over its GPUs (the one definition of a profile's total)."""
+    parts = list(per_gpu.values())
+
+    def total(name: str) -> int:
+        return sum(int(getattr(part, name)) for part in parts)
+
+    return VramEstimate(total("weights_bytes"), total("kv_bytes"), total("recurrent_bytes"), total("compute_bytes"),
+                        total("runtime_bytes"), total("draft_weights_bytes"), total("draft_kv_bytes"),
+                        parts[0].notes if parts else (), total("expert_bytes"),
+                        max((part.expert_layers for part in parts), default=0),
+                        max((part.gpu_layers for part in parts), default=0), total("margin_bytes"))
 
 
 def estimate_vram(model: GgufInfo, draft: GgufInfo | None, ctx_size: int, n_gpu_layers: int | None,

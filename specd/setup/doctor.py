@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from specd import paths
+from specd.durable import mode_of
 from specd.errors import SpecdError
-from specd.profiles.config import load_config
+from specd.profiles.config import Deployment, load_config
 from specd.profiles.load import list_profiles, load_profile
+from specd.secrets import holds_secret, readable_by_others
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ def _profiles(config_path: Path | None) -> list[Finding]:
     findings = [Finding("config", True, str(config.path))]
     for deployment in config.deployments:
         findings.append(_systemd(deployment.scope))
+        findings.append(keys_readable(deployment))
         if not deployment.profiles_dir.is_dir():
             findings.append(Finding(f"{deployment.unit} profiles", False,
                                     f"{deployment.profiles_dir} is not a directory",
@@ -99,15 +103,53 @@ def _profiles(config_path: Path | None) -> list[Finding]:
                 findings.append(Finding(label, False, item.error, "fix the file"))
                 continue
             try:
-                run_preflight(deployment, item.name, current_main_pid=main_pid)
+                pre = run_preflight(deployment, item.name, current_main_pid=main_pid)
                 seen = profile_problems(deployment, item.name)
-                findings.append(Finding(label, not seen, "; ".join(seen) or "ready to switch to",
+                ready = "ready to switch to" + (f"; VRAM: {pre.vram}" if pre.vram else "")
+                findings.append(Finding(label, not seen, "; ".join(seen) or ready,
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
                 profile = load_profile(deployment.profiles_dir, item.name)
                 fix = exc.hint or _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type))
                 findings.append(Finding(label, False, exc.message, fix))
     return findings
+
+
+def _files_with_keys(deployment: Deployment) -> list[Path]:
+    """The files of a deployment that hold a key: profiles and units (with their `.pre-*` backups)
+    that name one, and every key file a profile points at (`api_key_file`)."""
+    from specd.deploy.slots import slots_of
+
+    candidates = sorted(deployment.profiles_dir.glob("*.toml"))
+    for each in slots_of(deployment):
+        candidates += [each.unit_path, *sorted(each.unit_path.parent.glob(f"{each.unit_path.name}.pre-*"))]
+    found = []
+    for path in candidates:
+        try:
+            if holds_secret(path.read_bytes()):
+                found.append(path)
+        except OSError:
+            continue
+    for profile in sorted(deployment.profiles_dir.glob("*.toml")):  # read as written: a bad profile may hold one too
+        try:
+            key_file = tomllib.loads(profile.read_text(encoding="utf-8")).get("api_key_file")
+        except (OSError, ValueError):
+            continue
+        if isinstance(key_file, str) and Path(key_file).is_file():
+            found.append(Path(key_file))
+    return found
+
+
+def keys_readable(deployment: Deployment) -> Finding:
+    """A key others can read: in a profile or unit, a backup of one, or a key file."""
+    exposed = [path for path in _files_with_keys(deployment) if readable_by_others(mode_of(path))]
+    label = f"{deployment.unit} keys"
+    if not exposed:
+        return Finding(label, True, "no file that holds an API key is readable by other users")
+    listed = ", ".join(f"{path} (mode {mode_of(path):04o})" for path in exposed)
+    return Finding(label, False, f"other users can read an API key in {listed}",
+                   "chmod 600 " + " ".join(str(path) for path in exposed)
+                   + "; or keep the key in a 0600 file and name it with api_key_file")
 
 
 _SPECULATION_FIX = ("its last bench saw speculation not doing what the profile says: pick another speculative type or "

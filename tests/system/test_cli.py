@@ -125,3 +125,20 @@ def test_history_reads_whole_words_in_an_80_column_terminal(box) -> None:
     assert [(r[0], r[3], r[4], r[5], r[6]) for r in rows[:3]] == [
         ("3*", "rollback", "autoregressive", "cli", "ok"), ("2", "switch", "ngram-simple", "cli", "ok"),
         ("1", "switch", "autoregressive", "cli", "ok")], table
+
+
+def test_a_split_mode_this_build_cannot_load_is_refused_and_show_vram_says_why(box) -> None:
+    """The CPU build refuses tensor split: `specd switch` stops before touching anything and names the
+    mode and the binary's words; `specd show --vram` prints the same and exits 2; for a profile that
+    loads, it prints the check in full."""
+    box.specd("switch", "autoregressive", check=True)
+    before = snapshot(box)
+    box.write_profile("tp", 'inherits = "autoregressive"\nargs = ["--split-mode", "tensor"]\n')
+    said = "--split-mode tensor: this llama-server cannot load the model with it: LLAMA_SPLIT_MODE_TENSOR needs >= 1"
+    result = box.specd("switch", "tp")
+    assert result.returncode == 2 and said in " ".join(result.stderr.split()), result.stderr
+    assert snapshot(box) == before
+    shown = box.specd("show", "tp", "--vram")
+    assert shown.returncode == 2 and said in " ".join(shown.stdout.split()), shown.stdout
+    plain = json.loads(box.specd("show", "autoregressive", "--vram", "--json", check=True).stdout)
+    assert plain["fits"] and plain["vram"][0] == "split mode: layer" and plain["vram"][-1].startswith("verdict: ")

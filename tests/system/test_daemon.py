@@ -75,8 +75,9 @@ def test_switching_twice_and_rolling_back_under_load_fails_no_request(box: Box, 
             box.specd(*step, check=True)
             before = load.sent
             daemon.wait_for(f"requests after {step}", lambda before=before: load.sent >= before + 2)
-    hint = ("\n(streams cut by a restart mean the switch did not drain the proxy first: Switcher must restart "
-            "through specd.daemon.control.DrainingSystemd)" if any("dropped" in f for f in load.failures) else "")
+    hint = ("\n(streams cut by a restart mean the switch did not drain the proxy first: the restart step must run "
+            "inside Seams.proxy.drained, specd.daemon.control.DaemonProxyLink)"
+            if any("dropped" in f for f in load.failures) else "")
     assert load.failures == [], f"{len(load.failures)} of {load.sent} failed:\n" + "\n".join(load.failures[:10]) + hint
     assert profile_of_unit(box.unit_path.read_text()) == "ngram-simple"
     # every request the clients sent is in the traffic table (the writer batches, so allow it a moment)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specd.deploy.preflight import check_strict_modes, run_preflight
+from specd.deploy.preflight import check_strict_modes, run_preflight, vram_details
 from specd.errors import PreflightError
 from specd.gpu.gguf import read_gguf_info
 from specd.profiles.config import Deployment
@@ -111,3 +111,24 @@ def test_system_scope_refuses_files_other_users_can_write(tmp_path: Path) -> Non
     os.chmod(model, 0o644)
     check_strict_modes((model,))
     assert LLAMA_SERVER.exists()
+
+
+def test_a_split_mode_the_binary_cannot_load_is_refused_before_the_switch(deployment: Deployment) -> None:
+    """The pinned CPU build refuses tensor split ("LLAMA_SPLIT_MODE_TENSOR needs >= 1 devices"); specd
+    asks the profile's own binary (its log, not a table), names the mode and the binary's words, and
+    `specd show --vram` says the same without raising. Row split loads on this build: no refusal."""
+    (deployment.profiles_dir / "tensor.toml").write_text('inherits = "autoregressive"\n'
+                                                         'args = ["--split-mode", "tensor"]\n')
+    with pytest.raises(PreflightError) as refused:
+        run_preflight(deployment, "tensor")
+    assert refused.value.message.startswith(
+        "profile 'tensor': --split-mode tensor: this llama-server cannot load the model with it: "
+        "LLAMA_SPLIT_MODE_TENSOR needs >= 1 devices")
+    assert refused.value.hint is not None and "--split-mode layer" in refused.value.hint
+    lines, fits = vram_details(deployment, "tensor")
+    assert not fits and "LLAMA_SPLIT_MODE_TENSOR needs >= 1 devices" in lines[0]
+    (deployment.profiles_dir / "row.toml").write_text('inherits = "autoregressive"\n'
+                                                      'args = ["--split-mode", "row"]\n')
+    assert "--split-mode" in run_preflight(deployment, "row").argv
+    lines, fits = vram_details(deployment, "row")
+    assert fits and lines[0] == "--split-mode row: the binary loads the model with it"

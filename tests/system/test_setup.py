@@ -37,6 +37,8 @@ def test_doctor_is_happy_with_the_tiny_profiles(box) -> None:
     assert sorted(profiles) == ["profile autoregressive", "profile draft", "profile ngram-mod",
                                 "profile ngram-simple"], findings  # every tiny profile was checked
     assert all(f["ok"] for f in profiles.values()), findings
+    # each says what the VRAM check found (here: no NVIDIA GPU, so it was skipped)
+    assert all("; VRAM: no NVIDIA GPU" in f["detail"] for f in profiles.values()), findings
 
 
 def test_backups_are_pruned_to_backups_keep(box) -> None:

@@ -131,7 +131,9 @@ def test_per_gpu_estimate_splits_weights_and_cache_and_pays_a_context_on_each(ll
     assert abs(row[0].weights_bytes - row[1].weights_bytes) < 0.1 * one.weights_bytes   # matrices halved
     tensor = estimate_per_gpu(llama8b, None, ServerSettings(ctx_size=32768, split_mode="tensor",
                                                             tensor_split=(2.0, 1.0)), 2)
-    assert tensor[0].kv_bytes == pytest.approx(2 * tensor[1].kv_bytes, rel=1e-6)
+    # the Meta device cuts the cache by whole KV heads, rounding turning from layer to layer: 8 heads
+    # at 2:1 are 5+3 and 6+2 in turn, so GPU 0 holds 11/16 of the cache, not 2/3 (measured: 2816 MiB)
+    assert tensor[0].kv_bytes == 2816 * 2**20 and tensor[1].kv_bytes == 1280 * 2**20
 
 
 def test_a_draft_pinned_to_the_second_gpu_lands_there_alone(llama8b: GgufInfo, llama1b: GgufInfo) -> None:
@@ -156,11 +158,12 @@ def test_every_gpu_must_fit_its_share(llama8b: GgufInfo, tmp_path: Path) -> None
     argv = ["llama-server", "-c", "32768", "-ts", "1,1"]
     result = vram_check(argv, {}, llama8b, None, nvml=fake)
     assert not result.ok and result.status == "not_ok"
-    assert result.message.startswith("GPU 1 (NVIDIA GeForce RTX 3090 Ti): needs ~")   # GPU 0 fits, GPU 1 does not
+    assert result.message.startswith("GPU 1 (NVIDIA GeForce RTX 3090 Ti): 6.5 GiB estimated, +3% margin for "
+                                     "layer split, 3.0 of 24.0 GiB free now")      # GPU 0 fits, GPU 1 does not
     assert "GPU 0" not in result.message.split(": does not fit")[0]
-    assert vram_check([*argv[:3], "-ts", "5,1"], {}, llama8b, None, nvml=fake).ok
+    assert vram_check([*argv[:3], "-ts", "7,1"], {}, llama8b, None, nvml=fake).ok
     # the same split onto the swapped cards: CUDA_VISIBLE_DEVICES=1,0 makes the small card CUDA device 0
-    swapped = vram_check([*argv[:3], "-ts", "5,1"], {"CUDA_VISIBLE_DEVICES": "1,0"}, llama8b, None, nvml=fake)
+    swapped = vram_check([*argv[:3], "-ts", "7,1"], {"CUDA_VISIBLE_DEVICES": "1,0"}, llama8b, None, nvml=fake)
     assert not swapped.ok and "GPU 1" in swapped.message
     only_one = vram_check(argv, {"CUDA_VISIBLE_DEVICES": "0"}, llama8b, None, nvml=fake)
     assert only_one.ok and "GPU 1" not in only_one.message

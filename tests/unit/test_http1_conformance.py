@@ -203,7 +203,10 @@ def test_an_upgrade_request_is_answered_as_plain_http(port: int, upgrade: bytes)
                          ids=["invalid-method", "invalid-path", "invalid-http-version"])
 def test_an_invalid_request_line_gets_400(port: int, request_line: bytes) -> None:
     result = talk(port, request_line + b"\r\nHost: example.org\r\n\r\n", until_closed=True)
-    assert result.answers[0].status == 400 and result.closed
+    [answer] = result.answers
+    assert answer.status == 400 and result.closed and answer.header(b"connection") == b"close"
+    assert answer.header(b"content-type") == b"application/json" and not answer.has(b"retry-after")
+    assert b"malformed HTTP request" in answer.body
 
 
 def test_a_request_sent_in_fragments_is_parsed_whole(port: int) -> None:

@@ -70,7 +70,9 @@ def test_the_status_the_control_socket_reports(rig: Rig) -> None:
                                                 "active": 0, "paused": False, "healthy": True}
     rig.front.call(lambda: rig.proxy.pause(30))
     assert rig.front.call(rig.proxy.status)["paused"] is True
+    assert rig.front.call(lambda: rig.proxy.renew(30)) is True  # the switch's lease renewal
     rig.front.call(rig.proxy.resume)
+    assert rig.front.call(lambda: rig.proxy.renew(30)) is False  # nothing left to renew
 
 
 def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
@@ -122,6 +124,7 @@ def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
             response = client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
         assert response.status_code == 503
         assert response.json()["error"]["type"] == "unavailable_error"
+        assert response.headers["retry-after"] == "5" and response.headers["content-type"] == "application/json"
         assert rig.records()[0].status == 503  # type: ignore[attr-defined]
     finally:
         rig.front.stop()

@@ -74,6 +74,18 @@ def works(rig: Rig) -> bool:
 # ---- service faults: a backend that hangs ------------------------------------------------------------
 
 
+def test_a_stream_longer_than_the_idle_timeout_that_keeps_sending_is_not_cut(tmp_path: Path) -> None:
+    """The idle timeout bounds the silence between parts, not the stream: 3 s of tokens 0.1 s apart
+    under a 1 s idle timeout arrive whole."""
+    rig = make_faults_rig(tmp_path, stream_idle_timeout_s=1.0, tokens=30, token_delay_s=0.1)
+    try:
+        with httpx.Client(timeout=60) as client:
+            payloads = read_stream(client, chat_url(rig), chat_body(stream=True))
+        assert payloads[-1] == "[DONE]" and len(payloads) == 30 + 3
+    finally:
+        rig.close()
+
+
 def test_a_stream_that_hangs_midway_is_ended_and_other_streams_and_later_requests_go_on(
         make_rig: Callable[..., Rig]) -> None:
     rig = make_rig(stream_idle_timeout_s=1.0)

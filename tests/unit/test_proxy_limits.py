@@ -162,6 +162,14 @@ def test_at_the_cap_the_oldest_idle_connections_make_room_and_busy_ones_are_kept
         for sock in held[EVICT_BATCH:]:  # the newest: still served
             sock.sendall(chat_request("still here"))
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        # the cap again, within the minute of the first warning: room is made again (one warning line)
+        eventually(lambda: listener.open_connections == 1 + cap - 1 - EVICT_BATCH, "the closed ones to be gone")
+        while listener.open_connections < cap:
+            held.extend(hold_idle(front.port, 1))
+            expected = len(held) - EVICT_BATCH + 1  # the busy one and every idle one not closed
+            eventually(lambda expected=expected: listener.open_connections >= expected, "the connection")
+        assert talk(front.port, chat_request("again")).answers[0].status == 200
+        assert listener.evicted == 2 * EVICT_BATCH
         busy.setblocking(False)
         with pytest.raises(BlockingIOError):  # the busy one is open, its answer still owed
             busy.recv(1)

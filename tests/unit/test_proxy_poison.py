@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specd.proxy.crashes import GATHER_S, Crash
+from specd.proxy.crashes import GATHER_S, Crash, DroppedRequest, request_id
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.proxy.resend import MAX_DELIVERIES
 from specd.traffic.records import Recorder, fetch_records, open_db
@@ -125,7 +126,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     backend.stop()
 
 
-def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig) -> None:
+def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     backend, url, recorder, db, crashes = rig
     poison = json.dumps(chat_body("POISON please")).encode()
     poison_id = hashlib.sha256(poison).hexdigest()[:12]
@@ -148,7 +150,8 @@ def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig) 
     assert len(failed) == 1 and "not re-sent" in (failed[0].error or "")
     # the crash is reported once, naming that request by its body's hash (never its text); the drops
     # of one crash are gathered for GATHER_S, then reported
-    eventually(lambda: crashes, "the crash report", timeout_s=GATHER_S + 20)
+    with caplog.at_level(logging.WARNING, logger="specd"):
+        eventually(lambda: crashes, "the crash report", timeout_s=GATHER_S + 20)
     assert len(crashes) == 1 and [d.request_id for d in crashes[0].dropped] == [poison_id]
     dropped = crashes[0].dropped[0]
     assert (dropped.phase, dropped.profile, dropped.body_bytes, dropped.stream) == (
@@ -160,6 +163,20 @@ def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig) 
             f"/v1/chat/completions, {len(poison)} bytes, non-streamed, received ") in described
     assert "UTC, dropped before answering): that request is the likely cause (request id = first 12 hex digits of " \
            "the body's sha256; answered 502, not re-sent)" in described
+    assert described in caplog.text  # the journal line says the same
+
+
+def test_a_crash_with_several_requests_in_flight_lists_each_and_blames_none_for_sure() -> None:
+    """Every request in flight drops at the same instant: the report lists each and says one of them is
+    the likely cause."""
+    dropped = [DroppedRequest(request_id(body), "POST", "/v1/chat/completions", len(body), stream, profile,
+                              0.0, phase) for body, stream, profile, phase in (
+        (b"first", True, "mtp", "mid-stream"), (b"second", False, None, "before answering"))]
+    described = Crash(tuple(dropped)).describe()
+    assert described.startswith("llama-server (profile mtp) went down with 2 requests in flight, all dropped: ")
+    assert (f"{request_id(b'first')} (POST /v1/chat/completions, 5 bytes, streamed, received 00:00:00 UTC, "
+            f"dropped mid-stream); {request_id(b'second')} (POST /v1/chat/completions, 6 bytes, non-streamed, "
+            "received 00:00:00 UTC, dropped before answering); one of them is the likely cause") in described
 
 
 def test_a_stale_keep_alive_connection_to_a_live_server_is_retried_once(rig: Rig) -> None:

@@ -9,12 +9,8 @@ arithmetic) and with the process tree's VRAM read through pynvml (the peak).
 from __future__ import annotations
 
 import functools
-import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,20 +18,7 @@ import pytest
 from specd.gpu.fit import HEADROOM
 from specd.gpu.gguf import read_gguf_info
 from specd.gpu.vram import MIB, VramEstimate
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_vram"
-VOCABS = {"qwen3": 248320, "dflash": 248320, "llama": 128256, "gemma3": 262144}
-
-
-def _module(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
+from tests.gguf_factory import BENCH, bench_headers, bench_module
 
 
 def _records() -> list[dict[str, Any]]:
@@ -55,32 +38,18 @@ IDS = [f"{record['file']}:{record['case']['name']}" for record in RECORDS]
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Header-only twins of every model the result files name, vocabularies of the real sizes."""
-    make_models = _module("make_models")
-    folder = tmp_path_factory.mktemp("models")
-    names = {record["case"][key] for record in RECORDS for key in ("model", "draft") if record["case"].get(key)}
-    for name in sorted(names):
-        preset, weight_type = name.rsplit("-", 1)
-        arch = make_models.PRESETS[preset].arch
-        size = next(count for prefix, count in VOCABS.items() if arch.startswith(prefix))
-        vocab = folder / f"vocab-{size}.json.gz"
-        if not vocab.exists():
-            with gzip.open(vocab, "wt") as handle:
-                json.dump({"tokenizer.ggml.model": {"type": 8, "sub": 8, "value": "gpt2"},
-                           "tokenizer.ggml.tokens": {"type": 9, "sub": 8,
-                                                     "value": [f"t{i}" for i in range(size)]}}, handle)
-        make_models.write_model(preset, weight_type, vocab, folder / f"{name}.gguf", header_only=True)
-    return folder
+    return bench_headers(tmp_path_factory.mktemp("models"), RECORDS)
 
 
 @pytest.fixture(scope="module")
 def estimates(models: Path) -> dict[str, tuple[Any, VramEstimate]]:
     """Every record's case and estimate, made once (each header is read once: a 248k-token
     vocabulary takes the header reader a while to skip)."""
-    measure = _module("measure")
+    measure = bench_module("measure")
     measure.read_gguf_info = functools.lru_cache(maxsize=None)(read_gguf_info)
     found = {}
     for record, key in zip(RECORDS, IDS, strict=True):
-        case = measure.Case(**{**record["case"], "args": tuple(record["case"].get("args", ()))})
+        case = measure.Case.from_record(record)
         estimate = measure.estimate_for(case, models)
         assert estimate is not None
         found[key] = (case, estimate)

@@ -38,6 +38,17 @@ def test_the_newest_request_of_each_distinct_prompt_is_kept_newest_first() -> No
     assert [r.path for r, _ in distinct(recent.newest())] == ["/v1/completions", *["/v1/chat/completions"] * 2]
 
 
+def test_a_request_without_a_readable_prompt_does_not_hide_older_ones() -> None:
+    recent = RecentRequests()
+    recent.note("/v1/chat/completions", chat("older"), 100)
+    recent.note("/v1/completions", {"model": "tiny", "input": "no prompt key"}, 100)
+    deep: list[object] = []
+    for _ in range(5000):  # too deep to compare: skipped, not an error
+        deep = [deep]
+    recent.note("/v1/completions", {"model": "tiny", "prompt": deep}, 100)
+    assert [r.document["messages"][0]["content"] for r in recent.distinct()] == ["older"]
+
+
 def test_only_generation_requests_of_a_bounded_size_are_remembered() -> None:
     recent = RecentRequests(keep=3)
     note(recent, "/v1/embeddings", {"input": "x", "prompt": "x"})  # not a generation
