@@ -39,14 +39,11 @@ def test_the_newest_request_of_each_distinct_prompt_is_kept_newest_first() -> No
 
 
 def test_a_request_without_a_readable_prompt_does_not_hide_older_ones() -> None:
-    recent = RecentRequests()
-    recent.note("/v1/chat/completions", chat("older"), 100)
-    recent.note("/v1/completions", {"model": "tiny", "input": "no prompt key"}, 100)
-    deep: list[object] = []
-    for _ in range(5000):  # too deep to compare: skipped, not an error
-        deep = [deep]
-    recent.note("/v1/completions", {"model": "tiny", "prompt": deep}, 100)
-    assert [r.document["messages"][0]["content"] for r in recent.distinct()] == ["older"]
+    older = Recent("/v1/chat/completions", json.dumps(chat("older")).encode())
+    no_prompt = Recent("/v1/completions", json.dumps({"model": "tiny", "input": "no prompt key"}).encode())
+    too_deep = Recent("/v1/completions", b'{"model": "tiny", "prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    chosen = distinct([too_deep, no_prompt, older])  # newest first; too deep to compare: skipped, not an error
+    assert [document["messages"][0]["content"] for _, document in chosen] == ["older"]
 
 
 def test_only_generation_requests_of_a_bounded_size_are_remembered() -> None:
