@@ -1,6 +1,6 @@
 """How long the proxy's in-loop work on one hostile request takes: task classification and JSON parsing.
 
-The proxy classifies each request (specd.proxy.exchange.task_class_of) and parses its body in the
+The proxy classifies each request (specd.traffic.taskclass.task_class_of) and parses its body in the
 event loop, so their worst case is a stall of every stream. Measured in-process, single-threaded,
 best of `--repeat` runs (less is the machine's noise):
 
@@ -26,9 +26,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specd.proxy.exchange import CLASSIFY_CHARS, task_class_of
 from specd.proxy.proxy import ProxySettings
-from specd.traffic.taskclass import classify
+from specd.traffic.taskclass import CLASSIFY_CHARS, classify, task_class_of
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_CODE_SHAPE = re.compile(  # specd/taskclass.py before d6dc5eb

@@ -1,14 +1,18 @@
 """What the proxy costs a client, beside nginx in front of the same backend, in one run.
 
-    python benchmarks/proxy_overhead.py [--backend synthetic|llama|both] [--rounds 400]
+    python benchmarks/proxy_overhead.py [--backend synthetic|llama|both] [--rounds 1500]
         [--stream-rounds 6] [--idle-s 20] [--out benchmarks/results/proxy-overhead.json]
+        [--markdown benchmarks/results/proxy-overhead.md]
 
-Four ways to reach one backend: A direct, B through nginx (Debian's package, which
+Six ways to reach one backend: A direct, B through nginx (Debian's package, which
 `scripts/install-system-deps.sh --bench` installs; one worker, pooled keep-alive upstream
 connections, buffering off: the usual SSE setup), C through the real
-`specd daemon` proxy, D through a bare forwarder (`serve_bare_forwarder_for_benchmark`, below: a
-FAKE proxy that only copies bytes both ways on asyncio + httptools, doing none of specd's work;
-the floor of a Python proxy on this machine). Every round sends the same streamed request once
+`specd daemon` proxy, D through a bare forwarder (benchmarks/forwarders.py: a FAKE proxy that only
+copies bytes both ways on asyncio + httptools, doing none of specd's work; the floor of a Python
+proxy on this machine), and E and F, two FAKE forwarders on specd's own upstream client that differ
+only in the server half: E the proxy's hand-written server (specd.proxy.http1), F uvicorn's
+HttpToolsProtocol with a raw ASGI app (uvicorn minus front, paired, answers whether the
+maintained server is within 0.05 ms of added TTFT p50). Every round sends the same streamed request once
 through each, in a shuffled order, so load drift from the shared machine hits all alike; the
 added TTFT of B, C and D is taken against A *in the same round* (median with a 95% bootstrap
 interval, and p95, of those differences), and specd's over nginx's is a ratio of the two medians
@@ -46,7 +50,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import psutil
@@ -57,7 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")
 LLAMA_SERVER = CACHE / "llama-server" / "0.3.36-cpu" / "build" / "bin" / "llama-server"
 TINY_MODEL = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
-ROUTES = ("direct", "nginx", "specd", "bare")
+ROUTES = ("direct", "nginx", "specd", "bare", "front", "uvicorn")
+FORWARDERS = REPO / "benchmarks" / "forwarders.py"
 
 
 def free_port() -> int:
@@ -103,99 +108,6 @@ def serve_paced_backend_for_benchmark(port: int) -> None:
     app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
                             Route("/v1/chat/completions", chat, methods=["POST"])])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-class _BareUpstreamForBenchmark(asyncio.Protocol):
-    """The bare forwarder's pooled connection to the backend: every byte back to the client."""
-
-    idle: ClassVar[list[_BareUpstreamForBenchmark]] = []
-
-    def __init__(self) -> None:
-        import httptools
-
-        self.client: Any = None
-        self.parser = httptools.HttpResponseParser(self)
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.client.transport.write(data)
-        self.parser.feed_data(data)
-
-    def on_message_complete(self) -> None:
-        self.client = None
-        if self.parser.should_keep_alive():
-            self.idle.append(self)
-        else:
-            self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """llama-server closes a keep-alive connection after its 5th stream: never reuse it, and a
-        request caught on it is the client's to send again (its connection is closed)."""
-        if self in self.idle:
-            self.idle.remove(self)
-        if self.client is not None:
-            self.client.transport.close()
-
-
-class _BareClientForBenchmark(asyncio.Protocol):
-    """The bare forwarder's client connection: each request's head rebuilt for the backend."""
-
-    backend_port = 0
-
-    def connection_made(self, transport: Any) -> None:
-        import httptools
-
-        self.transport = transport
-        self.parser = httptools.HttpRequestParser(self)
-        self.url, self.headers, self.body = b"", [b""], [b""]
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() not in (b"host", b"connection", b"content-length"):
-            self.headers.append(name + b": " + value + b"\r\n")
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        body = b"".join(self.body)
-        request = (b"%b %b HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-length: %d\r\n%b\r\n%b"
-                   % (self.parser.get_method(), self.url, self.backend_port, len(body), b"".join(self.headers), body))
-        self.url, self.headers, self.body = b"", [b""], [b""]
-        if _BareUpstreamForBenchmark.idle:
-            upstream = _BareUpstreamForBenchmark.idle.pop()
-            upstream.client = self
-            upstream.transport.write(request)
-        else:
-            asyncio.ensure_future(self.connect(request))
-
-    async def connect(self, request: bytes) -> None:
-        _, upstream = await asyncio.get_running_loop().create_connection(_BareUpstreamForBenchmark, "127.0.0.1",
-                                                                         self.backend_port)
-        upstream.client = self
-        upstream.transport.write(request)
-
-
-def serve_bare_forwarder_for_benchmark(port: int, backend_port: int) -> None:
-    """A FAKE proxy: each request's head rebuilt for the backend on a pooled connection, every
-    response byte copied back as it arrives; no gate, no re-send, no recording, no error handling.
-    What a Python proxy on uvloop and httptools cannot go below on this machine."""
-    import uvloop
-
-    _BareClientForBenchmark.backend_port = backend_port
-
-    async def serve() -> None:
-        server = await asyncio.get_running_loop().create_server(_BareClientForBenchmark, "127.0.0.1", port)
-        await server.serve_forever()
-
-    uvloop.run(serve())
 
 
 # ---- the routes ------------------------------------------------------------------------------------
@@ -297,11 +209,15 @@ def routes(backend: str, root: Path, specd_from: Path) -> Iterator[tuple[dict[st
         daemon = stack.enter_context(process([sys.executable, "-m", "specd", "daemon"], root / "daemon.log",
                                              env=daemon_home(root, backend_port, specd_port, specd_from),
                                              cwd=str(specd_from)))
-        bare_port = free_port()
-        bare = stack.enter_context(process(
-            [sys.executable, __file__, "--serve-bare", str(bare_port), str(backend_port)], root / "bare.log"))
         urls = {"direct": f"http://127.0.0.1:{backend_port}", "nginx": f"http://127.0.0.1:{nginx_port}",
-                "specd": f"http://127.0.0.1:{specd_port}", "bare": f"http://127.0.0.1:{bare_port}"}
+                "specd": f"http://127.0.0.1:{specd_port}"}
+        forwarders: dict[str, list[int]] = {}
+        for kind in ("bare", "front", "uvicorn"):  # benchmarks/forwarders.py
+            port = free_port()
+            argv = [sys.executable, str(FORWARDERS), kind, str(port), str(backend_port)]
+            child = stack.enter_context(process(argv, root / f"{kind}.log",
+                                                env={**os.environ, "PYTHONPATH": str(specd_from)}))
+            urls[kind], forwarders[kind] = f"http://127.0.0.1:{port}", [child.pid]
         try:
             for url in urls.values():
                 wait_http(f"{url}/health", 30)
@@ -310,7 +226,7 @@ def routes(backend: str, root: Path, specd_from: Path) -> Iterator[tuple[dict[st
                   file=sys.stderr)
             raise
         nginx_pids = [nginx.pid] + [c.pid for c in psutil.Process(nginx.pid).children()]
-        yield urls, {"nginx": nginx_pids, "specd": [daemon.pid], "bare": [bare.pid]}
+        yield urls, {"nginx": nginx_pids, "specd": [daemon.pid], **forwarders}
 
 
 # ---- measuring -------------------------------------------------------------------------------------
@@ -453,7 +369,7 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
     rates = {route: statistics.median((len(a) - 1) / (a[-1] - a[0]) for a in arrivals[route]) for route in ROUTES}
     result["direct"] = {"stream_tok_s": round(rates["direct"], 1),
                         "gap_ms_p99": round(percentile(gaps["direct"], 0.99), 3)}
-    for route in ("nginx", "specd", "bare"):
+    for route in ROUTES[1:]:
         result[route] = {
             **added_ttft(ttft, route),
             "stream_tok_s": round(rates[route], 1),
@@ -466,7 +382,28 @@ def measure(backend: str, urls: dict[str, str], pids: dict[str, list[int]], args
     result["specd_over_nginx_added_ttft_p50"] = round(ratio, 2)
     result["specd_over_nginx_ci95"] = [round(lo, 2), round(hi, 2)]
     result["within_3x_of_nginx"] = ratio <= 3.0
+    difference, (lo, hi) = difference_of_added(ttft, "uvicorn", "front")
+    result["uvicorn_minus_front_added_ttft_p50_ms"] = round(difference, 3)
+    result["uvicorn_minus_front_ci95"] = [round(lo, 3), round(hi, 3)]
+    result["uvicorn_within_0_05_ms_of_front"] = ("yes" if hi <= 0.05 else "no" if lo > 0.05 else
+                                                 "unresolved: the interval straddles 0.05 ms")
     return result
+
+
+def difference_of_added(ttft: dict[str, list[float]], route: str, baseline: str, resamples: int = 2000,
+                        seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """median added TTFT of `route` minus that of `baseline` (ms), with a paired percentile-bootstrap
+    95% interval (each resample draws whole rounds)."""
+    import numpy as np
+
+    direct = np.array(ttft["direct"])
+    ours, theirs = np.array(ttft[route]) - direct, np.array(ttft[baseline]) - direct
+    point = float(np.median(ours) - np.median(theirs))
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, direct.size, size=(resamples, direct.size))
+    differences = np.median(ours[rows], axis=1) - np.median(theirs[rows], axis=1)
+    lo, hi = np.quantile(differences, [0.025, 0.975])
+    return point, (float(lo), float(hi))
 
 
 def ratio_of_added(ttft: dict[str, list[float]], route: str, baseline: str, resamples: int = 2000,
@@ -523,16 +460,14 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--markdown", type=Path,
+                        help="also write the results page (benchmarks/proxy_overhead_report.py)")
     parser.add_argument("--specd-from", type=Path, default=REPO,
                         help="the checkout whose `specd daemon` is measured (another commit, to compare)")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--serve-bare", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_backend:
         serve_paced_backend_for_benchmark(args.serve_backend)
-        return
-    if args.serve_bare:
-        serve_bare_forwarder_for_benchmark(*args.serve_bare)
         return
     if shutil.which("nginx") is None:
         sys.exit("proxy_overhead: nginx is not installed (scripts/install-system-deps.sh installs it)")
@@ -549,6 +484,11 @@ def main() -> None:
         print(json.dumps({backend: report["results"][backend]}, indent=2), flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.markdown is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from proxy_overhead_report import render
+
+        args.markdown.write_text(render(report, args.out.name if args.out is not None else "(no --out)"))
 
 
 if __name__ == "__main__":

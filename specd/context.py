@@ -12,14 +12,15 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from specd.daemon.control import DaemonProxyLink, StepRelay
+from specd.daemon.nightly import ClientCounts, Job, TunerJobs
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import History, Trigger
 from specd.deploy.priority import ThreadNice
-from specd.deploy.seams import Seams
+from specd.deploy.seams import Seams, SeamsFactory
 from specd.deploy.systemd import SystemdClient, connect_systemd
 from specd.errors import SystemdError
 from specd.paths import StateDir
-from specd.profiles.config import Deployment
+from specd.profiles.config import Config, Deployment
 
 if TYPE_CHECKING:
     from specd.deploy.plan import StepHook
@@ -70,3 +71,22 @@ def main_pid_of(seams: Seams) -> int:
         return seams.systemd.unit_state(serving.unit).main_pid
     except SystemdError:
         return 0
+
+
+def _nightly_job(config: Config, deployment: Deployment, clients: ClientCounts | None,
+                 seams: SeamsFactory) -> Job:
+    from specd.tune.night import nightly  # imported when the daemon schedules it: the CLI's start stays light
+
+    return partial(nightly, config, deployment, seams=seams, clients=clients)
+
+
+def _schedule_job(deployment: Deployment, seams: SeamsFactory) -> Job:
+    from specd.tune.schedule import ScheduleJob
+
+    return ScheduleJob(deployment, seams=seams)
+
+
+def tuner_jobs() -> TunerJobs:
+    """The tuner's jobs for the daemon (it sits below the tuner and never imports it): the nightly
+    run (specd.tune.night) and the time-of-day pins' check (specd.tune.schedule)."""
+    return TunerJobs(nightly=_nightly_job, schedule=_schedule_job)

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import tomlkit
+from hypothesis import HealthCheck, settings
 
 from specd.deploy.history import History
 from specd.deploy.slots import companion_unit
@@ -26,6 +27,10 @@ CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")
 LLAMA_SERVER = CACHE / "llama-server" / "0.3.36-cpu" / "build" / "bin" / "llama-server"
 TINY_MODEL = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
 _unit_numbers = itertools.count(1)
+
+# `mutmut run` (pyproject's [tool.mutmut]) runs the tests traced and forked, several times slower:
+# its profile keeps Hypothesis from failing a test on its own slowness (--hypothesis-profile=mutation).
+settings.register_profile("mutation", deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def require_real_server() -> None:

@@ -47,7 +47,7 @@ def daemon(config: ConfigOption = None, unit: UnitOption = None) -> None:
         check_exposure(cfg)  # before anything listens: an exposed page without a token file is refused
         page = StatusPage
     raise typer.Exit(run_daemon(cfg, deployments, state=context.state_dir(), make_seams=context.seams_for,
-                                page_factory=page))
+                                page_factory=page, jobs=context.tuner_jobs()))
 
 
 def _histogram_rows(buckets: list[dict[str, Any]]) -> list[tuple[str, int]]:

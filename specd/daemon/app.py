@@ -1,9 +1,10 @@
 """`specd daemon`: the long-running guard of every configured deployment.
 
-Wiring only; the work lives in `monitor` (health), `watcher` (files), `proxy` (clients),
+Wiring only; the work lives in `monitor` (health), `watcher` (files), `specd.proxy` (clients),
 `traffic` (records), `metrics`, `control` (the socket switches drain through), `observer` (what
 changed in history, for the page and the notifications) and `notifications`. The status page
-(`specd.web`, a front end above this layer) is handed in as a factory by `specd daemon`.
+(`specd.web`, a front end above this layer) and the tuner's jobs (`specd.tune`, above too) are
+handed in as factories by `specd daemon` from the composition root.
 
 Threads: the asyncio loop in the main thread serves the proxies and the control socket, pings
 systemd's watchdog and writes the status file (so a wedged loop stops the pings and systemd
@@ -17,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import gc
-import json
 import logging
 import os
 import signal
@@ -39,7 +38,7 @@ from specd.daemon import control, service
 from specd.daemon.control import daemon_status
 from specd.daemon.metrics import CONTENT_TYPE, SpecdMetrics
 from specd.daemon.monitor import HealthMonitor
-from specd.daemon.nightly import cron_trigger, nightly_job, schedule_job
+from specd.daemon.nightly import NO_TUNER_JOBS, TunerJobs, cron_trigger
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.service import Server, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
@@ -50,10 +49,12 @@ from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.slots import serving_slot
-from specd.errors import ConfigError, LockBusy, SpecdError
+from specd.errors import ConfigError, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
+from specd.proxy import heap
 from specd.proxy.crashes import Crash
+from specd.proxy.http1.bodies import HeldBytes
 from specd.proxy.proxy import Proxy, ProxySettings
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
@@ -97,14 +98,18 @@ class Runtime:
 
 class Daemon:
     def __init__(self, config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
-                 make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> None:
+                 make_seams: SeamsFactory, page_factory: PageFactory | None = None,
+                 jobs: TunerJobs = NO_TUNER_JOBS) -> None:
         self.config = config
+        self._jobs = jobs  # the tuner's, from the composition root (specd.daemon.nightly)
         self.deployments = deployments or list(config.deployments)
         self.state = state
         self._make_seams = make_seams
         self.metrics = SpecdMetrics()
         self.history = History(state.db)  # the event loop's connection; jobs and watchers have their own
         self.recorder: traffic.Recorder | None = None
+        # Request bodies held for clients, bounded across every proxy; their memory goes back after a burst.
+        self.held_bodies = HeldBytes(config.daemon.max_held_body_bytes, on_release=heap.Trimmer().released)
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                            "misfire_grace_time": 60})
         self.runtimes: dict[str, Runtime] = {}
@@ -118,17 +123,6 @@ class Daemon:
         self.observer: HistoryObserver | None = None
 
     # ---- startup --------------------------------------------------------------------------------
-
-    def _take_daemon_lock(self) -> None:
-        path = self.state.daemon_lock
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LockBusy(f"another specd daemon runs here (see {self.state.daemon_status})") from None
-        self._lock_fd = fd
 
     def _build(self) -> None:
         if self.config.notify.urls:
@@ -160,7 +154,8 @@ class Daemon:
                    if settings.capture_bodies else None)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
                      lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics,
-                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit))
+                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit),
+                     held=self.held_bodies)
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> Server:
@@ -185,19 +180,20 @@ class Daemon:
                 sample = partial(sample_counters, self._http, self.state, runtime.deployment, runtime.info)
                 self.scheduler.add_job(self._job(f"sample {unit}", sample), "interval",
                                        seconds=SAMPLE_INTERVAL_S, id=f"sample:{unit}", next_run_time=now)
-            schedule = schedule_job(runtime.deployment, self._make_seams)
-            if schedule is not None:
+            if self._jobs.schedule is not None:
+                schedule = self._jobs.schedule(runtime.deployment, self._make_seams)
                 self.scheduler.add_job(self._job(f"schedule {unit}", schedule), "interval",
                                        seconds=daemon.schedule_check_s, id=f"schedule:{unit}", next_run_time=now)
         upkeep = partial(housekeeping, self.state, self.deployments)
         self.scheduler.add_job(self._job("housekeeping", upkeep), "interval",
                                seconds=daemon.housekeeping_interval_s, id="housekeeping")
-        if self.config.tuner.enabled:
+        if self.config.tuner.enabled and self._jobs.nightly is not None:
             trigger = cron_trigger(self.config.tuner.cron, self.config.path)
             for unit, runtime in self.runtimes.items():
-                nightly = nightly_job(self.config, runtime.deployment, runtime.proxy, self._make_seams)
-                if nightly is not None:
-                    self.scheduler.add_job(self._job(f"tune {unit}", nightly), trigger, id=f"tune:{unit}")
+                proxy = runtime.proxy
+                clients = None if proxy is None else (lambda proxy=proxy: (proxy.accepted, proxy.in_flight))
+                nightly = self._jobs.nightly(self.config, runtime.deployment, clients, self._make_seams)
+                self.scheduler.add_job(self._job(f"tune {unit}", nightly), trigger, id=f"tune:{unit}")
 
     def _job(self, name: str, work: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -276,12 +272,7 @@ class Daemon:
                 "next_tuning": next_runs[0].isoformat() if next_runs else None, "units": units}
 
     def _write_status(self, running: bool = True) -> None:
-        data = self.status()
-        data["running"] = running
-        path = self.state.daemon_status
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, default=str))
-        os.replace(tmp, path)
+        control.write_daemon_status(self.state, {**self.status(), "running": running})
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -290,7 +281,7 @@ class Daemon:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        self._take_daemon_lock()
+        self._lock_fd = control.take_daemon_lock(self.state)
         self._build()
         sock = self.state.daemon_socket
         sock.unlink(missing_ok=True)
@@ -335,7 +326,10 @@ class Daemon:
                 await asyncio.wait_for(stop.wait(), beat)
             if watchdog and self.scheduler.running:
                 notify("WATCHDOG=1")
-            self._write_status()
+            try:
+                self._write_status()
+            except Exception:  # out of file descriptors, a full disk: the heartbeat goes on
+                log.exception("writing the status file failed")
         pinger = loop.create_task(keep_pinging(beat)) if watchdog else None  # shutdown may outlast it
         await observing
         await self._shutdown()
@@ -389,9 +383,12 @@ class Daemon:
 
 
 def run_daemon(config: Config, deployments: list[Deployment] | None = None, *, state: StateDir,
-               make_seams: SeamsFactory, page_factory: PageFactory | None = None) -> int:
+               make_seams: SeamsFactory, page_factory: PageFactory | None = None,
+               jobs: TunerJobs = NO_TUNER_JOBS) -> int:
     logging.getLogger("specd").setLevel(logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is not news
+    service.raise_open_files_limit()  # before the proxies size their connection caps on it
+    heap.keep_big_blocks_apart()  # before any body arrives (specd.proxy.heap)
     with asyncio.Runner(loop_factory=service.new_event_loop) as runner:
         return runner.run(Daemon(config, deployments, state=state, make_seams=make_seams,
-                                 page_factory=page_factory).run())
+                                 page_factory=page_factory, jobs=jobs).run())

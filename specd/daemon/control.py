@@ -20,8 +20,10 @@ The socket lives in the 0700 state directory, so only the user who runs specd ca
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 import psutil
 
+from specd.errors import LockBusy
 from specd.paths import StateDir
 from specd.proxy.warmup import WARM_BUDGET_S
 
@@ -49,6 +52,27 @@ DRAIN_LEASE_S = 10.0
 
 
 STALE_AFTER_S = 30.0  # the daemon rewrites its status file every 5 s
+
+
+def take_daemon_lock(state: StateDir) -> int:
+    """One daemon per state directory: the lock's file descriptor, held for the daemon's life."""
+    path = state.daemon_lock
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockBusy(f"another specd daemon runs here (see {state.daemon_status})") from None
+    return fd
+
+
+def write_daemon_status(state: StateDir, data: dict[str, Any]) -> None:
+    """The status file `daemon_status` reads, replaced whole (a reader never sees half of it)."""
+    path = state.daemon_status
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, default=str))
+    os.replace(tmp, path)
 
 
 def daemon_status(state: StateDir, unit: str | None = None) -> dict[str, Any]:

@@ -91,6 +91,7 @@ class MonitorState:
     failures: int = 0
     last: HealthResult | None = None
     last_checked: float | None = None
+    rounds: int = 0  # rounds run, owner-stopped ones included (a test or a reader can count them)
     last_action: str | None = None
     last_action_at: float | None = None
     episode: Episode = dataclasses.field(default_factory=Episode)
@@ -101,6 +102,7 @@ class MonitorState:
             "healthy": None if self.last is None else self.last.ok,
             "detail": None if self.last is None else self.last.detail,
             "checked_at": self.last_checked,
+            "rounds": self.rounds,
             "consecutive_failures": self.failures,
             "last_action": self.last_action,
             "last_action_at": self.last_action_at,
@@ -180,6 +182,13 @@ class HealthMonitor:
 
     def tick(self) -> Action:
         """One round: check, count, and act when the count says so."""
+        rounds = self.state.rounds + 1
+        try:
+            return self._round()
+        finally:
+            self.state.rounds = rounds
+
+    def _round(self) -> Action:
         if read_text(self.seams.serving().unit_path) is None:
             self.state = MonitorState()
             return "none"

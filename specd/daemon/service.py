@@ -6,17 +6,24 @@ uvicorn installs its own SIGTERM handler and re-raises the signal after shutdown
 several servers and stops them in a chosen order, so `QuietServer` leaves signals alone. Every
 server runs on a uvloop event loop (`new_event_loop`), uvicorn's with httptools (C, llhttp), not
 h11 on asyncio's pure-Python selector loop.
-`notify` is sd_notify(3) without libsystemd: `Type=notify` readiness and `WatchdogSec=` pings.
+`notify` is sd_notify(3) without libsystemd: `Type=notify` readiness and `WatchdogSec=` pings,
+sent on one socket opened at the first message and kept, so a ping needs no new file descriptor
+(with the open-files limit used up, opening one per ping raised EMFILE and ended the daemon); a
+failed ping is logged, never raised. `raise_open_files_limit` lifts the soft limit to the hard one
+at start, as systemd advises for programs that do not use select().
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ipaddress
 import logging
 import os
+import resource
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -133,21 +140,44 @@ def bind_tcp(host: str, port: int, setting: str = "[proxy] listen") -> socket.so
     return sock
 
 
+_notify_socket: socket.socket | None = None
+_notify_warned_at = -60.0
+
+
 def notify(message: str) -> bool:
-    """sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET; False when not under systemd."""
+    """sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET; False when not under systemd
+    or when it could not be sent (logged at most once a minute; never raised)."""
+    global _notify_socket, _notify_warned_at
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return False
     if address.startswith("@"):
         address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-        try:
-            sock.connect(address)
-            sock.sendall(message.encode())
-        except OSError as exc:
+    try:
+        if _notify_socket is None:
+            _notify_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            atexit.register(_notify_socket.close)  # kept for the process's life, closed at its end
+        _notify_socket.sendto(message.encode(), address)
+    except OSError as exc:
+        if time.monotonic() - _notify_warned_at >= 60.0:
+            _notify_warned_at = time.monotonic()
             log.warning("cannot notify systemd at %s: %s", address, exc)
-            return False
+        return False
     return True
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Lift the soft open-files limit to the hard one (the unit's `LimitNOFILE=`); (soft, hard) after.
+    The default soft limit, 1,024, is what one client's idle connections used up."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, target, exc)
+    return soft, hard
 
 
 def watchdog_interval_s() -> float | None:
@@ -159,5 +189,5 @@ def watchdog_interval_s() -> float | None:
 
 async def keep_pinging(interval_s: float) -> None:
     while True:
-        notify("WATCHDOG=1")
+        notify("WATCHDOG=1")  # never raises
         await asyncio.sleep(interval_s)

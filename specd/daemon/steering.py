@@ -107,7 +107,7 @@ class ProxySteering:
         wanted = await asyncio.to_thread(backend_of, deployment, self.state)
         warmed = None
         if wanted.url != proxy.backend.url and wanted is not NO_BACKEND:
-            warmed = await warm_up(wanted.url, proxy.recent.distinct(), api_key=wanted.api_key)
+            warmed = await warm_up(wanted.url, proxy.recent.newest(), api_key=wanted.api_key)
             log.info("%s: %s", unit, warmed.describe())
         try:
             async with httpx.AsyncClient(timeout=min(timeout_s, 5.0)) as probe:

@@ -55,6 +55,9 @@ CONFIG_SCHEMA = Table(
             "metrics_listen": Key(str, _LISTEN, "host:port for read-only /metrics and /status"),
             "http_listen": Key(str, _LISTEN, "host:port of the status page (loopback unless a token file is set)"),
             "http_token_file": Key(str, doc="the status page's action token (0600); required off loopback"),
+            "max_held_body_bytes": Key(int, in_range(1 << 20, 1 << 40),
+                                       "request body bytes all proxies hold for clients at once; past it a "
+                                       "request is answered 503"),
         }),
         "notify": Table(keys={
             "urls": Key(list, doc="apprise URLs (ntfy://, gotify://, matrix://, discord://, mailto://, json://)"),
@@ -80,6 +83,7 @@ DEPLOYMENT_SCHEMA = Table(keys=DEPLOYMENT_KEYS, tables={"proxy": PROXY_SCHEMA})
 
 
 DEFAULT_HOLD_TIMEOUT_S = 120.0  # how long the proxy holds a request while the backend restarts
+DEFAULT_HELD_BODY_BYTES = 128 * 1024 * 1024  # request bodies held for clients, daemon-wide (specd.proxy.http1.bodies)
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class DaemonConfig:
     metrics_listen: str | None = None
     http_listen: str | None = None
     http_token_file: Path | None = None
+    max_held_body_bytes: int = DEFAULT_HELD_BODY_BYTES
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ ID_HEX_DIGITS = 12
 GATHER_S = 1.0
 
 
-def request_id(body: bytes) -> str:
+def request_id(body: bytes | bytearray) -> str:
     """A short, safe identifier of a request body (see the module docstring)."""
     return hashlib.sha256(body).hexdigest()[:ID_HEX_DIGITS]
 
@@ -52,7 +52,8 @@ class DroppedRequest:
     phase: Phase
 
     @classmethod
-    def of(cls, method: str, endpoint: str, body: bytes, exchange: Exchange, phase: Phase) -> DroppedRequest:
+    def of(cls, method: str, endpoint: str, body: bytes | bytearray, exchange: Exchange, phase: Phase
+           ) -> DroppedRequest:
         return cls(request_id(body), method, endpoint, len(body), exchange.stream, exchange.profile, exchange.ts,
                    phase)
 

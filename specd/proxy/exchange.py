@@ -2,9 +2,10 @@
 
 The tuner weighs profiles by this shape (endpoint, stream, task class, token counts, llama-server's
 `timings`), never by content or headers. Reading it costs the request path as little as possible:
-the body is parsed once, the task class is judged on clipped text, a stream is scanned only for
-token events and the final event's usage/timings, and the row itself is handed to the
-`Recorder`, whose writer thread does the SQLite work (specd.traffic.recorder).
+the body's shape is read once, with bounded work (specd.traffic.shape.read_shape; a big body off
+the event loop, specd.proxy.bodies), and only the shape is kept, never the parsed document; a
+stream is scanned only for token events and the final event's usage/timings, and the row itself is
+handed to the `Recorder`, whose writer thread does the SQLite work (specd.traffic.recorder).
 """
 
 from __future__ import annotations
@@ -18,26 +19,25 @@ from typing import Any
 
 from specd.proxy.metrics import ProxyMetrics, route_label
 from specd.traffic.records import Recorder, TrafficRecord
-from specd.traffic.shape import request_shape
-from specd.traffic.taskclass import classify
+from specd.traffic.shape import RequestShape
 
 log = logging.getLogger(__name__)
 
 _TOKEN_EVENT = re.compile(rb'"(?:reasoning_content|content|text)": ?"[^"]')
-CLASSIFY_CHARS = 4096
 
 
 class Exchange:
     """One request's shape, filled in as it goes; `finish` reports it exactly once."""
 
-    def __init__(self, endpoint: str, stream: bool, document: dict[str, Any] | None, in_flight: int,
-                 on_finish: Callable[[Exchange, int, float, str | None], None], started: float | None = None) -> None:
+    def __init__(self, endpoint: str, in_flight: int, on_finish: Callable[[Exchange, int, float, str | None], None],
+                 started: float | None = None, shape: RequestShape | None = None) -> None:
         self.started = time.perf_counter() if started is None else started  # when the whole request was in
         self.ts = time.time()
-        self.endpoint, self.stream, self.in_flight = endpoint, stream, in_flight
-        # The request body: its task class and shape (specd.traffic.shape) are judged when the row is
-        # made, after the answer, not before the request is forwarded.
-        self.document = document
+        self.endpoint, self.in_flight = endpoint, in_flight
+        self.shape = RequestShape()  # the body's (specd.traffic.shape); `take` fills it in once read
+        self.stream = False
+        if shape is not None:
+            self.take(shape)
         self._on_finish = on_finish
         self.held_ms = 0.0
         self.ttft_ms: float | None = None
@@ -52,15 +52,17 @@ class Exchange:
         self.done = False
 
     @classmethod
-    def of_request(cls, method: str, endpoint: str, body: bytes, in_flight: int,
+    def of_request(cls, method: str, endpoint: str, in_flight: int,
                    on_finish: Callable[[Exchange, int, float, str | None], None], *, started: float | None = None
-                   ) -> tuple[Exchange, dict[str, Any] | None]:
-        """The exchange a request starts, and its body as a JSON object when it is one."""
-        document = json_object(body) if method == "POST" and body else None
-        stream = bool(document is not None and document.get("stream") is True)
-        exchange = cls(endpoint, stream, document, in_flight, on_finish, started)
+                   ) -> Exchange:
+        """The exchange a request starts (its body's shape is `take`n once read)."""
+        exchange = cls(endpoint, in_flight, on_finish, started)
         exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
-        return exchange, document
+        return exchange
+
+    def take(self, shape: RequestShape) -> None:
+        """The body's shape, once read."""
+        self.shape, self.stream = shape, shape.stream
 
     def absorb(self, document: Any) -> None:
         if isinstance(document, dict):
@@ -86,25 +88,28 @@ class Exchange:
         completion = _int(usage.get("completion_tokens"))
         if completion is None and self.stream and self.events:
             completion = _int(timings.get("predicted_n")) or self.events
-        messages = self.document.get("messages") if self.document is not None else None
-        shape = request_shape(self.document)
+        shape = self.shape
         return TrafficRecord(
             ts=self.ts, endpoint=self.endpoint, stream=self.stream, status=status, total_ms=1000.0 * total_s,
             unit=unit, profile=self.profile, in_flight=self.in_flight,
-            task_class=task_class_of(messages) if isinstance(messages, list) else None,
+            task_class=shape.task_class,
             prompt_tokens=_int(usage.get("prompt_tokens")), completion_tokens=completion,
             ttft_ms=self.ttft_ms, held_ms=self.held_ms,
             prompt_n=_int(timings.get("prompt_n")), prompt_ms=_float(timings.get("prompt_ms")),
             predicted_n=_int(timings.get("predicted_n")), predicted_ms=_float(timings.get("predicted_ms")),
             draft_n=_int(timings.get("draft_n")), draft_n_accepted=_int(timings.get("draft_n_accepted")),
             error=error, sampling=shape.sampling, conversation=shape.conversation, turn=shape.turn,
+            shape_unknown=shape.unknown,
         )
 
     def finish(self, status: int, error: str | None = None) -> None:
         if self.done:
             return
         self.done = True
-        self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+        try:
+            self._on_finish(self, status, time.perf_counter() - self.started, self.error or error)
+        except Exception:  # what is counted and recorded must never fail the request it describes
+            log.exception("recording a finished request failed; the request is unaffected")
 
 
 class Recording:
@@ -130,27 +135,6 @@ class Recording:
                 self._metrics.ttft.observe(exchange.ttft_ms / 1000.0)
         if self._recorder is not None and exchange.recorded:
             self._recorder.record(exchange.to_record(self.unit, status, total_s, error))
-
-
-def task_class_of(messages: list[Any]) -> str | None:
-    """The task class, judged on at most CLASSIFY_CHARS of each message's text.
-
-    The classifier's regexes run in the event loop; on unbounded text (one 1 MB "word") they take
-    minutes and stall every stream. The ask is in the first few KB of a message anyway.
-    """
-    clipped: list[Any] = []
-    for message in messages:
-        if isinstance(message, dict):
-            content = message.get("content")
-            if isinstance(content, str):
-                message = {**message, "content": content[:CLASSIFY_CHARS]}
-            elif isinstance(content, list):
-                message = {**message, "content": [
-                    {**part, "text": part["text"][:CLASSIFY_CHARS]}
-                    if isinstance(part, dict) and isinstance(part.get("text"), str) else part
-                    for part in content[:64]]}
-        clipped.append(message)
-    return classify(clipped)
 
 
 def json_object(data: bytes) -> dict[str, Any] | None:

@@ -2,15 +2,16 @@
 
 A switch restarts llama-server; a client talking to it directly sees refused connections and
 "Loading model" 503s. Through the proxy it sees latency instead: a request that cannot reach a
-healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers
-`/health` or the hold timeout passes. What is re-sent and what is answered with an error is the
-re-send rule (specd.proxy.resend). `pause`/`wait_idle`/`resume` let a switch drain in-flight
-streams before the restart (the daemon serves them on its control socket; see
-`specd.daemon.control`). Headers pass through untouched (auth included) and are never logged or
-stored; traffic rows keep only the shape (specd.proxy.exchange). A request dropped by a server
-that then stops answering /health (before answering or mid-stream) is reported as the likely cause
-of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers held and unanswered
-requests 503 (at once, and at the end of its grace) and cuts streams on an event boundary.
+healthy backend waits at a gate (the *hold*, specd.proxy.gate) until the backend answers `/health`
+or the hold timeout passes. What is re-sent and what is answered with an error is the re-send rule,
+all of it in specd.proxy.resend (this module only does what its verdicts say).
+`pause`/`wait_idle`/`resume` let a switch drain in-flight streams before the restart (the daemon
+serves them on its control socket; see `specd.daemon.control`). Headers pass through untouched (auth
+included) and are never logged or stored; traffic rows keep only the shape (specd.proxy.exchange). A
+request dropped by a server that then stops answering /health (before answering or mid-stream) is
+reported as the likely cause of the crash (`on_crash`, see specd.proxy.crashes); a shutdown answers
+held and unanswered requests 503 (at once, and at the end of its grace) and cuts streams on an event
+boundary.
 
 Every request pays the proxy's own cost, so the path is short: HTTP/1.1 on asyncio protocols with
 httptools on both sides (specd.proxy.http1: no ASGI, no HTTP client library), the request sent
@@ -32,18 +33,22 @@ from typing import Any
 
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.proxy import resend
+from specd.proxy.bodies import BodyReader
 from specd.proxy.crashes import Crash, CrashWatch, DroppedRequest, Phase
 from specd.proxy.exchange import Exchange, Recording
 from specd.proxy.gate import BackendGate, HoldExpired
+from specd.proxy.http1.bodies import Body, HeldBytes
 from specd.proxy.http1.client import UpstreamPool, answers_health_now, forwarded_headers
+from specd.proxy.http1.listener import FrontServer
 from specd.proxy.http1.responder import Responder
 from specd.proxy.http1.response import UpstreamFailed, UpstreamResponse
-from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
+from specd.proxy.http1.server import ClientRequest, FrontLimits
 from specd.proxy.metrics import ProxyMetrics
 from specd.proxy.relay import ClientWatch, Relay, read_whole, respond, start_stream
 from specd.proxy.warmup import RecentRequests
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
+from specd.traffic.shape import RequestShape
 
 log = logging.getLogger(__name__)
 SHUTTING_DOWN = "specd proxy is shutting down"
@@ -73,6 +78,7 @@ class ProxySettings:
     stream_idle_timeout_s: float = 300.0
     body_timeout_s: float = 60.0  # a client must send its whole request body within this
     header_timeout_s: float = 30.0  # ... and a request's headers within this (slowloris)
+    max_connections: int | None = None  # open client connections at most (None: what the open-files limit allows)
 
 
 class Proxy:
@@ -85,12 +91,15 @@ class Proxy:
         metrics: ProxyMetrics | None = None,
         capture: BodyCapture | None = None,
         on_crash: Callable[[Crash], None] | None = None,
+        held: HeldBytes | None = None,
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
         self._metrics, self._capture = metrics, capture
         self._recording = Recording(settings.unit, recorder, metrics)
         self._upstream = UpstreamPool()
+        self._held = held or HeldBytes()  # request bytes held for clients, daemon-wide (the daemon shares one)
+        self._reader = BodyReader()
         self._crashes = CrashWatch(lambda: answers_health_now(self.backend.url), self.mark_unhealthy, on_crash)
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
@@ -109,12 +118,14 @@ class Proxy:
     def server(self, grace_s: float = 30.0) -> FrontServer:
         """The server that takes clients' connections for this proxy (`serve`, `started`, `should_exit`)."""
         limits = FrontLimits(self.settings.max_body_bytes, self.settings.body_timeout_s,
-                             self.settings.header_timeout_s)
-        return FrontServer(self.handle, limits, grace_s=grace_s, on_stop=self.stop)
+                             self.settings.header_timeout_s, held=self._held)
+        return FrontServer(self.handle, limits, grace_s=grace_s, on_stop=self.stop,
+                           max_connections=self.settings.max_connections)
 
     async def stop(self) -> None:
         self.gate.stop()
         self._upstream.close()
+        self._reader.close()
         if self._capture is not None:  # the bodies still queued reach the disk
             await asyncio.to_thread(self._capture.close)
 
@@ -199,17 +210,16 @@ class Proxy:
             responder.error(503, SHUTTING_DOWN)
             return
         path, body = request.path, request.body
-        exchange, document = Exchange.of_request(request.method, path, body, self.in_flight, self._finished,
-                                                 started=request.received)
-        self.recent.note(path, document, len(body))
-        if self._capture is not None and document is not None and exchange.endpoint.endswith("/chat/completions"):
-            self._capture.submit(document, in_flight=self.in_flight)
+        exchange = Exchange.of_request(request.method, path, self.in_flight, self._finished, started=request.received)
+        shape = self._reader.read_now(body) if request.method == "POST" else RequestShape()
         self.in_flight += 1
         self.accepted += 1
         if self._metrics is not None:
             self._metrics.in_flight.set(self.in_flight)
         watch = ClientWatch(responder)
         try:
+            exchange.take(shape if shape is not None else await self._read_off_loop(body, sent))
+            self._remember(exchange, body)
             await self._forward(request, headers, exchange, responder, watch, sent)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
@@ -222,14 +232,31 @@ class Proxy:
         finally:
             watch.close()
 
+    async def _read_off_loop(self, body: Body, sent: UpstreamResponse | None) -> RequestShape:
+        """A big body's shape, read on the reader's thread while the backend (if `sent`) works."""
+        try:
+            return await self._reader.read(body)
+        except BaseException:  # the client left: a request sent as it arrived is abandoned here
+            if sent is not None:
+                sent.close()
+                self._end_active()
+            raise
+
+    def _remember(self, exchange: Exchange, body: Body) -> None:
+        """A body read as a JSON object: the next warm-up's, and a captured one (when capture is on)."""
+        self.recent.note(exchange.endpoint, exchange.shape, body)
+        if (self._capture is not None and body and exchange.shape.read
+                and exchange.endpoint.endswith("/chat/completions")):
+            self._capture.submit(body, in_flight=exchange.in_flight)
+
     async def _forward(self, request: ClientRequest, headers: bytes, exchange: Exchange, responder: Responder,
                        watch: ClientWatch, sent: UpstreamResponse | None) -> None:
         """Get the request answered: through the gate, to the backend, re-sent by the re-send rule."""
         deadline = exchange.started + self.settings.hold_timeout_s
         read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
-        dropped_before = False  # once True, a drop is answered 502 even when the server is up
-        stale = 0
+        rule = resend.Resends()
+        fresh = False  # the next attempt goes on a new connection (the rule said so)
         while True:
             if not await self._through_gate(deadline, exchange, responder, loading, sent):
                 return
@@ -239,10 +266,10 @@ class Proxy:
                     upstream = await self._send_upstream(
                         request, headers, read_timeout_s, first,
                         functools.partial(start_stream, exchange=exchange, responder=responder, watch=watch,
-                                          relays=self._relays))
+                                          relays=self._relays), fresh=fresh)
                 except UpstreamFailed as failed:
                     outcome: resend.Outcome = failed.outcome
-                    cause = failed.cause_name
+                    cause, reused = failed.cause_name, failed.reused
                 except _ShutDownWhileWaiting:
                     self._reject(responder, exchange, 503, SHUTTING_DOWN)
                     return
@@ -252,28 +279,35 @@ class Proxy:
                         if exchange.failed_status == 502:  # the backend dropped the answer: did it go down on it?
                             await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
                         return
-                    outcome, cause = "loading", "503"
+                    outcome, cause, reused = "loading", "503", upstream.reused
                     loading = await read_whole(upstream)
             finally:
                 self._end_active()
             answers = False
             if outcome == "dropped":  # always judged: a server that went down names this request
                 answers, cause = await self._judge_drop(request, exchange, cause)
-                stale += answers  # a live server: a stale pooled connection, tried again up to a bound
-            verdict = resend.decide(outcome, dropped_before=dropped_before, answers_health_now=answers)
-            dropped_before = dropped_before or (outcome == "dropped"
-                                                and (not answers or stale >= resend.MAX_STALE_RESENDS))
-            if verdict.mark_unhealthy:
-                self.mark_unhealthy()
-            if verdict.resend:
-                if self._metrics is not None:
-                    self._metrics.retries.inc()
-                continue
-            assert verdict.status is not None
-            exchange.error = f"{verdict.reason} ({cause})"
-            log.warning("%s %s: %s", request.method, request.path, exchange.error)
-            self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
-            return
+            verdict = rule.after(outcome, reused=reused, answers_health_now=answers)
+            if not self._follow(verdict, request, exchange, responder, cause):
+                return
+            fresh = fresh or verdict.fresh_connection
+
+    def _follow(self, verdict: resend.Verdict, request: ClientRequest, exchange: Exchange, responder: Responder,
+                cause: str) -> bool:
+        """Do what the re-send rule said: True to send again, False once the client got its error."""
+        if verdict.mark_unhealthy:
+            self.mark_unhealthy()
+        if verdict.resend:
+            if verdict.fresh_connection:
+                self._upstream.discard_idle(self.backend.url)
+                log.info("%s %s: re-sent once on a fresh connection (%s)", request.method, request.path, cause)
+            if self._metrics is not None:
+                self._metrics.retries.inc()
+            return True
+        assert verdict.status is not None
+        exchange.error = f"{verdict.reason} ({cause})"
+        log.warning("%s %s: %s", request.method, request.path, exchange.error)
+        self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
+        return False
 
     async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str) -> tuple[bool, str]:
         """(the server still answers /health, the cause naming the request); a server that went
@@ -307,8 +341,8 @@ class Proxy:
         return True
 
     async def _send_upstream(self, request: ClientRequest, headers: bytes, read_timeout_s: float | None,
-                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None]
-                             ) -> UpstreamResponse:
+                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None], *,
+                             fresh: bool = False) -> UpstreamResponse:
         """Send (unless `sent` already went) and wait for the status line, `on_status` run the moment
         it arrives; a shutdown at the end of its grace cuts that wait (answered 503)."""
         task = asyncio.current_task()
@@ -317,7 +351,7 @@ class Proxy:
         try:
             if sent is None:
                 return await self._upstream.send(request.method, self.backend.url, request.target, headers,
-                                                 request.body, read_timeout_s, on_status)
+                                                 request.body, read_timeout_s, on_status, fresh=fresh)
             sent.set_read_timeout(read_timeout_s)
             sent.on_status = on_status
             await sent.started()

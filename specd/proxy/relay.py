@@ -69,11 +69,13 @@ class Relay:
 
     def on_end(self) -> None:
         """The end of the body: record first, then let the client see the end."""
-        if self._pending:
-            self._exchange.scan(self._pending)
-        self._exchange.finish(self.upstream.status)
-        self._responder.end(self._pending)
-        self._settle()
+        try:
+            if self._pending:
+                self._exchange.scan(self._pending)
+            self._exchange.finish(self.upstream.status)
+        finally:  # the client gets its end whatever reading the stream's shape did
+            self._responder.end(self._pending)
+            self._settle()
 
     def on_error(self, exc: BaseException) -> None:
         exchange = self._exchange
@@ -150,6 +152,8 @@ async def respond(upstream: UpstreamResponse, exchange: Exchange, responder: Res
             upstream.close()  # a no-op once the body was read to its end (the connection is back in the pool)
         return
     headers = response_headers(upstream.headers)
+    if upstream.head_only or upstream.status == 304:  # no body: the backend's length says what GET would get
+        headers += [(b"content-length", v) for k, v in upstream.headers if k.lower() == b"content-length"][:1]
     try:
         content = await upstream.read()
     except (TimeoutError, OSError) as exc:
@@ -159,6 +163,8 @@ async def respond(upstream: UpstreamResponse, exchange: Exchange, responder: Res
         return
     if len(content) < _LARGEST_SCANNED_BODY:
         exchange.absorb(json_object(content))
+    if 400 <= upstream.status < 500 and not exchange.shape.read:
+        responder.close_connection()  # a body nobody could read, refused: no kept-alive connection to repeat on
     exchange.finish(upstream.status)
     watch.answered = True
     responder.answer(upstream.status, headers, content)

@@ -4,8 +4,9 @@ Bodies hold what users typed, so: off unless `[proxy] capture_bodies = true`, fi
 0700 directory, and bounded: two files (current and previous) of at most half the budget each.
 Each body is one JSON line written with a single `write` on an O_APPEND descriptor, so a crash
 leaves whole lines; headers (and so API keys) are never part of it. The proxy hands bodies over
-with `submit` and a writer thread writes them (specd.traffic.offpath): a request never waits
-for the disk; `close` writes what is pending.
+with `submit`, as the bytes the client sent, and a writer thread writes them (specd.traffic.offpath):
+a request never waits for the disk, and no body is parsed again: the line is the client's own
+object, on one line, with the `specd` member added at its end; `close` writes what is pending.
 
 A line is a workload line (specd.tune.workloads): the body, plus a `specd` object saying when the
 proxy saw it (`recorded_at`, unix time) and how many requests were in flight then, itself included
@@ -19,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +43,13 @@ class BodyCapture:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(directory, 0o700)
 
-    def submit(self, body: dict[str, Any], *, in_flight: int = 0) -> None:
-        """Hand a body to the writer thread (started on first use); the caller never waits.
-        `in_flight`: the other requests in flight as it arrived."""
-        self._writer.submit((body, in_flight, time.time()))
+    def submit(self, body: bytes | bytearray, *, in_flight: int = 0) -> None:
+        """Hand a body (a JSON object, as the client sent it) to the writer thread (started on first
+        use); the caller never waits. `in_flight`: the other requests in flight as it arrived."""
+        if len(body) >= self.max_bytes // 2:  # could never fit a file: not even queued
+            self.skipped += 1
+            return
+        self._writer.submit((bytes(body), in_flight, time.time()))
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until every submitted body is written or skipped."""
@@ -53,14 +58,14 @@ class BodyCapture:
     def close(self, timeout_s: float = 10.0) -> None:
         self._writer.close(timeout_s)
 
-    def write(self, body: dict[str, Any], *, in_flight: int = 0, recorded_at: float | None = None) -> bool:
-        """Append one body (`in_flight`: the other requests in flight as it arrived, at `recorded_at`,
-        default now); False (and counted) when it alone is over the per-file budget."""
+    def write(self, body: bytes | Mapping[str, Any], *, in_flight: int = 0, recorded_at: float | None = None) -> bool:
+        """Append one body (a JSON object's bytes, or the object; `in_flight`: the other requests in
+        flight as it arrived, at `recorded_at`, default now); False (and counted) when it alone is
+        over the per-file budget or is no JSON object."""
         meta = {"recorded_at": round(time.time() if recorded_at is None else recorded_at, 3),
                 "concurrency": in_flight + 1}
-        try:
-            line = (json.dumps({**body, "specd": meta}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-        except (ValueError, RecursionError):  # nested too deep to write back out: not worth keeping
+        line = workload_line(body if isinstance(body, bytes) else json.dumps(body).encode(), meta)
+        if line is None:
             self.skipped += 1
             return False
         half = self.max_bytes // 2
@@ -95,15 +100,31 @@ class BodyCapture:
         bodies: list[dict[str, Any]] = []
         for path in (self.previous, self.path):
             if path.exists():
-                for line in path.read_text().splitlines():
+                for line in path.read_bytes().split(b"\n"):  # not splitlines: U+2028 may sit in a string
                     try:
-                        bodies.append(json.loads(line))
+                        if line:
+                            bodies.append(json.loads(line))
                     except ValueError:
                         log.warning("skipping a damaged line in %s", path)
         return bodies
 
 
-_Submitted = tuple[dict[str, Any], int, float]  # a body, the requests in flight beside it, when it came
+def workload_line(body: bytes, meta: dict[str, Any]) -> bytes | None:
+    """The body's own JSON object on one line with `"specd": meta` as its last member; None when
+    the body is no UTF-8 JSON object. JSON allows a raw line break only between tokens, never in a
+    string, so line breaks become spaces and nothing else changes."""
+    try:
+        text = body.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    inside = text[1:-1].strip()
+    members = (inside + "," if inside else "") + '"specd":' + json.dumps(meta, separators=(",", ":"))
+    return ("{" + members.replace("\r", " ").replace("\n", " ") + "}\n").encode()
+
+
+_Submitted = tuple[bytes, int, float]  # a body, the requests in flight beside it, when it came
 
 
 class _CaptureWriter(OffPathWriter[_Submitted]):

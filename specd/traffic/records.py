@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS traffic (
   error TEXT,
   sampling TEXT,
   conversation TEXT,
-  turn INTEGER NOT NULL DEFAULT 1
+  turn INTEGER NOT NULL DEFAULT 1,
+  shape_unknown TEXT
 );
 CREATE INDEX IF NOT EXISTS traffic_ts ON traffic(ts);
 CREATE TABLE IF NOT EXISTS traffic_metrics_samples (
@@ -114,10 +115,12 @@ class TrafficRecord:
     sampling: str | None = None  # specd.traffic.shape.RequestShape: the sampling keys sent, as JSON
     conversation: str | None = None  # ... a hash of the conversation's opening
     turn: int = 1  # ... user messages so far
+    shape_unknown: str | None = None  # ... why the body's shape could not be read (None: it was)
 
 
 # Columns added after the first release: added to older databases on first use.
-_ADDED_COLUMNS = (("sampling", "TEXT"), ("conversation", "TEXT"), ("turn", "INTEGER NOT NULL DEFAULT 1"))
+_ADDED_COLUMNS = (("sampling", "TEXT"), ("conversation", "TEXT"), ("turn", "INTEGER NOT NULL DEFAULT 1"),
+                  ("shape_unknown", "TEXT"))
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(TrafficRecord))
 _INSERT = (
     f"INSERT INTO traffic ({', '.join(_RECORD_FIELDS)}) "

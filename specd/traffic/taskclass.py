@@ -108,3 +108,27 @@ def classify(messages: list[dict[str, Any]]) -> TaskClass:
     if best <= 0.0:
         return "factual" if len(text.split()) <= 40 else "analysis"
     return max(_PRIORITY, key=lambda c: (evidence[c], -_PRIORITY.index(c)))
+
+
+CLASSIFY_CHARS = 4096  # of each message (and of each text part, at most 64 parts) the class is judged on
+
+
+def task_class_of(messages: list[Any]) -> TaskClass:
+    """The task class, judged on at most CLASSIFY_CHARS of each message's text.
+
+    The classifier's regexes hold the interpreter while they run; on unbounded text (one 1 MB
+    "word") they take minutes. The ask is in the first few KB of a message anyway.
+    """
+    clipped: list[Any] = []
+    for message in messages:
+        if isinstance(message, dict):
+            content = message.get("content")
+            if isinstance(content, str):
+                message = {**message, "content": content[:CLASSIFY_CHARS]}
+            elif isinstance(content, list):
+                message = {**message, "content": [
+                    {**part, "text": part["text"][:CLASSIFY_CHARS]}
+                    if isinstance(part, dict) and isinstance(part.get("text"), str) else part
+                    for part in content[:64]]}
+        clipped.append(message)
+    return classify(clipped)

@@ -21,7 +21,7 @@ import pytest
 
 from specd.setup.sandbox import free_port
 from tests.conftest import REPO, Box
-from tests.proxy_fakes import read_stream
+from tests.fakes.proxy_fakes import read_stream
 
 _numbers = itertools.count(1)
 
@@ -113,7 +113,7 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
 
     def start(*, grace_s: float = 0.0, daemon_extra: str = "", tuner: str = "enabled = false\n",
               extra: str = "", restart_as_shipped: bool = False, capture: bool = False,
-              proxy: str = "", hold_s: float = 120) -> RunningDaemon:
+              proxy: str = "", hold_s: float = 120, unit_extra: str = "") -> RunningDaemon:
         proxy_port = free_port()
         write_config(box, proxy_port, grace_s=grace_s, daemon_extra=daemon_extra, tuner=tuner, extra=extra,
                      capture=capture, proxy=proxy, hold_s=hold_s)
@@ -128,7 +128,7 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
         unit_path.parent.mkdir(parents=True, exist_ok=True)
         unit_path.write_text(
             "[Service]\nType=notify\nNotifyAccess=main\nWatchdogSec=20\nTimeoutStopSec=40\n"
-            + (shipped_restart_policy() if restart_as_shipped else "") +
+            + (shipped_restart_policy() if restart_as_shipped else "") + unit_extra +
             f"ExecStart={sys.executable} -m specd daemon\nWorkingDirectory={REPO}\n"
             f'Environment={environment} "PYTHONPATH={REPO}" PYTHONUNBUFFERED=1\n'
             f"StandardOutput=append:{log_path}\nStandardError=append:{log_path}\n"

@@ -6,24 +6,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Self
 
 import httpx
-import pytest
 
-from specd.daemon.app import daemon_status
-from specd.daemon.monitor import decide
-from specd.daemon.service import notify
-from specd.deploy.history import Generation
-from specd.paths import StateDir
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
-from tests.proxy_fakes import read_stream
+from tests.fakes.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 
 
@@ -152,10 +143,14 @@ def test_a_unit_its_owner_stops_stays_stopped_until_started(box: Box, start_daem
     event = daemon.wait_for("the owner-stopped event", lambda: [e for e in box.history().events(box.unit)
                                                                 if e["kind"] == "owner-stopped"])
     assert "stopped on purpose" in event[0]["detail"]
-    deadline = time.monotonic() + 6  # six health rounds: nothing starts it again
-    while time.monotonic() < deadline:
+    # six health rounds seen to pass (the monitor's count on the control socket): nothing starts it again
+    first = daemon.live_status(box.unit)["health"]["rounds"]
+
+    def another_round() -> bool:
         assert daemon.main_pid(box.unit) == 0, "the daemon started a unit its owner stopped"
-        time.sleep(0.5)
+        return bool(daemon.live_status(box.unit)["health"]["rounds"] >= first + 6)
+
+    daemon.wait_for("six health rounds with the unit stopped", another_round, 120)
     status = box.specd("status", "--json")
     assert status.returncode == 3 and "stopped by its owner" in json.loads(status.stdout)["state"]
     assert daemon.systemctl("start", box.unit).returncode == 0
@@ -228,45 +223,3 @@ def test_sigterm_ends_cleanly_and_reports_metrics(box: Box, start_daemon: Any) -
 # ---- pieces that need no systemd ------------------------------------------------------------------
 
 
-def generation(created: datetime, *, trigger: str = "cli", previous: int | None = 1) -> Generation:
-    return Generation(id=2, unit="u.service", created_at=created.isoformat(), kind="switch", profile="mtp",
-                      unit_sha256="x", backup_path=None, previous_id=previous, restores_id=None, trigger=trigger,
-                      outcome="ok", detail="", preflight_s=None, restart_s=None, health_s=None, total_s=None)
-
-
-def test_monitor_policy_waits_restarts_or_rolls_back() -> None:
-    now = datetime.now(UTC)
-    fresh, old = generation(now - timedelta(seconds=30)), generation(now - timedelta(hours=2))
-    assert decide(0, 3, fresh, 600, now) == "none"
-    assert decide(2, 3, fresh, 600, now) == "wait"
-    assert decide(3, 3, fresh, 600, now) == "rollback"  # failing right after a switch: the switch did it
-    assert decide(3, 3, old, 600, now) == "restart"
-    assert decide(3, 3, None, 600, now) == "restart"
-    assert decide(3, 3, generation(now, previous=None), 600, now) == "restart"  # nothing to roll back to
-    assert decide(3, 3, generation(now, trigger="daemon"), 600, now) == "restart"  # never walk back twice
-
-
-def test_sd_notify_sends_datagrams_to_the_notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    address = str(tmp_path / "notify")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
-        listener.bind(address)
-        monkeypatch.setenv("NOTIFY_SOCKET", address)
-        assert notify("READY=1\nSTATUS=guarding") is True
-        assert listener.recv(4096) == b"READY=1\nSTATUS=guarding"
-    monkeypatch.delenv("NOTIFY_SOCKET")
-    assert notify("READY=1") is False
-
-
-def test_daemon_status_tells_a_live_daemon_from_a_dead_one(tmp_path: Path) -> None:
-    assert daemon_status(StateDir(tmp_path / "specd"))["running"] is False  # never ran
-    path = tmp_path / "specd" / "daemon.json"
-    path.parent.mkdir(parents=True)
-    health = {"healthy": True, "detail": "healthy"}
-    record = {"running": True, "pid": os.getpid(), "heartbeat_at": time.time(), "next_tuning": "2026-01-01T03:30",
-              "units": {"u.service": {"health": health}}}
-    path.write_text(json.dumps(record))
-    status = daemon_status(StateDir(tmp_path / "specd"))
-    assert status["running"] is True and status["last_health"] == health
-    assert status["next_tuning"] == "2026-01-01T03:30"
-    path.write_text(json.dumps({**record, "heartbeat_at": time.time() - 600}))  # killed -9: no heartbeat
-    assert daemon_status(StateDir(tmp_path / "specd"))["running"] is False

@@ -15,7 +15,7 @@ import yaml
 
 from specd.setup.sandbox import free_port
 from tests.conftest import REPO, Box
-from tests.proxy_fakes import read_stream
+from tests.fakes.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 from tests.system.prometheus_rig import ScrapeJob, prometheus, promtool_check_rules
 from tests.system.test_tune_real import FUNCTIONS

@@ -21,11 +21,15 @@ from tests.conftest import Box
 from tests.system.daemon_rig import RunningDaemon, real_stack, switch_waiting_on_a_stream
 from tests.system.fault_results import FaultRecorder
 
+WAIT_S = 120.0  # how long to wait for the proxy to resume at all; the bound each test checks is its own
 
-def _served_within(daemon: RunningDaemon, unit: str, bound_s: float) -> float:
+
+def _seconds_until_served(daemon: RunningDaemon, unit: str) -> float:
+    """Seconds until the proxy is no longer paused (polled; fails only past the generous WAIT_S, so
+    the caller's assertion on the value is what checks the bound)."""
     started = time.monotonic()
     while daemon.proxy_state(unit)["paused"]:
-        assert time.monotonic() - started < bound_s, f"the proxy is still paused after {bound_s} s\n{daemon.log()}"
+        assert time.monotonic() - started < WAIT_S, f"the proxy is still paused after {WAIT_S} s\n{daemon.log()}"
         time.sleep(0.05)
     return time.monotonic() - started
 
@@ -39,7 +43,7 @@ def test_ctrl_c_while_a_switch_drains_resumes_the_proxy_within_a_second(box: Box
     cli, _stream = switch_waiting_on_a_stream(box, daemon)
     try:
         cli.send_signal(signal.SIGINT)
-        waited = _served_within(daemon, box.unit, 1.0)
+        waited = _seconds_until_served(daemon, box.unit)
         out, err = cli.communicate(timeout=60)
     finally:  # a failed check must not leave the CLI running into the next test
         if cli.poll() is None:
@@ -71,7 +75,7 @@ def test_a_killed_switch_cannot_hold_the_proxy_longer_than_its_lease(box: Box, s
     killed = time.monotonic()
     cli.kill()
     cli.communicate(timeout=10)  # reaps it and closes its pipes
-    _served_within(daemon, box.unit, DRAIN_LEASE_S + 2.0)
+    _seconds_until_served(daemon, box.unit)
     resumed_s = time.monotonic() - killed
     assert resumed_s < DRAIN_LEASE_S + 2.0
     assert httpx.get(f"{daemon.proxy_url}/v1/models", timeout=30).status_code == 200

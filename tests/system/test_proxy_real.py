@@ -14,7 +14,7 @@ import pytest
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder
 from tests.conftest import LLAMA_SERVER, TINY_MODEL, require_real_server
-from tests.proxy_fakes import ServerThread, eventually, free_port
+from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
 
 
 @pytest.mark.llama

@@ -15,7 +15,7 @@ import httpx
 from specd.traffic.capture import CAPTURE_NAME
 from specd.traffic.records import fetch_records, open_db
 from tests.conftest import Box
-from tests.proxy_fakes import read_stream
+from tests.fakes.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 
 CLIENTS, EACH = 4, 6

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,9 @@ import pytest
 from specd.context import seams_for
 from specd.profiles.config import Deployment
 from specd.tune.bench import restoring
+from specd.tune.decision import Decision
 from specd.tune.fidelity import Answer, ToolCall, answer_of, compare, edit_distance, json_shape
+from specd.tune.paired import Comparison, Interval
 from specd.tune.stats import summarize
 from specd.tune.targets import DeploymentTarget, Reply
 from specd.tune.tuner import guarded_decision
@@ -114,19 +116,32 @@ def test_verify_profiles_flags_a_changed_tool_call_and_measures_prose_drift() ->
     assert "FAILS 1 structured check" in bad.summary() and target.active() == "bad"
 
 
+def _faster(candidate: str, ratio: float) -> Comparison:
+    interval = Interval(ratio, ratio * 0.95, ratio * 1.05, 0.95, pairs=5, rounds=5)
+    return Comparison(candidate, "plain", "wall", interval, interval, "faster", lengths_differ=0, busy_pairs=0)
+
+
 def test_the_tuner_skips_a_winner_the_guard_rejects() -> None:
     cells = {"plain": summarize([100.0] * 5), "fast": summarize([50.0] * 5), "faster": summarize([40.0] * 5)}
-    decision, refused = guarded_decision(cells, "plain", lambda p: "drifts" if p == "faster" else None,
-                                         margin=0.05, pinned=None, dry_run=False)
+    found = {"fast": _faster("fast", 0.5), "faster": _faster("faster", 0.4)}
+
+    def decided(guard: Callable[[str], str | None], *, pinned: str | None = None,
+                dry_run: bool = False) -> tuple[Decision, list[str]]:
+        return guarded_decision(cells, found, "plain", guard, margin=0.05, pinned=pinned, dry_run=dry_run,
+                                failed={}, level=None)
+
+    decision, refused = decided(lambda p: "drifts" if p == "faster" else None)
     assert decision.best == "fast" and decision.switch and refused == ["not switching to faster: drifts"]
-    kept, _ = guarded_decision(cells, "plain", lambda p: "drifts", margin=0.05, pinned=None, dry_run=False)
+    kept, _ = decided(lambda p: "drifts")
     assert kept.best == "plain" and not kept.switch
-    dry, refused = guarded_decision(cells, "plain", lambda p: "drifts" if p == "faster" else None, margin=0.05,
-                                    pinned=None, dry_run=True)
+    dry, refused = decided(lambda p: "drifts" if p == "faster" else None, dry_run=True)
     assert dry.best == "fast" and not dry.switch and dry.reason.startswith("would switch to fast") and refused
     asked: list[str] = []
-    pinned, _ = guarded_decision(cells, "plain", lambda p: asked.append(p), margin=0.05, pinned="plain",
-                                 dry_run=False)
+
+    def ask(p: str) -> None:
+        asked.append(p)
+
+    pinned, _ = decided(ask, pinned="plain")
     assert not pinned.switch and asked == []  # no verification when there is no switch to gate
 
 

@@ -3,90 +3,16 @@ handler instead of the proxy: what any HTTP client relies on, checked byte by by
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import select
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from specd.proxy.http1.responder import Responder
-from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
-from tests.proxy_fakes import ServerThread, eventually, free_port
-
-LATE_S = 1.0
-
-
-class HandlerForFrontTests:
-    """Answers by path: /echo (the body back, whole), /answer-then-finish-late (answers, then returns
-    only when the test sets `finish`), /late (headers, then a part LATE_S later),
-    /stream (N parts, N from the query), /hold (never answers; notes when the client leaves),
-    /slow-reader (parts until paused, counting pauses)."""
-
-    def __init__(self) -> None:
-        self.seen: list[ClientRequest] = []
-        self.finish: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self.left = threading.Event()
-        self.paused = 0
-        self.resumed = 0
-
-    def server(self, grace_s: float) -> FrontServer:
-        return FrontServer(self.handle, FrontLimits(max_body_bytes=1 << 20, body_timeout_s=5.0, header_timeout_s=5.0),
-                           grace_s=grace_s, on_stop=self._stopped)
-
-    async def _stopped(self) -> None:
-        pass
-
-    async def handle(self, request: ClientRequest, responder: Responder) -> None:
-        self.seen.append(request)
-        path = request.path
-        if path == "/echo":
-            responder.answer(200, [(b"content-type", b"application/octet-stream")], request.body)
-        elif path == "/late":
-            responder.start(200, [(b"content-type", b"text/plain")])
-            await asyncio.sleep(LATE_S)
-            responder.end(b"late part")
-        elif path == "/stream":
-            parts = int(request.target.partition(b"n=")[2] or b"3")
-            responder.start(200, [(b"content-type", b"text/event-stream")])
-            for index in range(parts):
-                responder.write(b"data: %d\n\n" % index)
-                await asyncio.sleep(0)
-            responder.end()
-        elif path == "/hold":
-            gone = asyncio.get_running_loop().create_future()
-            responder.on_leave(lambda: gone.set_result(None))
-            await gone
-            self.left.set()
-        elif path == "/slow-reader":
-            responder.start(200, [(b"content-type", b"application/octet-stream")])
-            flowing = asyncio.Event()
-            flowing.set()
-
-            def pause() -> None:
-                self.paused += 1
-                flowing.clear()
-
-            def resume() -> None:
-                self.resumed += 1
-                flowing.set()
-
-            responder.throttle(pause, resume)
-            for _ in range(4096):  # 256 MiB if nothing paused it
-                await flowing.wait()
-                responder.write(b"x" * 65536)
-                await asyncio.sleep(0)
-            responder.end()
-        elif path == "/answer-then-finish-late":  # answered, and the handler still busy after that
-            responder.answer(200, [(b"content-type", b"text/plain")], b"done")
-            await asyncio.wrap_future(self.finish)
-        else:
-            responder.error(404, "no such path")
+from tests.fakes.front_handler import HandlerForFrontTests
+from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
 
 
 @pytest.fixture
@@ -118,15 +44,15 @@ def test_a_whole_answer_leaves_in_one_write_with_its_length(front: tuple[ServerT
 
 
 def test_headers_go_out_at_once_when_no_body_part_is_ready(front: tuple[ServerThread, Any]) -> None:
-    """A stream's status line must not wait for its first token (a client's TTFT would include it)."""
-    server, _ = front
+    """A stream's status line must not wait for its first token (a client's TTFT would include it):
+    the head arrives while the handler still holds its first part back."""
+    server, handler = front
     with connect(server) as sock:
-        sent = time.perf_counter()
         sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
         first = sock.recv(65536)
-        waited = time.perf_counter() - sent
+        assert not handler.release.done()
         assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"\r\n\r\n")
-        assert waited < LATE_S / 2
+        handler.release.set_result(None)
         rest = b""
         while not rest.endswith(b"0\r\n\r\n"):
             rest += sock.recv(65536)
@@ -143,6 +69,7 @@ def test_a_stream_is_chunked_and_its_parts_arrive_in_order(front: tuple[ServerTh
 
 def test_pipelined_requests_are_answered_in_order(front: tuple[ServerThread, Any]) -> None:
     server, handler = front
+    handler.release.set_result(None)
     with connect(server) as sock:
         sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n"
                      b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nsecond"
@@ -203,7 +130,8 @@ def test_a_head_request_gets_headers_only(front: tuple[ServerThread, Any]) -> No
     with connect(server) as sock:
         sock.sendall(b"HEAD /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         answer = read_until_closed(sock)
-    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"\r\n\r\n")
+    head, separator, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and separator and rest == b""  # not even a last chunk
 
 
 def test_the_handler_hears_of_a_client_that_leaves(front: tuple[ServerThread, Any]) -> None:
@@ -223,6 +151,25 @@ def test_a_client_that_does_not_read_pauses_the_producer(front: tuple[ServerThre
         while handler.resumed == 0:  # reading lets it go on
             received += len(sock.recv(1 << 20))
     assert 0 < received < 64 << 20  # paused long before the 256 MiB it would have written
+
+
+def test_a_second_answer_on_the_connection_is_not_paused_by_the_first_ones_slow_reader(
+        front: tuple[ServerThread, Any]) -> None:
+    """Once the client caught up, the connection's pause is over: the next answer on it flows (a pause
+    flag left set would pause it at once, with nothing to resume it)."""
+    server, handler = front
+    with connect(server) as sock:
+        for answer in (1, 2):
+            sock.sendall(b"GET /throttled HTTP/1.1\r\nHost: x\r\n\r\n")
+            if answer == 1:
+                eventually(lambda: handler.paused >= 1, "the first answer to be paused by the unread socket")
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):
+                chunk = sock.recv(1 << 20)
+                assert chunk, "closed before the end of the answer"
+                received += chunk
+            assert received.count(b"x" * 1024) >= 512 * 64  # all 32 MiB came
+    assert handler.resumed >= 1
 
 
 def test_a_client_still_sending_a_refused_body_reads_its_413_not_a_reset(front: tuple[ServerThread, Any]) -> None:
@@ -250,8 +197,12 @@ def test_a_refused_request_right_after_an_answer_gets_its_413_in_turn(front: tup
             first += sock.recv(65536)
         sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n")
         if select.select([sock], [], [], 0.5)[0]:  # the server has acted on it before the handler ended
-            assert sock.recv(65536).startswith(b"HTTP/1.1 413 "), "closed with no answer"
+            refused = sock.recv(65536)
+            assert refused.startswith(b"HTTP/1.1 413 "), "closed with no answer"
         else:
             handler.finish.set_result(None)
-            assert read_until_closed(sock).startswith(b"HTTP/1.1 413 ")  # then the server shuts its side
+            refused = read_until_closed(sock)  # then the server shuts its side
+        assert refused.startswith(b"HTTP/1.1 413 ") and b"request body over" in refused
+    if not handler.finish.done():  # let the first handler end before the server stops
+        handler.finish.set_result(None)
     assert first.startswith(b"HTTP/1.1 200 ") and [r.path for r in handler.seen] == ["/answer-then-finish-late"]

@@ -52,3 +52,15 @@ def test_a_clean_stop_is_the_owners_and_a_crash_is_not() -> None:
     assert not owner_stopped(state("failed", "signal"))
     assert not owner_stopped(state("activating", "exit-code"))
     assert not owner_stopped(state("active", "success"))
+
+
+def test_the_policy_waits_restarts_or_rolls_back() -> None:
+    """(moved from the system tier: pure)"""
+    fresh, old = generation(30), generation(2 * 3600)
+    assert decide(0, 3, fresh, 600, NOW) == "none"
+    assert decide(2, 3, fresh, 600, NOW) == "wait"
+    assert decide(3, 3, fresh, 600, NOW) == "rollback"  # failing right after a switch: the switch did it
+    assert decide(3, 3, old, 600, NOW) == "restart"
+    assert decide(3, 3, None, 600, NOW) == "restart"
+    assert decide(3, 3, generation(0, previous=None), 600, NOW) == "restart"  # nothing to roll back to
+    assert decide(3, 3, generation(0, trigger="daemon"), 600, NOW) == "restart"  # never walk back twice

@@ -196,3 +196,17 @@ def test_the_night_sweeps_only_a_live_profile_that_speculates_and_says_why_not(d
     assert base(sweeping, None) == (None, "skipped: no profile is active to sweep")
     skipped, why = base(sweeping, "broken")
     assert skipped is None and str(why).startswith("skipped: broken does not load: ") and "line 2" in str(why)
+
+
+def test_the_daemon_gets_the_nightly_run_and_the_pins_check_from_the_composition_root(deployment: Deployment) -> None:
+    """The daemon sits below the tuner and never imports it: `specd daemon` hands it these jobs
+    (specd.context.tuner_jobs). Run as the daemon runs them, they do the tuner's work."""
+    from specd import context
+
+    jobs = context.tuner_jobs()
+    assert jobs.nightly is not None and jobs.schedule is not None
+    config = Config(path=None, deployments=(deployment,), tuner=TunerConfig(idle_minutes=30.0, budget_minutes=10.0))
+    set_pin(UNIT, "plain")
+    jobs.nightly(config, deployment, lambda: (0, 0), no_switch_expected)()
+    assert History(paths.db_path()).events(UNIT)[0]["detail"].startswith("pinned to plain")
+    assert jobs.schedule(deployment, no_switch_expected)() is None  # an all-day pin holds everything

@@ -4,13 +4,14 @@ service never blocks the caller and does not stop the next message."""
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
 from specd.daemon.notifications import Notice, Notifier, RateLimit, apprise_sender
 from specd.errors import ConfigError
 from specd.profiles.config import NotifyConfig
+from tests.fakes.proxy_fakes import eventually
 from tests.receivers import receiver
 
 
@@ -51,19 +52,38 @@ def test_apprise_delivers_to_a_json_webhook() -> None:
     assert "undo: nothing to undo" in received[0]["message"] and received[0]["type"] == "failure"
 
 
-def test_a_hung_service_neither_blocks_the_caller_nor_stops_the_next_message() -> None:
+def test_notify_returns_while_a_send_is_still_in_progress() -> None:
+    """The caller (the daemon's loop, a switch) never waits for a send: with the sender held inside
+    its first send, every notify() call returns, and none of the sends has finished yet."""
+    entered, release = threading.Event(), threading.Event()
+
+    def held_sender_fake(title: str, body: str, kind: str) -> bool:
+        entered.set()
+        release.wait(20)
+        return True
+
+    notifier = Notifier(NotifyConfig(urls=(), min_interval_s=0, timeout_s=120), sender=held_sender_fake)
+    try:
+        assert notifier.notify(notice("auto-revert"))
+        assert entered.wait(30), "the worker never started the send"
+        for kind in ("health-lost", "bench-failed"):
+            assert notifier.notify(notice(kind))
+        assert notifier.sent == []  # the calls above returned with the first send still held
+    finally:
+        release.set()
+    eventually(lambda: len(notifier.sent) == 3, "the three sends once released")
+    notifier.close()
+
+
+def test_a_hung_service_does_not_stop_the_next_message() -> None:
     with receiver("hang") as hung, receiver() as inbox:
         notifier = Notifier(NotifyConfig(urls=(f"json://{hung.url}/",), min_interval_s=0, timeout_s=1))
         good = Notifier(NotifyConfig(urls=(f"json://{inbox.url}/",), min_interval_s=0, timeout_s=1))
         try:
-            started = time.monotonic()
             for kind in ("auto-revert", "health-lost", "bench-failed"):
                 assert notifier.notify(notice(kind))
-            assert time.monotonic() - started < 0.5  # queued, not sent in the caller's thread
-            hung_deadline = time.monotonic() + 30
-            while notifier.failed < 3 and time.monotonic() < hung_deadline:
-                time.sleep(0.1)
-            assert notifier.failed == 3 and notifier.sent == [] and hung.connections >= 1
+            eventually(lambda: notifier.failed == 3, "the hung sends to be abandoned", 60)
+            assert notifier.sent == [] and hung.connections >= 1
             good.notify(notice("tuner-switch"))
             inbox.wait_for("a message past the hung one", lambda r: r)
         finally:
@@ -76,10 +96,8 @@ def test_a_failing_service_is_counted_and_the_caller_goes_on() -> None:
         notifier = Notifier(NotifyConfig(urls=(f"json://{broken.url}/",), min_interval_s=0, timeout_s=5))
         try:
             assert notifier.notify(notice())
-            deadline = time.monotonic() + 30
-            while notifier.failed < 1 and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert notifier.failed == 1 and broken.connections >= 1
+            eventually(lambda: notifier.failed == 1, "the failed send to be counted", 60)
+            assert broken.connections >= 1
         finally:
             notifier.close()
 

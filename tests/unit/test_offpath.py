@@ -15,7 +15,7 @@ from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.offpath import OffPathWriter
 from specd.traffic.records import Recorder, fetch_records, open_db
-from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
+from tests.fakes.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, free_port, read_stream
 
 NEVER_S = 3600.0  # a writer that would write only when closed
 

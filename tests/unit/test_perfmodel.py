@@ -109,10 +109,18 @@ def test_no_crossover_when_one_always_wins(plain: PerfModel, spec: PerfModel) ->
     assert crossover_output_tokens(spec, spec, "code", 512) is None
 
 
-def test_expected_wall_is_the_weighted_mean(plain: PerfModel) -> None:
+def test_expected_wall_of_a_mix_is_the_traffics_true_mean_wall(plain: PerfModel) -> None:
+    """Against the generator's truth (prefill 1,150 tok/s, decode 29 tok/s, 20 ms overhead), not the
+    model's own formula: three short code requests for each long creative one."""
     mix = [MixItem("code", 512, 128, 3.0), MixItem("creative", 2048, 1024, 1.0)]
-    expected = (3 * predict_wall_ms(plain, 512, 128, "code") + predict_wall_ms(plain, 2048, 1024, "creative")) / 4
-    assert expected_wall_ms(plain, mix) == pytest.approx(expected)
+    truth = (3 * truth_ms(1150.0, 29.0, 512, 128) + truth_ms(1150.0, 29.0, 2048, 1024)) / 4
+    assert expected_wall_ms(plain, mix) == pytest.approx(truth, rel=0.05)
+    # a weight counts as that many requests; only the proportions matter
+    repeated = [MixItem("code", 512, 128), MixItem("code", 512, 128), MixItem("code", 512, 128),
+                MixItem("creative", 2048, 1024)]
+    assert expected_wall_ms(plain, repeated) == pytest.approx(expected_wall_ms(plain, mix))
+    doubled = [MixItem(m.task_class, m.prompt_tokens, m.output_tokens, 2 * m.weight) for m in mix]
+    assert expected_wall_ms(plain, doubled) == pytest.approx(expected_wall_ms(plain, mix))
     with pytest.raises(UsageError, match="empty"):
         expected_wall_ms(plain, [])
 

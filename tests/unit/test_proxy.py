@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,61 +19,31 @@ from specd.daemon.metrics import SpecdMetrics
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder, fetch_records, open_db
-from tests.proxy_fakes import (
-    FakeBackendForProxyTests,
+from tests.fakes.proxy_fakes import (
     ServerThread,
     chat_body,
     eventually,
     free_port,
     read_stream,
 )
+from tests.fakes.proxy_rig import ProxyRig
 
-
-@dataclass
-class Rig:
-    fake: FakeBackendForProxyTests
-    backend: ServerThread
-    proxy: Proxy
-    front: ServerThread
-    recorder: Recorder
-    db: Path
-    metrics: SpecdMetrics
-
-    @property
-    def url(self) -> str:
-        return self.front.url
-
-    def records(self) -> list[object]:
-        self.recorder.flush()
-        conn = open_db(self.db)
-        try:
-            return list(fetch_records(conn, 0))
-        finally:
-            conn.close()
+Rig = ProxyRig
 
 
 def make_rig(tmp_path: Path, *, hold_timeout_s: float = 20.0, capture: BodyCapture | None = None,
-             max_body_bytes: int = 1 << 20, **fake_options: float) -> Rig:
-    fake = FakeBackendForProxyTests(**fake_options)  # type: ignore[arg-type]
-    backend = ServerThread(fake.app, free_port()).start()
-    db = tmp_path / "state.db"
-    recorder = Recorder(db)
-    metrics = SpecdMetrics()
-    proxy = Proxy(
-        ProxySettings(hold_timeout_s=hold_timeout_s, max_body_bytes=max_body_bytes, health_poll_s=0.05, unit="t"),
-        lambda: Backend(backend.url, "plain"), recorder=recorder, metrics=metrics, capture=capture,
-    )
-    front = ServerThread(proxy, free_port()).start()
-    return Rig(fake, backend, proxy, front, recorder, db, metrics)
+             max_body_bytes: int = 1 << 20, tokens: int = 8, token_delay_s: float = 0.0) -> ProxyRig:
+    """This file's rig: the shared one (tests/fakes/proxy_rig.py) with the daemon's metrics."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return ProxyRig(tmp_path, capture=capture, metrics=SpecdMetrics(), tokens=tokens, token_delay_s=token_delay_s,
+                    hold_timeout_s=hold_timeout_s, max_body_bytes=max_body_bytes)
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+def rig(tmp_path: Path) -> Iterator[ProxyRig]:
     made = make_rig(tmp_path)
     yield made
-    made.front.stop()
-    made.backend.stop()
-    made.recorder.close()
+    made.close()
 
 
 def test_non_streaming_request_passes_through_with_auth_and_is_recorded(rig: Rig) -> None:
@@ -93,6 +62,17 @@ def test_non_streaming_request_passes_through_with_auth_and_is_recorded(rig: Rig
     dumped = json.dumps([dict(row) for row in conn.execute("SELECT * FROM traffic")])
     conn.close()
     assert "sk-secret" not in dumped and "Write a python" not in dumped
+
+
+def test_the_status_the_control_socket_reports(rig: Rig) -> None:
+    """What `specd status` and the switch's drain read of the proxy (its control socket serves this)."""
+    assert rig.front.call(rig.proxy.status) == {"backend": rig.backend.url, "profile": "plain", "in_flight": 0,
+                                                "active": 0, "paused": False, "healthy": True}
+    rig.front.call(lambda: rig.proxy.pause(30))
+    assert rig.front.call(rig.proxy.status)["paused"] is True
+    assert rig.front.call(lambda: rig.proxy.renew(30)) is True  # the switch's lease renewal
+    rig.front.call(rig.proxy.resume)
+    assert rig.front.call(lambda: rig.proxy.renew(30)) is False  # nothing left to renew
 
 
 def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
@@ -144,6 +124,7 @@ def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
             response = client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
         assert response.status_code == 503
         assert response.json()["error"]["type"] == "unavailable_error"
+        assert response.headers["retry-after"] == "5" and response.headers["content-type"] == "application/json"
         assert rig.records()[0].status == 503  # type: ignore[attr-defined]
     finally:
         rig.front.stop()
@@ -175,9 +156,7 @@ def test_a_client_that_hangs_up_mid_stream_frees_the_backend(tmp_path: Path) -> 
                 client.stream("POST", f"{rig.url}/v1/chat/completions", json=chat_body(stream=True)) as response:
             for _ in response.iter_raw():
                 break
-        deadline = time.monotonic() + 10
-        while (rig.proxy.in_flight or not rig.fake.closed_early) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: not rig.proxy.in_flight and rig.fake.closed_early, "the proxy to hang up on the backend")
         assert rig.proxy.in_flight == 0 and rig.proxy.active == 0
         assert rig.fake.closed_early == 1
         assert rig.records()[0].status == 499  # type: ignore[attr-defined]
@@ -235,14 +214,11 @@ def test_shutdown_answers_held_and_unanswered_requests_503_at_once_not_500(tmp_p
 
         waiting = threading.Thread(target=send, args=("waiting", chat_body(x_fake_hang_before_answer=True)))
         waiting.start()
-        deadline = time.monotonic() + 10
-        while not rig.fake.requests and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: rig.fake.requests, "the first request to reach the backend")
         rig.front.call(lambda: rig.proxy.pause(30))
         held = threading.Thread(target=send, args=("held", chat_body("held by the pause")))
         held.start()
-        while rig.front.call(lambda: rig.proxy.in_flight) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: rig.front.call(lambda: rig.proxy.in_flight) >= 2, "the second request to be held")
         started = time.monotonic()
         rig.front.call(lambda: rig.proxy.shutdown(1.0))
         held.join(10)

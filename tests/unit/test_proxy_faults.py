@@ -29,63 +29,32 @@ from hypothesis import strategies as st
 from specd.cli import main
 from specd.daemon.service import bind_tcp
 from specd.profiles.config import load_config
-from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.capture import BodyCapture
-from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.conftest import REPO
-from tests.proxy_fakes import (
-    FakeBackendForProxyTests,
-    ServerThread,
+from tests.fakes.proxy_fakes import (
     chat_body,
     eventually,
     free_port,
     read_stream,
 )
+from tests.fakes.proxy_rig import ProxyRig
 
 SECRET = "sk-test-0123456789abcdef"
 
 
-class Rig:
-    """A FAKE backend and the proxy in front of it, each in its own server thread on loopback."""
+Rig = ProxyRig
 
-    def __init__(self, tmp_path: Path, *, capture: BodyCapture | None = None, header_timeout_s: float = 30.0,
-                 **settings: Any) -> None:
-        self.fake = FakeBackendForProxyTests(tokens=6)
-        self.backend = ServerThread(self.fake.app, free_port()).start()
-        self.db = tmp_path / "state.db"
-        self.recorder = Recorder(self.db)
-        self.proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", header_timeout_s=header_timeout_s, **settings),
-                           lambda: Backend(self.backend.url, "plain"), recorder=self.recorder, capture=capture)
-        self.front = ServerThread(self.proxy, free_port()).start()
 
-    @property
-    def url(self) -> str:
-        return self.front.url
-
-    def records(self) -> list[Any]:
-        self.recorder.flush()
-        conn = open_db(self.db)
-        try:
-            return list(fetch_records(conn, 0))
-        finally:
-            conn.close()
-
-    def settled(self) -> bool:
-        """Nothing held, nothing talking to the backend."""
-        return self.proxy.in_flight == 0 and self.proxy.active == 0
-
-    def close(self) -> None:
-        self.front.stop()
-        self.backend.stop()
-        self.recorder.close()
+def make_faults_rig(tmp_path: Path, **options: Any) -> ProxyRig:
+    return ProxyRig(tmp_path, **{"tokens": 6, **options})
 
 
 @pytest.fixture
-def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
-    rigs: list[Rig] = []
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., ProxyRig]]:
+    rigs: list[ProxyRig] = []
 
-    def make(**options: Any) -> Rig:
-        rigs.append(Rig(tmp_path, **options))
+    def make(**options: Any) -> ProxyRig:
+        rigs.append(make_faults_rig(tmp_path / f"rig{len(rigs)}", **options))
         return rigs[-1]
 
     yield make
@@ -103,6 +72,18 @@ def works(rig: Rig) -> bool:
 
 
 # ---- service faults: a backend that hangs ------------------------------------------------------------
+
+
+def test_a_stream_longer_than_the_idle_timeout_that_keeps_sending_is_not_cut(tmp_path: Path) -> None:
+    """The idle timeout bounds the silence between parts, not the stream: 3 s of tokens 0.1 s apart
+    under a 1 s idle timeout arrive whole."""
+    rig = make_faults_rig(tmp_path, stream_idle_timeout_s=1.0, tokens=30, token_delay_s=0.1)
+    try:
+        with httpx.Client(timeout=60) as client:
+            payloads = read_stream(client, chat_url(rig), chat_body(stream=True))
+        assert payloads[-1] == "[DONE]" and len(payloads) == 30 + 3
+    finally:
+        rig.close()
 
 
 def test_a_stream_that_hangs_midway_is_ended_and_other_streams_and_later_requests_go_on(
@@ -203,7 +184,7 @@ def test_any_json_document_is_forwarded_never_a_proxy_error(shared_rig: Rig, doc
 @pytest.fixture(scope="module")
 def shared_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     root = tmp_path_factory.mktemp("shared")
-    rig = Rig(root, capture=BodyCapture(root / "capture", 1 << 20))
+    rig = make_faults_rig(root, capture=BodyCapture(root / "capture", 1 << 20))
     yield rig
     rig.close()
 

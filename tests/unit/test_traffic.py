@@ -16,7 +16,7 @@ from specd.cli.daemon_cmds import parse_duration
 from specd.errors import HealthError, UsageError
 from specd.traffic import records as traffic
 from specd.traffic.records import Recorder, TrafficRecord
-from tests.proxy_fakes import FakeBackendForProxyTests, ServerThread, free_port
+from tests.fakes.proxy_fakes import FakeBackendForProxyTests, ServerThread, free_port
 
 
 def record(ts: float, **fields: object) -> TrafficRecord:

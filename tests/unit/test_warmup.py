@@ -12,35 +12,58 @@ from typing import Any
 
 import httpx
 
-from specd.proxy.warmup import MAX_BODY_BYTES, Recent, RecentRequests, one_token, warm_up
+from specd.proxy.warmup import MAX_BODY_BYTES, Recent, RecentRequests, distinct, one_token, warm_up
+from specd.traffic.shape import read_shape
 
 
 def chat(text: str, **extra: Any) -> dict[str, Any]:
     return {"model": "tiny", "messages": [{"role": "user", "content": text}], **extra}
 
 
+def note(recent: RecentRequests, path: str, body: bytes | dict[str, Any]) -> None:
+    """What the proxy does with each request: its body as sent, and the shape read from it."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    recent.note(path, read_shape(raw), raw)
+
+
 def test_the_newest_request_of_each_distinct_prompt_is_kept_newest_first() -> None:
     recent = RecentRequests()
-    recent.note("/v1/chat/completions", chat("a", temperature=0), 100)
-    recent.note("/v1/chat/completions", chat("b"), 100)
-    recent.note("/v1/chat/completions", chat("a", temperature=1), 100)  # the same prompt again: the newer wins
-    recent.note("/v1/completions", {"model": "tiny", "prompt": "def f():"}, 100)
-    chosen = recent.distinct()
-    assert [(r.path, r.document.get("temperature"), r.document.get("prompt")) for r in chosen] == [
-        ("/v1/completions", None, "def f():"), ("/v1/chat/completions", 1, None), ("/v1/chat/completions", None, None)]
-    assert [r.document["messages"][0]["content"] for r in chosen[1:]] == ["a", "b"]
+    note(recent, "/v1/chat/completions", chat("a", temperature=0))
+    note(recent, "/v1/chat/completions", chat("b"))
+    note(recent, "/v1/chat/completions", chat("a", temperature=1))  # the same prompt again: the newer wins
+    note(recent, "/v1/completions", {"model": "tiny", "prompt": "def f():"})
+    chosen = [document for _, document in distinct(recent.newest())]
+    assert [(d.get("temperature"), d.get("prompt")) for d in chosen] == [(None, "def f():"), (1, None), (None, None)]
+    assert [d["messages"][0]["content"] for d in chosen[1:]] == ["a", "b"]
+    assert [r.path for r, _ in distinct(recent.newest())] == ["/v1/completions", *["/v1/chat/completions"] * 2]
+
+
+def test_a_request_without_a_readable_prompt_does_not_hide_older_ones() -> None:
+    older = Recent("/v1/chat/completions", json.dumps(chat("older")).encode())
+    no_prompt = Recent("/v1/completions", json.dumps({"model": "tiny", "input": "no prompt key"}).encode())
+    too_deep = Recent("/v1/completions", b'{"model": "tiny", "prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    chosen = distinct([too_deep, no_prompt, older])  # newest first; too deep to compare: skipped, not an error
+    assert [document["messages"][0]["content"] for _, document in chosen] == ["older"]
 
 
 def test_only_generation_requests_of_a_bounded_size_are_remembered() -> None:
     recent = RecentRequests(keep=3)
-    recent.note("/v1/embeddings", {"input": "x", "prompt": "x"}, 10)  # not a generation
-    recent.note("/v1/completions", None, 10)  # not JSON
-    recent.note("/v1/completions", {"prompt": "big"}, MAX_BODY_BYTES + 1)
-    assert recent.distinct() == []
+    note(recent, "/v1/embeddings", {"input": "x", "prompt": "x"})  # not a generation
+    note(recent, "/v1/completions", b"not JSON")
+    note(recent, "/v1/completions", b"[" * 5000 + b"]" * 5000)  # JSON, no object, too deep to read
+    note(recent, "/v1/completions", {"prompt": "big", "x": "x" * MAX_BODY_BYTES})
+    assert recent.newest() == []
     for n in range(5):
-        recent.note("/v1/completions", {"prompt": str(n)}, 10)
-    assert [r.document["prompt"] for r in recent.distinct()] == ["4", "3", "2"]  # the last `keep` only
-    assert len(RecentRequests().distinct(limit=2)) == 0
+        note(recent, "/v1/completions", {"prompt": str(n)})
+    assert [json.loads(r.body)["prompt"] for r in recent.newest()] == ["4", "3", "2"]  # the last `keep` only
+    assert len(distinct(recent.newest(), limit=2)) == 2 and distinct([]) == []
+
+
+def test_the_bodies_remembered_are_bounded_in_bytes_too() -> None:
+    recent = RecentRequests(kept_bytes=3 * 1024)
+    for n in range(6):
+        note(recent, "/v1/completions", {"prompt": f"{n}" + "x" * 1400})
+    assert [json.loads(r.body)["prompt"][0] for r in recent.newest()] == ["5", "4"]  # two of ~1.4 KB fit in 3 KB
 
 
 def test_a_warm_up_request_is_the_same_prompt_for_one_token_not_streamed() -> None:
@@ -64,7 +87,7 @@ def test_every_prompt_is_sent_at_once_with_the_servers_key() -> None:
         seen.append((request.url.path, json.loads(request.content), request.headers.get("authorization")))
         return httpx.Response(200, json={"choices": []})
 
-    requests = [Recent("/v1/completions", {"prompt": str(n), "stream": True}) for n in range(4)]
+    requests = [Recent("/v1/completions", json.dumps({"prompt": str(n), "stream": True}).encode()) for n in range(4)]
     warmed = asyncio.run(warm_up("http://new-server", requests, api_key="k3y", transport=httpx.MockTransport(handler)))
     assert (warmed.sent, warmed.answered) == (4, 4) and concurrent["most"] == 4
     assert sorted(doc["prompt"] for _, doc, _ in seen) == ["0", "1", "2", "3"]
@@ -81,7 +104,7 @@ def test_a_server_that_does_not_answer_in_time_delays_the_flip_by_the_budget_onl
             await asyncio.sleep(30)
         return httpx.Response(200, json={})
 
-    requests = [Recent("/v1/completions", {"prompt": p}) for p in ("hangs", "fails", "fine")]
+    requests = [Recent("/v1/completions", json.dumps({"prompt": p}).encode()) for p in ("hangs", "fails", "fine")]
     started = time.monotonic()
     warmed = asyncio.run(warm_up("http://new-server", requests, budget_s=0.3, transport=httpx.MockTransport(handler)))
     assert time.monotonic() - started < 5

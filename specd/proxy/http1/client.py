@@ -5,9 +5,12 @@ parser (llhttp) and nothing else between the backend's bytes and the relay: the 
 one write on a pooled connection, the status line resolves one future, and every body part after
 it is handed to the consumer (`Sink`) from the protocol's own callback — no reader task, no
 queue, no wake-up per token (benchmarks/results/proxy-overhead.md). Requests go out as the client
-sent them: method, raw path and query, headers except hop-by-hop ones, body; nothing followed or
-decompressed, nothing added but Host, Content-Length and `Accept-Encoding: identity` (the relay
-reads token events in the bytes).
+sent them: method, raw path and query, headers except hop-by-hop ones (the fixed list and those
+the message's `Connection:` names, RFC 9110 §7.6.1), body; nothing followed or decompressed,
+nothing added but Host, Content-Length and `Accept-Encoding: identity` (the relay reads token events
+in the bytes). The same goes for the backend's headers on their way back. A response body is
+delimited as RFC 9112 §6.3 says: by Content-Length, by chunks, or — with neither — by the backend
+closing the connection, which then ends the body (it is not a drop); trailers are dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -23,6 +26,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from specd.proxy.http1 import Headers
+from specd.proxy.http1.bodies import Body
 from specd.proxy.http1.response import MalformedResponse, UpstreamFailed, UpstreamResponse
 
 HOP_BY_HOP = frozenset({
@@ -52,16 +56,27 @@ def origin_of(base_url: str) -> Origin:
     return Origin(parts.hostname, parts.port or 80, parts.netloc.encode("latin-1"))
 
 
-def forwarded_headers(raw: Iterable[tuple[bytes, bytes]]) -> bytes:
+def hop_by_hop(raw: Headers) -> frozenset[bytes]:
+    """The header names that stay on this hop: the fixed list, and any the message's `Connection:`
+    header names (`Connection: close, x-secret` keeps `x-secret` off the next hop)."""
+    named = [value for name, value in raw if name.lower() == b"connection"]
+    if not named:
+        return HOP_BY_HOP
+    return HOP_BY_HOP | {token.strip().lower() for value in named for token in value.split(b",")}
+
+
+def forwarded_headers(raw: Headers) -> bytes:
     """The header lines sent on to the backend: the client's minus hop-by-hop ones, and the body
     asked for uncompressed."""
-    return b"".join([name + b": " + value + b"\r\n" for name, value in raw if name.lower() not in HOP_BY_HOP]
+    dropped = hop_by_hop(raw)
+    return b"".join([name + b": " + value + b"\r\n" for name, value in raw if name.lower() not in dropped]
                     + [b"accept-encoding: identity\r\n"])
 
 
-def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> Headers:
+def response_headers(raw: Headers) -> Headers:
     """The backend's headers as they go to the client: hop-by-hop ones are the proxy's own business."""
-    return [(name, value) for name, value in raw if name.lower() not in HOP_BY_HOP]
+    dropped = hop_by_hop(raw)
+    return [(name, value) for name, value in raw if name.lower() not in dropped]
 
 
 class BackendConnection(asyncio.Protocol):
@@ -75,10 +90,11 @@ class BackendConnection(asyncio.Protocol):
         self.response: UpstreamResponse | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.served = 0  # responses read to their end on this connection
 
-    def begin(self, request: bytes, body: bytes, read_timeout_s: float | None, head_only: bool) -> UpstreamResponse:
+    def begin(self, request: bytes, body: Body, read_timeout_s: float | None, head_only: bool) -> UpstreamResponse:
         assert self._transport is not None and self.response is None
-        self.response = UpstreamResponse(self, read_timeout_s, head_only)
+        self.response = UpstreamResponse(self, read_timeout_s, head_only, reused=self.served > 0)
         self._transport.write(request)
         if body:
             self._transport.write(body)
@@ -124,14 +140,17 @@ class BackendConnection(asyncio.Protocol):
         self.closed = True
         self._pool.forget(self)
         response, self.response = self.response, None
-        if response is not None:
-            response.broke(exc if isinstance(exc, OSError)
-                           else ConnectionResetError("the backend closed the connection"))
+        if response is None:
+            return
+        if exc is None and response.close_delimited:  # the end of a body framed by the close itself
+            response.complete()
+            return
+        response.broke(exc if isinstance(exc, OSError) else ConnectionResetError("the backend closed the connection"))
 
     # ---- httptools ----------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
+        if self.response is not None and self.response.status == 0:  # after the headers: a trailer, dropped
             self.response.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -143,6 +162,8 @@ class BackendConnection(asyncio.Protocol):
             response.informational = True
             response.headers.clear()
             return
+        response.close_delimited = not response.head_only and status not in (204, 304) and not any(
+            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in response.headers)
         response.headers_done(status)
         if response.head_only:  # no body follows, whatever Content-Length says
             self.detach()
@@ -160,6 +181,7 @@ class BackendConnection(asyncio.Protocol):
             response.informational = False
             return
         self.response = None
+        self.served += 1
         keep_alive = self._parser.should_keep_alive()
         response.complete()
         if keep_alive and not self.closed:
@@ -175,7 +197,7 @@ class UpstreamPool:
         self._idle: dict[Origin, list[BackendConnection]] = {}
         self._open: set[BackendConnection] = set()
 
-    def send_now(self, method: str, base_url: str, target: bytes, headers: bytes, body: bytes
+    def send_now(self, method: str, base_url: str, target: bytes, headers: bytes, body: Body
                  ) -> UpstreamResponse | None:
         """Send at once on an idle pooled connection, without waiting for anything; None when no
         connection is idle (or the address is not usable): `send` then. Await `started()` next."""
@@ -188,28 +210,30 @@ class UpstreamPool:
             return None
         return self._begin(connection, method, target, headers, body, None)
 
-    async def send(self, method: str, base_url: str, target: bytes, headers: bytes, body: bytes,
+    async def send(self, method: str, base_url: str, target: bytes, headers: bytes, body: Body,
                    read_timeout_s: float | None,
-                   on_status: Callable[[UpstreamResponse], None] | None = None) -> UpstreamResponse:
+                   on_status: Callable[[UpstreamResponse], None] | None = None, *,
+                   fresh: bool = False) -> UpstreamResponse:
         """The backend's response, its headers read and its body not yet; UpstreamFailed otherwise.
         `headers` are the header lines to send (`forwarded_headers`), Host and Content-Length aside;
         `on_status` becomes the response's hook at its status line (`UpstreamResponse.on_status`).
 
         `read_timeout_s` bounds each wait for bytes (the status line, then every part of the body):
-        a backend that goes silent that long is hung.
+        a backend that goes silent that long is hung. `fresh`: on a new connection, never a pooled one
+        (the re-send rule's re-send after a drop on a reused connection, specd.proxy.resend).
         """
         try:
             origin = origin_of(base_url)
         except ValueError as exc:
             raise UpstreamFailed("failed", exc) from exc
-        connection = self._take(origin) or await self._connect(origin)
+        connection = (None if fresh else self._take(origin)) or await self._connect(origin)
         response = self._begin(connection, method, target, headers, body, read_timeout_s)
         response.on_status = on_status
         await response.started()
         return response
 
     @staticmethod
-    def _begin(connection: BackendConnection, method: str, target: bytes, headers: bytes, body: bytes,
+    def _begin(connection: BackendConnection, method: str, target: bytes, headers: bytes, body: Body,
                read_timeout_s: float | None) -> UpstreamResponse:
         length = b"content-length: %d\r\n" % len(body) if body or method in _BODY_METHODS else b""
         request = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b%b\r\n" % (method.encode("ascii"), target,
@@ -227,6 +251,15 @@ class UpstreamPool:
                 return response.status == 200
         except (UpstreamFailed, TimeoutError, OSError):
             return False
+
+    def discard_idle(self, base_url: str) -> None:
+        """Close the idle connections to `base_url`: the server may have closed them all (a restart)."""
+        try:
+            origin = origin_of(base_url)
+        except ValueError:
+            return
+        for connection in self._idle.pop(origin, []):
+            connection.close()
 
     def close(self) -> None:
         for connection in list(self._open):

@@ -4,6 +4,11 @@ The status line and headers are held until the first body bytes, so both leave i
 packet, one wake-up of the client), or alone at the end of the event loop's turn when no body
 bytes are ready: a stream's headers never wait for its first token. A streamed answer is chunked
 (close-delimited for an HTTP/1.0 client).
+
+Framing follows RFC 9110/9112: a 1xx or 204 answer carries neither Content-Length nor
+Transfer-Encoding nor a body (§8.6, §6.1); a 304 and any answer to HEAD carry no body, and
+Content-Length only when the handler gives one (the proxy passes the backend's: a HEAD answer says
+how long the GET's body would be, not 0).
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ def error_body(status: int, message: str, kind: str = "unavailable_error") -> by
     return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
+def no_length(status: int) -> bool:
+    """A status whose answer must carry no Content-Length or Transfer-Encoding (RFC 9110 §8.6, 9112 §6.1)."""
+    return status < 200 or status == 204
+
+
+def no_body(status: int) -> bool:
+    return no_length(status) or status == 304
+
+
 class Responder:
     """One request's answer to its client: `answer` whole, or `start`, `write`..., `end`."""
 
@@ -42,6 +56,10 @@ class Responder:
         """The client went away before the answer ended."""
         return self._connection.closed and not self.ended
 
+    def close_connection(self) -> None:
+        """The connection closes once this answer is out (say so before the answer starts)."""
+        self._connection.keep_alive = False
+
     def on_leave(self, callback: Callable[[], None] | None) -> None:
         """`callback` runs once if the client goes away before `end`."""
         self._on_leave = callback
@@ -51,10 +69,16 @@ class Responder:
         self._connection.throttle(pause, resume)
 
     def answer(self, status: int, headers: Headers, body: bytes) -> None:
-        """A whole response: headers and body in one write."""
-        self._head(status, [*headers, (b"content-length", b"%d" % len(body))])
+        """A whole response: headers and body in one write. A Content-Length in `headers` is kept only
+        for an answer without a body (HEAD, 304); otherwise the body's own length is sent."""
+        bodiless = self._head_only or no_body(status)
+        if no_length(status):
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+        elif not bodiless:
+            headers = [*[(k, v) for k, v in headers if k != b"content-length"], (b"content-length", b"%d" % len(body))]
+        self._head(status, headers)
         head, self._held = self._held or b"", None
-        self._finish(head + (b"" if self._head_only else body))
+        self._finish(head + (b"" if bodiless else body))
 
     def error(self, status: int, message: str, kind: str = "unavailable_error") -> None:
         headers: Headers = [(b"content-type", b"application/json")]
@@ -64,7 +88,9 @@ class Responder:
 
     def start(self, status: int, headers: Headers) -> None:
         """A response whose body follows in parts (chunked; close-delimited for an HTTP/1.0 client)."""
-        if self._chunked_ok:
+        if no_body(status):  # nothing may follow: the parts are dropped, no framing is announced
+            self._head_only = True
+        elif self._chunked_ok:
             self._chunked = True
             headers = [*headers, (b"transfer-encoding", b"chunked")]
         else:
@@ -83,6 +109,9 @@ class Responder:
 
     def end(self, data: bytes = b"") -> None:
         if self.ended:
+            return
+        if not self.started:  # a handler's bug: an end with no status line before it would be no HTTP
+            self.error(500, "specd proxy error", "api_error")
             return
         if data and not self._head_only:
             data = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data

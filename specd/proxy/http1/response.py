@@ -29,10 +29,11 @@ log = logging.getLogger("specd.proxy.proxy")
 class UpstreamFailed(Exception):
     """One attempt to reach the backend failed before a status line came back."""
 
-    def __init__(self, outcome: Outcome, cause: BaseException) -> None:
+    def __init__(self, outcome: Outcome, cause: BaseException, *, reused: bool = False) -> None:
         super().__init__(f"{outcome}: {type(cause).__name__}")
         self.outcome: Outcome = outcome
         self.cause_name = type(cause).__name__
+        self.reused = reused  # it went out on a keep-alive connection that had served before
 
 
 class MalformedResponse(ConnectionError):
@@ -80,14 +81,17 @@ class _WholeBody:
 class UpstreamResponse:
     """One response on its way in: status and headers first (`send` returns then), the body to a Sink."""
 
-    def __init__(self, connection: BackendConnection, read_timeout_s: float | None, head_only: bool) -> None:
+    def __init__(self, connection: BackendConnection, read_timeout_s: float | None, head_only: bool, *,
+                 reused: bool = False) -> None:
         self._connection = connection
+        self.reused = reused  # sent on a keep-alive connection that had served an earlier response
         self._loop = connection.loop
         self.sent_at = time.perf_counter()  # made as the request is handed to the socket
         self.status = 0
         self.headers: Headers = []
         self.head_only = head_only
         self.informational = False  # a 1xx answer is being read; the real one follows
+        self.close_delimited = False  # no Content-Length, not chunked: the backend's close ends the body
         self._started: asyncio.Future[None] = self._loop.create_future()
         self._read_timeout_s: float | None = None
         self.last_read = self._loop.time()
@@ -148,7 +152,7 @@ class UpstreamResponse:
         self._error = exc
         self._stop_timer()
         if not self._started.done():
-            self._started.set_exception(UpstreamFailed(outcome_of(exc), exc))
+            self._started.set_exception(UpstreamFailed(outcome_of(exc), exc, reused=self.reused))
             self._started.exception()  # retrieved: nobody may be waiting any more (a cancelled send)
         elif self._sink is not None:
             self._sink.on_error(exc)

@@ -10,9 +10,16 @@ What it does itself, so the proxy sees only whole requests:
 - a request's headers must arrive within `header_timeout_s` of the connection opening or of the
   previous response ending (slowloris), its body within `body_timeout_s` (408), and the body may
   not exceed `max_body_bytes`, declared or sent chunked (413, the connection closed, lingering so
-  that a client still sending its body reads the 413 and not a reset); one sweep
+  that a client still sending its body reads the 413 and not a reset), nor take the bytes held
+  for all clients past their daemon-wide bound (503: specd.proxy.http1.bodies); one sweep
   over the connections enforces the deadlines, so a request arms and cancels no timer;
-- `Expect: 100-continue` is answered; a malformed request gets a 400 and the connection closes;
+- the request target may not exceed `max_target_bytes` (414) nor the request line and headers
+  together `max_head_bytes` (431), as nginx's `large_client_header_buffers` bound them; the parser
+  is never fed more of a head than that (httptools joins a header's pieces by concatenation, so
+  an unbounded header costs time in the square of its size and stalls every connection);
+- request trailers are read and dropped: they never join the headers the handler sees;
+- `Expect: 100-continue` (any case) is answered; a malformed request gets a 400 and the connection
+  closes;
 - pipelined requests are answered in order, one at a time;
 - a response's headers leave with its first body bytes (one send where two would do), or alone at
   the end of the event loop's turn when no body bytes are ready;
@@ -25,22 +32,32 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, cast
 from urllib.parse import unquote
 
 import httptools
 
 from specd.proxy.http1 import Headers
-from specd.proxy.http1.responder import Responder
+from specd.proxy.http1.bodies import Body, BodyBuffer, HeldBytes
+from specd.proxy.http1.responder import Responder, error_body
 
 log = logging.getLogger("specd.proxy.proxy")
 
+_BUSY_BODY = error_body(503, "specd proxy: too many client connections, all busy; retry")
+BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+               b"connection: close\r\ncontent-length: %d\r\n\r\n%b" % (len(_BUSY_BODY), _BUSY_BODY))
+# Past this much of a body, each read waits for the loop's next turn: libuv reads a ready socket up
+# to 32 times in one go, and 32 x 256 KiB of copying stalled every other client in that turn.
+YIELD_AFTER_BYTES = 256 * 1024
 LINGER_S = 5.0  # how long a refused client may go on sending before its connection is closed (nginx: 5 s)
+
+
+MAX_TARGET_BYTES = 8 * 1024  # nginx: one 8k buffer for the request line, then 414
+MAX_HEAD_BYTES = 32 * 1024  # nginx: 4 x 8k (large_client_header_buffers), then "too large"
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,9 @@ class FrontLimits:
     max_body_bytes: int
     body_timeout_s: float
     header_timeout_s: float
+    max_target_bytes: int = MAX_TARGET_BYTES
+    max_head_bytes: int = MAX_HEAD_BYTES  # the request line and the headers
+    held: HeldBytes = field(default_factory=HeldBytes)  # request bytes held for clients: shared, daemon-wide
 
 
 @dataclass
@@ -57,8 +77,9 @@ class ClientRequest:
     method: str
     target: bytes  # the raw request target: path and query as sent
     headers: Headers
-    body: bytes = b""
+    body: Body = b""
     received: float = 0.0  # time.perf_counter() when the whole request was in
+    held: int = 0  # bytes of `body` counted in the daemon's HeldBytes until the request is answered
 
     @functools.cached_property
     def path(self) -> str:
@@ -67,13 +88,13 @@ class ClientRequest:
         try:
             path = httptools.parse_url(self.target).path
         except httptools.HttpParserInvalidURLError:
-            path = self.target
+            path = self.target.partition(b"?")[0]  # never the query: it may carry an API key
         return unquote(path.decode("latin-1"))
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """The answer to an unusable request (400, 408, 413), waiting its turn on the connection."""
+    """The answer to an unusable request (400, 408, 413, 414, 431), waiting its turn on the connection."""
 
     status: int
     message: str
@@ -83,18 +104,31 @@ class Refusal:
 Handler = Callable[[ClientRequest, Responder], Coroutine[Any, Any, None]]
 
 
+class Admission(Protocol):
+    """Who keeps the count of open connections (specd.proxy.http1.listener.FrontServer)."""
+
+    def admit(self, connection: FrontConnection) -> bool: ...
+    def discard(self, connection: FrontConnection) -> None: ...
+
+
 class FrontConnection(asyncio.Protocol):
     """One client connection: parse requests, hand each whole one to `handler`, in order."""
 
-    def __init__(self, handler: Handler, limits: FrontLimits, connections: set[FrontConnection]) -> None:
+    def __init__(self, handler: Handler, limits: FrontLimits, admission: Admission) -> None:
         self.loop = asyncio.get_running_loop()
-        self._handler, self._limits, self._connections = handler, limits, connections
+        self._handler, self._limits, self._admission = handler, limits, admission
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._partial: ClientRequest | None = None
         self._headers: Headers = []  # the partial request's, names lowercased
-        self._body: list[bytes] = []
-        self._body_size = 0
+        self._body = BodyBuffer(limits.held, limits.max_body_bytes)
+        self._request: ClientRequest | None = None  # the one being answered
+        # The request head being read: its bytes so far (bounded by max_head_bytes before the parser
+        # sees them) and its target's (bounded by max_target_bytes as it arrives: llhttp hands the
+        # target over piece by piece, at the end of every read).
+        self._in_head = True
+        self._head_bytes = 0
+        self._target_size = 0
         self._queue: deque[tuple[ClientRequest, bool, bool] | Refusal] = deque()
         self._responder: Responder | None = None
         self._task: asyncio.Task[None] | None = None
@@ -115,26 +149,56 @@ class FrontConnection(asyncio.Protocol):
     def busy(self) -> bool:
         return self._responder is not None
 
+    @property
+    def idle_since(self) -> float | None:
+        """Loop time since when this connection waits for a request it has not begun sending (None:
+        a request is under way): what may be closed to make room, as nginx reuses its idle ones."""
+        if self.busy or self._queue or self._owes != "headers" or self._head_bytes or self._linger_until is not None:
+            return None
+        return self._since
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
-        self._connections.add(self)
+        if not self._admission.admit(self):
+            self.closed = True  # at the limit and every connection busy: a clear answer, then the close
+            self._transport.write(BUSY_ANSWER)
+            self._transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
         try:
-            self._parser.feed_data(data)
+            while data and self._in_head and not self._refused:
+                room = self._limits.max_head_bytes - self._head_bytes
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+                self._parser.feed_data(piece)
+                if self._in_head and self._head_bytes >= self._limits.max_head_bytes:
+                    self._refuse(431, f"request line and headers over {self._limits.max_head_bytes} bytes")
+            if data and not self._refused:
+                self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self.keep_alive = False  # the request before the upgrade is answered; nothing after it is read
         except httptools.HttpParserError:
             self._refuse(400, "malformed HTTP request")
+        if self._owes == "body" and self._body.size >= YIELD_AFTER_BYTES and self._transport is not None:
+            self._transport.pause_reading()  # a big body: one read per turn of the loop, others' turns between
+            self.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        if self._owes == "body" and not self.busy and not self.closed and self._transport is not None:
+            self._transport.resume_reading()  # (busy: a pipelined body, read on when the answer before it ends)
 
     def eof_received(self) -> bool:
         return False  # a client that half-closes is gone: close (uvicorn does the same)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._connections.discard(self)
+        self._admission.discard(self)
+        self._body.drop()
+        for entry in self._queue:  # pipelined and never to be answered (the one in hand is, by `_handled`)
+            if isinstance(entry, tuple):
+                self._release(entry[0])
         if self._throttled is not None:
             self._throttled[1]()  # a paused producer must not stay paused for a client that is gone
             self._throttled = None
@@ -169,44 +233,50 @@ class FrontConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._partial = ClientRequest("", b"", [])
         self._headers = self._partial.headers
-        self._body, self._body_size = [], 0
+        self._body.drop()
+        self._target_size = 0
 
     def on_url(self, url: bytes) -> None:
-        if self._partial is not None:
+        self._target_size += len(url)
+        if self._target_size > self._limits.max_target_bytes:
+            self._refuse(414, f"request target over {self._limits.max_target_bytes} bytes")
+        elif self._partial is not None and not self._refused:
             self._partial.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        if self._in_head:  # after the head: a trailer, read and dropped (never forwarded as a header)
+            self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         request = self._partial
         if request is None or self._refused:
             return
         request.method = self._parser.get_method().decode("ascii", "replace")
         declared = next((v for k, v in request.headers if k == b"content-length"), None)
-        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_body_bytes:
-            self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
+        refused = self._body.expect(int(declared)) if declared is not None and declared.isdigit() else None
+        if refused is not None:
+            self._refuse(*refused)
             return
         self._owes, self._since = "body", self.loop.time()
-        if (b"expect", b"100-continue") in request.headers and not self.busy and not self._queue:
+        expects = next((v for k, v in request.headers if k == b"expect"), None)
+        if expects is not None and expects.strip().lower() == b"100-continue" and not self.busy and not self._queue:
             self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         if self._refused:
             return
-        self._body_size += len(body)
-        if self._body_size > self._limits.max_body_bytes:
-            self._refuse(413, f"request body over {self._limits.max_body_bytes} bytes", "invalid_request_error")
-            return
-        self._body.append(body)
+        refused = self._body.add(body)
+        if refused is not None:
+            self._refuse(*refused)
 
     def on_message_complete(self) -> None:
         request, self._partial = self._partial, None
+        self._in_head, self._head_bytes = True, 0  # the next request's head starts here
         if request is None or self.closed or self._refused:
             return
-        request.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request.body, request.held = self._body.take()
         request.received = time.perf_counter()
-        self._body = []
         self._owes = None
         keep_alive = self._parser.should_keep_alive()
         chunked_ok = self._parser.get_http_version() == "1.1"
@@ -229,11 +299,13 @@ class FrontConnection(asyncio.Protocol):
         request, keep_alive, chunked_ok = entry
         self.keep_alive = self.keep_alive and keep_alive
         responder = self._responder = Responder(self, head_only=request.method == "HEAD", chunked_ok=chunked_ok)
+        self._request = request
         try:
             handling = self._handler(request, responder)  # may act at once (the proxy sends upstream here)
         except Exception:
             log.exception("proxy error")
-            self._responder = None
+            self._release(request)
+            self._responder = self._request = None
             self.keep_alive = False
             responder.error(500, "specd proxy error", "api_error")
             return
@@ -242,6 +314,9 @@ class FrontConnection(asyncio.Protocol):
 
     def _handled(self, task: asyncio.Task[None]) -> None:
         responder, self._responder, self._task = self._responder, None, None
+        if self._request is not None:
+            self._release(self._request)
+            self._request = None
         failed = None if task.cancelled() else task.exception()
         if failed is not None:
             log.error("proxy error", exc_info=failed)
@@ -278,10 +353,16 @@ class FrontConnection(asyncio.Protocol):
         if self._refused:
             return
         self._refused = True
+        self._body.drop()  # a refused body is never used: its bytes go back at once
         if self.busy or self._queue:
             self._queue.append(Refusal(status, message, kind))
         else:
             self._answer_refusal(Refusal(status, message, kind))
+
+    def _release(self, request: ClientRequest) -> None:
+        """The request is answered (or never will be): its body's bytes are no longer held."""
+        self._limits.held.release(request.held)
+        request.held = 0
 
     def _answer_refusal(self, refusal: Refusal) -> None:
         self.keep_alive = False
@@ -317,54 +398,3 @@ class FrontConnection(asyncio.Protocol):
             self.close()
         elif self._owes == "body" and now - self._since > self._limits.body_timeout_s:
             self._refuse(408, f"request body not received within {self._limits.body_timeout_s:g} s")
-
-
-class FrontServer:
-    """The proxy's listening socket and its connections, with uvicorn's lifecycle surface
-    (`serve`, `started`, `should_exit`) so the daemon runs it beside its other servers."""
-
-    def __init__(self, handler: Handler, limits: FrontLimits, *, grace_s: float,
-                 on_stop: Callable[[], Awaitable[None]]) -> None:
-        self._handler, self._limits, self._grace_s = handler, limits, grace_s
-        self._on_stop = on_stop
-        self._connections: set[FrontConnection] = set()
-        self._next_sweep = 0.0
-        self.started = False
-        self.should_exit = False
-
-    async def serve(self, sockets: list[socket.socket] | None = None, *, host: str = "127.0.0.1",
-                    port: int = 0) -> None:
-        loop = asyncio.get_running_loop()
-        if sockets:
-            server = await loop.create_server(self._connection, sock=sockets[0])
-        else:
-            server = await loop.create_server(self._connection, host, port)
-        self.started = True
-        sweep_s = min(self._limits.header_timeout_s, self._limits.body_timeout_s, 4.0) / 4
-        try:
-            while not self.should_exit:  # uvicorn's way: a flag other threads may set
-                await asyncio.sleep(min(0.1, sweep_s))
-                now = loop.time()
-                if now >= self._next_sweep:
-                    self._next_sweep = now + sweep_s
-                    for connection in list(self._connections):
-                        connection.enforce_deadlines(now)
-        finally:
-            server.close()
-            await self._close_connections()
-            await self._on_stop()
-
-    def _connection(self) -> FrontConnection:
-        return FrontConnection(self._handler, self._limits, self._connections)
-
-    async def _close_connections(self) -> None:
-        """Idle connections close now; busy ones when their answer ends, within the grace."""
-        deadline = asyncio.get_running_loop().time() + self._grace_s
-        while self._connections and asyncio.get_running_loop().time() < deadline:
-            for connection in list(self._connections):
-                if not connection.busy:
-                    connection.keep_alive = False
-                    connection.close()
-            await asyncio.sleep(0.05)
-        for connection in list(self._connections):
-            connection.close()

@@ -1,0 +1,193 @@
+"""The mutation run over the proxy's request path, as a page: counts, and every mutant that lived.
+
+    mutmut run                       # pyproject's [tool.mutmut]: specd/proxy/, the proxy's unit tests
+    python benchmarks/mutation_report.py --out benchmarks/results/mutation-proxy.md
+
+Reads `mutmut results` and `mutmut show` in the checkout. Each surviving mutant is listed with its
+diff and a reason it is harmless, or the test that now kills it: the reasons of a kind are written
+once (KINDS, matched on the diff) and the rest one by one (NOTES, by mutant name). A mutant that
+matches neither is listed as "to review", so a new survivor cannot hide in a count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+MUTMUT = [sys.executable, "-m", "mutmut"]
+LIVED = ("survived", "no tests")
+
+# (kind, reason, test on the changed lines) for survivors that are harmless by their nature
+KINDS: list[tuple[str, str, re.Pattern[str]]] = [
+    ("text", ("the wording of a message or a description: nothing reads it back but a person (the sentences "
+              "a user relies on are asserted word for word where they matter)"),
+     re.compile(r"""^(?!.*\bb["']).*["'][^"']*["'].*$""")),
+    ("log", "what a log line says or whether it says it: the journal's wording, not behaviour",
+     re.compile(r"\blog\.(debug|info|warning|error|exception)\("))
+]
+FALSY = {"False", "0", "0.0", '""', "[]", "()"}
+
+# mutant-name prefix -> why it is harmless, or which test now kills it
+NOTES: dict[str, str] = {
+    "specd.proxy.warmup.x_warm_up": "the empty warm-up's counts: `Warmed.describe` reads only `sent`, which is "
+                                    "falsy either way; the timed warm-up is tests/unit/test_warmup.py's",
+    "specd.proxy.relay.xǁRelayǁstop": "a second stop closes the upstream again; `close` is idempotent",
+    "specd.proxy.http1.client.xǁUpstreamPoolǁdiscard_idle": "defence only: the re-send after a drop on a reused "
+                                                            "connection goes on a fresh one whatever the pool "
+                                                            "holds; closing the other idle ones saves a later "
+                                                            "request from meeting them",
+    "specd.proxy.proxy.xǁProxyǁ_follow__mutmut_1": "the same as discard_idle's: the re-send goes fresh anyway",
+    "specd.proxy.http1.client.x_answers_health_now": "the probe's timeout (1 s, 2 s or the default): how long a "
+                                                     "drop's judgement may take, not what it decides",
+    "specd.proxy.http1.client.xǁBackendConnectionǁdetach": "the connection is closed on the next line; nothing "
+                                                           "reads `response` on a closed connection",
+    "specd.proxy.http1.client.xǁBackendConnectionǁpause_reading": "a guard against a transport already closed: "
+                                                                  "uvloop's pause on a closing transport is a "
+                                                                  "no-op",
+    "specd.proxy.http1.client.xǁBackendConnectionǁresume_reading": "the same guard, for resume",
+    "specd.proxy.http1.listener.xǁFrontServerǁ_warn": "how often the cap's warning is logged (at most once a "
+                                                      "minute): the journal's volume, not behaviour",
+    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_2": "`id(c)` only breaks ties between "
+                                                                       "connections idle since the same instant",
+    "specd.proxy.gate.xǁBackendGateǁpause__mutmut_2": "`_paused_until` is only compared with None (is a pause "
+                                                      "on); the lease's end is its timer's",
+    "specd.proxy.http1.response.xǁUpstreamFailedǁ__init__": "the exception's text and the cause's name go into "
+                                                            "the error message only; `reused` is always passed",
+    "specd.proxy.resend.x_decide__mutmut_1": "a default every caller overrides (the proxy passes each argument)",
+    "specd.proxy.resend.x_decide__mutmut_3": "a default every caller overrides",
+    "specd.proxy.resend.xǁResendsǁafter__mutmut_1": "a default every caller overrides",
+    "specd.proxy.resend.xǁResendsǁafter__mutmut_2": "a default every caller overrides",
+    "specd.proxy.relay.x_read_whole": "the body of a 503 that broke off while loading, shown only if the hold "
+                                      "then expires: a placeholder either way",
+    "specd.proxy.relay.xǁClientWatchǁ_left": "a client that left is recorded 499 before this flag is read; "
+                                             "with it unset the cancellation propagates and the server closes "
+                                             "the connection it already lost",
+    "specd.proxy.proxy.xǁProxyǁshutdown": "the last wait after the streams were cut: they end at once, so it "
+                                          "returns before 5 s, 6 s or forever would matter",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_2": "an `or` of guards that are each "
+                                                                              "enough: the same closes",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_3": "the same",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_7": ("how long a refused client may "
+                                                                               "go on sending (5 s): a test would "
+                                                                               "need a client slower than the "
+                                                                               "sweep; not covered"),
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_8": "the same: the linger's length",
+    "specd.proxy.http1.server.xǁFrontConnectionǁpause_writing": ("the flag matters only when an answer starts "
+                                                                  "while the socket is still backed up from the "
+                                                                  "one before (pipelining behind a slow reader); "
+                                                                  "not covered"),
+    "specd.proxy.http1.response.xǁUpstreamResponseǁpause_reading": ("a slow client's stream must not be cut by "
+                                                                     "the idle timeout while the backend is paused "
+                                                                     "for it: a test needs more than the socket "
+                                                                     "buffers in flight and a client slower than "
+                                                                     "the timeout; not covered"),
+    "specd.proxy.http1.response.xǁUpstreamResponseǁresume_reading": "the same, on resume",
+    "specd.proxy.http1.response.xǁUpstreamResponseǁ_check_stall__mutmut_5": "`<` or `<=` at the exact instant "
+                                                                            "of the timeout",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_10": "`head_only` None is falsy",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_11": "an error answer is whole; "
+                                                                              "`chunked_ok` is never read",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_16": "the same",
+    "specd.proxy.http1.responder.xǁResponderǁclient_left": ("the callback is cleared when the answer ends, so "
+                                                            "`not ended` adds nothing once it is None"),
+}
+
+
+def mutmut(*args: str) -> str:
+    return subprocess.run([*MUTMUT, *args], capture_output=True, text=True, check=False).stdout
+
+
+def diff_of(name: str) -> list[str]:
+    return [line for line in mutmut("show", name).splitlines()
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def classify(name: str, diff: list[str]) -> tuple[str, str]:
+    for prefix, note in NOTES.items():
+        if name.startswith(prefix):
+            return "noted", note
+    if _falsy_for_none(diff):
+        return "falsy", ("a falsy value (`False`, `0`, `\"\"`, `[]`) swapped for `None` where it is only "
+                         "tested for truth or passed on to be: the same behaviour")
+    changed = [line[1:].strip() for line in diff]
+    for kind, reason, pattern in KINDS:
+        if (changed and all(pattern.search(line) for line in changed)
+                and (kind != "text" or _only_strings_differ(diff))):
+            return kind, reason
+    return "to review", ""
+
+
+def _falsy_for_none(diff: list[str]) -> bool:
+    removed = [line[1:] for line in diff if line.startswith("-")]
+    added = [line[1:] for line in diff if line.startswith("+")]
+    if len(removed) != 1 or len(added) != 1:
+        return False
+    before, after = re.findall(r"\w+|\S", removed[0]), re.findall(r"\w+|\S", added[0])
+    if len(before) != len(after):
+        return False
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    return len(changed) == 1 and changed[0][1] == "None" and changed[0][0] in FALSY
+
+
+def _only_strings_differ(diff: list[str]) -> bool:
+    """The removed and added lines are the same once str literals (not bytes) are blanked."""
+    def blank(line: str) -> str:
+        return re.sub(r"""(?<![bB])(["'])(?:\\.|(?!\1).)*\1""", '""', line[1:].strip())
+    removed = [blank(line) for line in diff if line.startswith("-")]
+    added = [blank(line) for line in diff if line.startswith("+")]
+    return removed == added
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    results = [line.strip().rsplit(": ", 1) for line in mutmut("results", "--all", "true").splitlines()
+               if ": " in line]
+    counts = collections.Counter(status for _, status in results)
+    per_module: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for name, status in results:
+        per_module[name.split(".x")[0]][status] += 1
+    lived = [(name, status) for name, status in results if status in LIVED]
+    rows = []
+    for name, status in lived:
+        diff = diff_of(name)
+        kind, reason = classify(name, diff)
+        shown = " / ".join(f"`{line[:110]}`" for line in diff).replace("|", "\\|")
+        rows.append((kind, name, status, shown, reason))
+    kinds = collections.Counter(kind for kind, *_ in rows)
+    lines = [
+        "# Mutation testing of the proxy's request path (specd/proxy/)", "",
+        ("- command: `mutmut run` (pyproject's `[tool.mutmut]`: every module of specd/proxy/ mutated; the proxy's "
+         "unit tests, each mutant against the tests that run its function), then "
+         "`python benchmarks/mutation_report.py --out benchmarks/results/mutation-proxy.md`"),
+        (f"- machine: {platform.node()}: {platform.platform()}, {psutil.cpu_count()} CPUs (shared); Python "
+         f"{sys.version.split()[0]}; date {datetime.datetime.now(datetime.UTC):%Y-%m-%d}"),
+        ("- what: a mutant *killed* made a test fail; *timeout* made one hang past mutmut's bound (also caught); "
+         "*survived* passed every test that runs its function; *no tests*: no unit test runs the function "
+         "(the system tier may); *not checked*: the run's time budget ended first"),
+        f"- counts: {dict(counts)}; survivors by kind: {dict(kinds)}", "",
+        "| module | killed | timeout | survived | no tests | not checked |", "|---|---|---|---|---|---|",
+        *(f"| {module} | {c['killed']} | {c['timeout']} | {c['survived']} | {c['no tests']} | {c['not checked']} |"
+          for module, c in sorted(per_module.items())),
+        "", "## Every mutant that lived", "", "| kind | mutant | status | change | why it is harmless, or the test |",
+        "|---|---|---|---|---|",
+        *(f"| {kind} | `{name.removeprefix('specd.proxy.')}` | {status} | {shown} | {reason} |"
+          for kind, name, status, shown, reason in sorted(rows)),
+    ]
+    text = "\n".join(lines) + "\n"
+    if args.out is not None:
+        args.out.write_text(text)
+    print("\n".join(lines[:12]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The proxy's gate (specd.proxy.gate): a pause is a lease that ends by itself, renewed only while it
+holds; held requests wait for it. Pure asyncio, no sockets: the switch's drain relies on each of these."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from specd.proxy.gate import BackendGate, HoldExpired
+
+
+async def healthy() -> bool:
+    return True
+
+
+async def never_healthy() -> bool:
+    return False
+
+
+def test_a_pause_is_a_lease_that_ends_by_itself() -> None:
+    async def scenario() -> None:
+        gate = BackendGate(healthy, poll_s=0.01)
+        gate.pause(0.2)
+        assert gate.paused and not gate.open
+        await gate.wait(time.perf_counter() + 30, 30)  # returns once the lease ran out and /health answered
+        assert not gate.paused and gate.open
+        gate.stop()
+
+    asyncio.run(scenario())
+
+
+def test_renew_extends_a_pause_that_holds_and_refuses_one_that_ended() -> None:
+    async def scenario() -> None:
+        gate = BackendGate(healthy, poll_s=0.01)
+        assert gate.renew(30) is False  # nothing to renew
+        gate.pause(30)
+        assert gate.renew(30) is True and gate.paused
+        gate.resume()
+        assert gate.renew(30) is False and not gate.paused
+        await gate.wait(time.perf_counter() + 30, 30)
+        assert gate.open
+        gate.stop()
+
+    asyncio.run(scenario())
+
+
+def test_resume_ends_the_lease_early_and_its_timer_with_it() -> None:
+    async def scenario() -> None:
+        gate = BackendGate(healthy, poll_s=0.01)
+        gate.pause(0.3)
+        past_the_first_lease = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.3, past_the_first_lease.set)  # runs after the lease's own timer
+        gate.resume()
+        gate.pause(30)  # a new pause: the old lease's timer must not end it
+        await past_the_first_lease.wait()
+        assert gate.paused
+        gate.resume()
+        gate.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_held_request_gives_up_at_its_deadline_while_the_backend_stays_down() -> None:
+    async def scenario() -> None:
+        gate = BackendGate(never_healthy, poll_s=0.01)
+        gate.mark_unhealthy()
+        with pytest.raises(HoldExpired, match="not healthy after 7 s"):
+            await gate.wait(time.perf_counter() + 0.2, 7)
+        gate.close()  # a shutdown lets everything held go
+        assert gate.open
+        gate.stop()
+
+    asyncio.run(scenario())
