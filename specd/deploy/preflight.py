@@ -89,7 +89,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     profile = load_profile(deployment.profiles_dir, name)
     if deployment.scope == "system":
         check_strict_modes((profile.path, *profile.files))
-    flags = binary_flags(profile.binary, profile.launcher)
+    flags = binary_flags(profile.binary, profile.launcher, profile.binary_args)
     model_info = read_gguf_info(profile.model) if profile.model and not profile.launcher else None
     draft_info = (read_gguf_info(profile.speculative.draft_model)
                   if profile.speculative.draft_model and not profile.launcher else None)
@@ -205,6 +205,6 @@ def vram_estimate(profile: Profile, model: GgufInfo, draft: GgufInfo | None) -> 
     from specd.gpu.settings import settings_from_argv
     from specd.gpu.vram import estimate_vram
 
-    flags = binary_flags(profile.binary, profile.launcher)
+    flags = binary_flags(profile.binary, profile.launcher, profile.binary_args)
     settings = settings_from_argv(build_argv(profile, flags), dict(profile.env), flags)
     return estimate_vram(model, draft, 0, None, settings=settings)

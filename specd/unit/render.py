@@ -15,7 +15,7 @@ from pathlib import Path
 from specd import paths
 from specd.errors import PreflightError, ProfileError
 from specd.profiles.flags import BinaryFlags
-from specd.profiles.keys import SPECULATIVE_KEYS, TOP_KEYS, ProfileKey
+from specd.profiles.keys import SPECULATIVE_KEYS, TOP_KEYS, ProfileKey, reported_model_id
 from specd.profiles.load import Directive, Profile
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -69,6 +69,17 @@ def _format(value: object) -> str:
     return str(value)
 
 
+def _without_flag(profile: Profile, flags: BinaryFlags, key: str, written: str) -> bool:
+    """Whether the server gets `key` = `written` with no flag at all: the profile says the key is
+    implicit and the binary does it by itself (its --help's default; for the alias, the id it reports)."""
+    if key not in profile.implicit:
+        return False
+    if key == "alias":
+        paths = dict(profile.written_paths)
+        return written == reported_model_id(paths.get("model"), profile.hf_repo)
+    return flags.default_of(f"--{key}") == written
+
+
 def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
     """The profile's top-level typed keys as flags, in the keys' order."""
     argv: list[str] = []
@@ -76,6 +87,8 @@ def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
     for key in TOP_KEYS:
         value = getattr(profile, key.name) if key.flags else None
         if value is None or value is False:
+            continue
+        if _without_flag(profile, flags, key.name, _format(value)):
             continue
         if key.name == "api_key":
             argv += ["--api-key-file", str(paths.api_key_file(value))]  # the key itself stays out of the unit
@@ -94,7 +107,7 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
     if profile.router and not flags.has("--models-dir"):
         raise PreflightError(f"profile '{profile.name}': router = true, but {profile.binary} has no router mode "
                              "(no --models-dir in its --help): without a model it would not start")
-    argv = [str(profile.binary), *_typed_flags(profile, flags)]
+    argv = [str(profile.binary), *profile.binary_args, *_typed_flags(profile, flags)]
     spec = profile.speculative
     if spec.type != "none":
         argv += ["--spec-type", flags.spec_type_spelling(spec.type, profile_name=profile.name)]
