@@ -67,8 +67,9 @@ class UnitCommand:
 
     @property
     def base_url(self) -> str:
-        host = self.option("--host") or "127.0.0.1"
-        port = self.option("--port") or "8080"
+        """Where it listens: --host/--port, else their LLAMA_ARG_* variables, else llama-server's defaults."""
+        host = self.option("--host") or self.environment.get("LLAMA_ARG_HOST") or "127.0.0.1"
+        port = self.option("--port") or self.environment.get("LLAMA_ARG_PORT") or "8080"
         return f"http://{host}:{port}"
 
 

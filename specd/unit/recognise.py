@@ -28,7 +28,9 @@ _INTERPRETERS = re.compile(r"(python|pypy)[\d.]*|node|nodejs|deno|bun|ruby|perl|
 # Engines people run beside llama-server, whose own command lines look alike.
 _OTHER_ENGINES = {"vllm": "vLLM", "ollama": "Ollama", "koboldcpp": "KoboldCpp", "llamafile": "llamafile",
                   "text-generation-launcher": "TGI", "sglang": "SGLang", "lms": "LM Studio", "tabbyAPI": "TabbyAPI",
-                  "llama-cpp-python": "llama-cpp-python", "local-ai": "LocalAI", "lemonade-server": "Lemonade"}
+                  "llama-cpp-python": "llama-cpp-python", "local-ai": "LocalAI", "lemonade-server": "Lemonade",
+                  "mlx_lm.server": "MLX LM", "mlx_lm": "MLX LM", "mlx-lm": "MLX LM",
+                  "sd-server": "stable-diffusion.cpp", "whisper-server": "whisper.cpp"}
 _SERVER_NAME = re.compile(r"(.*[-_])?llama[-_]?server([-_.][\w.]+)?|server")
 SUBCOMMANDS = frozenset({"serve", "server"})  # llama.cpp's multi-call `llama` (app/llama.cpp): both run the server
 
@@ -64,11 +66,11 @@ def refuse_other_programs(argv: list[str], where: str) -> None:
         script = next((word for word in argv[1:] if not word.startswith("-")), None)
         what = f"the {name} module {module}" if module else f"the {name} program {script}" if script else name
         known = " (llama-cpp-python's server)" if module and module.startswith("llama_cpp") else ""
-        raise UsageError(f"{where}: ExecStart= runs {what}{known}, not llama.cpp's llama-server: specd manages "
+        raise UsageError(f"{where}: its command runs {what}{known}, not llama.cpp's llama-server: specd manages "
                          "llama-server (or a fork of it) only; keep this unit by hand, or run llama-server and "
                          "import that unit")
     if name in _OTHER_ENGINES:
-        raise UsageError(f"{where}: ExecStart= runs {name} ({_OTHER_ENGINES[name]}), not llama.cpp's llama-server: "
+        raise UsageError(f"{where}: its command runs {name} ({_OTHER_ENGINES[name]}), not llama.cpp's llama-server: "
                          "specd manages llama-server (or a fork of it) only; keep this unit by hand")
 
 

@@ -24,9 +24,17 @@ def running_server(argv: list[str], env: dict[str, str] | None = None, *, timeou
     """Start `binary ARGV --host 127.0.0.1 --port FREE` (light settings) and yield its base URL once
     /health answers 200; the log is in the failure message when it never does."""
     port = free_port()
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"specd-served-{os.getpid()}-{port}.log"
     command = [str(binary), *argv, "--host", "127.0.0.1", "--port", str(port), "-c", "256", "-t", "1",
                "--no-warmup"]
+    with running_command(command, port, env, timeout_s=timeout_s) as url:
+        yield url
+
+
+@contextmanager
+def running_command(command: list[str], port: int, env: dict[str, str] | None = None, *,
+                    timeout_s: float = 120) -> Iterator[str]:
+    """Run `command` as it is (a server that listens on 127.0.0.1:`port`) until /health answers 200."""
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"specd-served-{os.getpid()}-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, **(env or {}), "LLAMA_LOG_COLORS": "off"})

@@ -136,7 +136,10 @@ def _unit_rows(manager: PrivateSystemd, tmp_path: Path, files: list[Path]) -> di
             rows[attempt.file.name] = Row(attempt.file.name, source, "refused" if clear else "refused-unclear",
                                           message[:400])
             continue
-        original_args = command.args if isinstance(command, ServerCommand) else ()
+        # The unit ran with its own binary: every option it passes is one that binary takes (the render
+        # fallback adds the ones the reference build lacks). A wrapper's whole argv when no llama-server is named.
+        original_args = (command.args if isinstance(command, ServerCommand)
+                         else tuple(executed.argv) if executed and executed.argv else ())
         try:
             text, refusal = render(env, profiles, attempt.profile, original_args)
         except Crash as crash:
@@ -195,6 +198,7 @@ def _summary(rows: list[Row], bar: float) -> dict[str, object]:
             "served_ids_checked": len(checked), "served_ids_same": sum(r.outcome == "round-trips" for r in checked)}
 
 
+@pytest.mark.timeout(3600)
 def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: PrivateSystemd, tmp_path: Path) -> None:
     require_real_server()
     rows = _unit_rows(systemd_manager, tmp_path, [*UNITS, *HELD_OUT, *HELD_OUT2])
@@ -242,7 +246,7 @@ def _swap_rows(manager: PrivateSystemd, tmp_path: Path, configs: list[Path]) -> 
             rows.append(Row(config.name, source, "refused" if imported.returncode and config.name in message
                             else "refused-unclear", message[:300]))
             continue
-        for model in read_llama_swap(config.read_text(), str(config), environ).models:
+        for model in read_llama_swap(config.read_text(), str(config), env).models:  # what `specd` saw
             rows.append(_swap_row(manager, env, profiles, config, source, model, outcomes.get(model.name),
                                   aliases, tmp_path))
     truth.daemon_reload(manager)
@@ -308,6 +312,7 @@ def _without(args: tuple[str, ...], names: set[str]) -> list[str]:
     return kept
 
 
+@pytest.mark.timeout(1800)
 def test_every_llama_swap_model_is_a_profile_or_a_named_refusal(systemd_manager: PrivateSystemd,
                                                                  tmp_path: Path) -> None:
     report = ""
