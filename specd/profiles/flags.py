@@ -276,7 +276,13 @@ def _flags_of(command: list[str], digest: str | None, binary_args: int = 0) -> B
         raise PreflightError(f"{command[0]}: no such binary{what}") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PreflightError(f"{' '.join(command)} --help failed: {exc}") from exc
-    flags = parse_help(str(binary), result.stdout + result.stderr)
+    output = result.stdout + result.stderr
+    try:
+        flags = parse_help(str(binary), output)
+    except PreflightError as error:  # say what the command said: a launcher's "No such file", a script's usage
+        said = next((line.strip() for line in output.splitlines() if line.strip()), "nothing")
+        raise PreflightError(f"{' '.join(command)} --help printed no options (it said: {said[:160]}); is this a "
+                             "llama-server binary?") from error
     if cache_file is None:
         return flags
     cache_file.parent.mkdir(parents=True, exist_ok=True)

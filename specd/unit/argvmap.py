@@ -53,6 +53,7 @@ class Mapping:
     speculative: dict[str, Any] = field(default_factory=dict)
     binary_args: list[str] = field(default_factory=list)
     rest: list[str] = field(default_factory=list)
+    speculative_words: list[tuple[str, ...]] = field(default_factory=list)  # as written, for `unspeculative`
     rows: list[tuple[str, str]] = field(default_factory=list)
 
     def row(self, source: str, became: str) -> None:
@@ -209,11 +210,14 @@ def resolve_repeats(grouped: list[Word], mapping: Mapping) -> list[Word]:
     return kept
 
 
-def map_words(grouped: list[Word], mapping: Mapping, typed: bool = True) -> None:
+def map_words(grouped: list[Word], mapping: Mapping) -> None:
     """Typed keys for the options specd knows with values it checks; everything else to args, in order.
-    typed=False keeps every word as written (behind a word of a wrapper's own)."""
+    A switch whose negation is given too (`--jinja ... --no-jinja`) stays as written: the order decides."""
+    names = {item.name for item in grouped if item.name}
     for item in grouped:
-        key = _target(item.name) if typed else None
+        key = _target(item.name)
+        if key is not None and key.kind is bool and any(f"--no-{f.removeprefix('--')}" in names for f in key.flags):
+            key = None
         if item.name is None or key is None:
             mapping.rest += item.words
             mapping.row(item.text, "args (kept as written, in place)" if item.name is None else "args")
@@ -227,6 +231,8 @@ def map_words(grouped: list[Word], mapping: Mapping, typed: bool = True) -> None
                 continue
             table[key.name] = True
             mapping.row(item.text, f"{prefix}{key.name} = true")
+            if key.table == "speculative":
+                mapping.speculative_words.append(item.words)
             continue
         if item.value is None:  # value or switch, undecidable here: as written
             mapping.rest += item.words
@@ -238,7 +244,21 @@ def map_words(grouped: list[Word], mapping: Mapping, typed: bool = True) -> None
         if accepts(schema, key.name, value):
             table[key.name] = value
             mapping.row(written, f"{prefix}{key.name} = {shown(key.name, value)}")
+            if key.table == "speculative":
+                mapping.speculative_words.append(item.words)
         else:
             mapping.rest += item.words
             mapping.row(written, f"args (kept as written: {item.value!r} is not a value specd checks for "
                                  f"{prefix}{key.name})")
+
+
+def unspeculative(mapping: Mapping) -> None:
+    """Draft settings with nothing to draft (`-ngld 99` with no --spec-type and no draft model): a profile
+    without a speculative type renders none of them, so they stay in args as written, which keeps them."""
+    if not mapping.speculative or {"type", "draft_model", "draft_hf_repo"} & set(mapping.speculative):
+        return
+    for words in mapping.speculative_words:
+        mapping.rest += words
+        mapping.row(" ".join(words), "args (kept as written: no speculative type or draft model here, so specd "
+                                     "does not type it)")
+    mapping.speculative.clear()

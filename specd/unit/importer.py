@@ -34,6 +34,7 @@ from specd.unit.argvmap import (
     option_name,
     resolve_repeats,
     shown,
+    unspeculative,
 )
 from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
@@ -268,6 +269,7 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
     binary_args, grouped = reader.group(argv[1:])
     mapping = Mapping(result.data)
     map_words(resolve_repeats(grouped, mapping), mapping)
+    unspeculative(mapping)
     for source, became in mapping.rows:
         result.row(source, became)
     if binary_args:

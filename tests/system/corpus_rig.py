@@ -26,6 +26,7 @@ from tests.system.server_argv import (
     Aliases,
     NotAServerCommand,
     ServerCommand,
+    command_problems,
     compare_args,
     server_command,
 )
@@ -141,7 +142,8 @@ def render(env: dict[str, str], profiles: Path, name: str, original_args: tuple[
     message = (shown.stderr or shown.stdout).strip()
     if crashed(shown):
         raise Crash(message)
-    if not re.search(r"no such binary|no such model file|not executable|cannot read", message):
+    if not re.search(r"no such binary|no such model file|not executable|cannot read|No such file or directory",
+                     message):
         return None, message
     from specd.errors import SpecdError
     from specd.profiles.flags import binary_flags
@@ -154,8 +156,8 @@ def render(env: dict[str, str], profiles: Path, name: str, original_args: tuple[
         # The unit ran with its own binary, so that binary accepts every flag the unit passed.
         extra = tuple((arg.split("=", 1)[0],) for arg in original_args
                       if arg.startswith("-") and not reference.has(arg.split("=", 1)[0]))
-        spec_types = [v for flag, value in itertools.pairwise(original_args)
-                      if flag == "--spec-type" for v in value.split(",")]
+        spec_types = [v.split(":", 1)[0] for flag, value in itertools.pairwise(original_args)
+                      if flag == "--spec-type" for v in value.split(",") if "=" not in v.split(":", 1)[0]]
         flags = replace(reference, binary=str(profile.binary), groups=reference.groups + extra,
                         spec_types=reference.spec_types + tuple(spec_types))
         argv = build_argv(profile, flags)
@@ -217,14 +219,7 @@ def compare(original: truth.Executed, original_loaded: truth.Loaded, rendered: t
         if (original.path, original.argv) != (rendered.path, rendered.argv):
             problems.append(f"command differs: {[original.path, *original.argv]} -> {[rendered.path, *rendered.argv]}")
     else:
-        if before_command.wrapper != after_command.wrapper:
-            problems.append(f"wrapper {list(before_command.wrapper)} -> {list(after_command.wrapper)}")
-        same_binary = (before_command.binary == after_command.binary
-                       or (not before_command.binary.startswith("/")
-                           and Path(after_command.binary).name == before_command.binary))
-        if not same_binary:
-            problems.append(f"binary {before_command.binary} -> {after_command.binary}")
-        problems += compare_args(before_command.args, after_command.args, aliases)
+        problems += command_problems(before_command, after_command, aliases)
     return problems + _environment_problems(original, original_loaded, rendered, base)
 
 
@@ -268,13 +263,15 @@ def write_results(section: str, rows: list[Row], summary: dict[str, object]) -> 
     if os.environ.get("SPECD_WRITE_RESULTS") != "1":
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "import-corpus.json"
+    # SPECD_RESULTS_NAME=import-corpus-baseline: the same cases and truth run against another importer
+    name = os.environ.get("SPECD_RESULTS_NAME", "import-corpus")
+    path = RESULTS / f"{name}.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=False).stdout.strip()
     data.update({
-        "command": ("SPECD_WRITE_RESULTS=1 .venv/bin/python -m pytest -p no:cacheprovider -q -n 0 "
-                    "tests/system/test_corpus.py"),
+        "command": os.environ.get("SPECD_RESULTS_COMMAND", "SPECD_WRITE_RESULTS=1 .venv/bin/python -m pytest "
+                                  "-p no:cacheprovider -q -n 0 tests/system/test_corpus.py"),
         "machine": f"{platform.node()}: {platform.platform()} ({platform.uname().version}), {os.cpu_count()} CPUs, "
                    "systemd " + subprocess.run(["systemctl", "--version"], capture_output=True, text=True,
                                                check=False).stdout.split()[1],
@@ -283,11 +280,11 @@ def write_results(section: str, rows: list[Row], summary: dict[str, object]) -> 
     })
     data[section] = {"summary": summary, "rows": [asdict(r) for r in rows]}
     path.write_text(json.dumps(data, indent=2) + "\n")
-    baseline = (RESULTS / "import-corpus-baseline.md")
+    baseline = RESULTS / "import-corpus-baseline.md"
     lines = [_HEADER.format(command=data["command"], machine=data["machine"], date=data["date"], commit=commit,
                             baseline=("- baseline (the importer before issue 34, same cases, same truth): "
                                       "[import-corpus-baseline.md](import-corpus-baseline.md)")
-                            if baseline.exists() else "")]
+                            if baseline.exists() and name == "import-corpus" else "")]
     for name in ("units", "units_heldout", "units_heldout2", "llama_swap", "llama_swap_heldout2"):
         if name not in data:
             continue
@@ -299,7 +296,7 @@ def write_results(section: str, rows: list[Row], summary: dict[str, object]) -> 
             served = str(row.get("served", "")).replace("|", "\\|")
             lines.append(f"| `{row['file']}` | {row['source']} | {row['outcome']} | {served} | {detail} |")
         lines.append("")
-    (RESULTS / "import-corpus.md").write_text("\n".join(lines))
+    (RESULTS / f"{name}.md").write_text("\n".join(lines))
 
 
 def table(rows: list[Row]) -> str:

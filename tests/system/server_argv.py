@@ -14,10 +14,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-# llama-server, a fork's renamed copy (ik_llama-server, beellama-server, ...), or `server`: llama.cpp's
+# llama-server, a fork's or a build's renamed copy (ik_llama-server, beellama-server, llama-server-rocm,
+# llama-server.exe, ...; not a script such as llama-server.sh), or `server`: llama.cpp's
 # name for the same program until June 2024 (units of old builds still run it). llama.cpp's multi-call
 # `llama` runs it as `llama serve` (or `llama server`: app/llama.cpp).
-_SERVER_NAME = re.compile(r"llama[-_]server$|^server$")
+_SERVER_NAME = re.compile(r"llama[-_]server([-_][\w.]+|\.exe)?$|^server$")
+_SCRIPT_NAME = re.compile(r"\.(sh|bash|py)$|wrapper|start")
 _SUBCOMMAND_HOST = "llama"
 _SUBCOMMANDS = frozenset({"serve", "server"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
@@ -136,7 +138,8 @@ def server_command(path: str, argv: tuple[str, ...], env: dict[str, str] | None 
         break
     for index, word in enumerate(words):
         subcommand = words[index + 1] if index + 1 < len(words) else ""
-        if _SERVER_NAME.search(_basename(word)) or (_basename(word) == _SUBCOMMAND_HOST and subcommand in _SUBCOMMANDS):
+        named = _SERVER_NAME.search(_basename(word)) and not _SCRIPT_NAME.search(_basename(word))
+        if named or (_basename(word) == _SUBCOMMAND_HOST and subcommand in _SUBCOMMANDS):
             return ServerCommand(tuple(words[:index]), word, tuple(words[index + 1:]))
     target = words[0] if words else path
     return NotAServerCommand(f"{target} is not llama-server and has no llama-server command line",
@@ -235,11 +238,12 @@ def _value_key(value: str | None) -> str | None:
 
 
 def effective(pairs: list[tuple[str | None, str | None]]) -> list[tuple[str | None, str | None]]:
-    """What llama-server keeps of an option given twice: the last value (it warns "only last value will be
-    used", common/arg.cpp); --spec-type adds up, so every one is kept. Words that are no option stay."""
-    last = {flag: index for index, (flag, value) in enumerate(pairs) if flag is not None and value is not None}
+    """What llama-server keeps of an option given twice: the last one (it warns "only last value will be
+    used", common/arg.cpp; a switch given twice is the switch once); --spec-type adds up, so every one is
+    kept. Words that are no option stay."""
+    last = {flag: index for index, (flag, value) in enumerate(pairs) if flag is not None}
     return [(flag, value) for index, (flag, value) in enumerate(pairs)
-            if flag is None or value is None or flag == "--spec-type" or last[flag] == index]
+            if flag is None or flag == "--spec-type" or last[flag] == index]
 
 
 def served_id(pairs: list[tuple[str | None, str | None]], environment: dict[str, str]) -> str | None:
@@ -279,3 +283,14 @@ def compare_args(original: tuple[str, ...], rendered: tuple[str, ...], aliases: 
     problems += [f"added {flag} {value if value is not None else ''}".rstrip() for (flag, value), n
                  in (got - have).items() for _ in range(n)]
     return problems
+
+
+def command_problems(before: ServerCommand, after: ServerCommand, aliases: Aliases) -> list[str]:
+    """Differences between two llama-server commands: the wrapper around it, the binary (a bare command
+    name may come back as the path systemd finds it at), and the arguments as llama-server reads them."""
+    problems = [f"wrapper {list(before.wrapper)} -> {list(after.wrapper)}"] if before.wrapper != after.wrapper else []
+    same_binary = before.binary == after.binary or (
+        not before.binary.startswith("/") and Path(after.binary).name == before.binary)
+    if not same_binary:
+        problems.append(f"binary {before.binary} -> {after.binary}")
+    return problems + compare_args(before.args, after.args, aliases)

@@ -56,7 +56,7 @@ from tests.system.corpus_rig import (
 from tests.system.server_argv import (
     Aliases,
     ServerCommand,
-    compare_args,
+    command_problems,
     effective,
     flag_pairs,
     read_aliases,
@@ -287,16 +287,14 @@ def _swap_problems(cmd: tuple[str, ...], loaded: truth.Loaded, ids: tuple[str, .
     after = server_command(path, argv[1:], None, work)
     if not isinstance(before, ServerCommand) or not isinstance(after, ServerCommand):
         return [] if (cmd[0], *cmd[1:]) == (path, *argv[1:]) else [f"command {list(cmd)} -> {[path, *argv[1:]]}"]
-    problems = [f"wrapper {list(before.wrapper)} -> {list(after.wrapper)}"] if before.wrapper != after.wrapper else []
     # Clients asked llama-swap for the model ID (and its aliases): the profile serves those names.
     own = [v for f, v in flag_pairs(before.args, aliases) if f == "--alias" and v]
     expected = ",".join(dict.fromkeys([*(own[-1].split(",") if own else []), *ids]))
     rendered_aliases = [v for f, v in flag_pairs(after.args, aliases) if f == "--alias"]
-    if rendered_aliases != [expected]:
-        problems.append(f"--alias {rendered_aliases} where clients ask for {expected}")
+    problems = [] if rendered_aliases == [expected] else [f"--alias {rendered_aliases}, clients ask for {expected}"]
     strip = {"--alias", "-a"}
-    problems += compare_args(tuple(_without(before.args, strip)), tuple(_without(after.args, strip)), aliases)
-    return problems
+    return problems + command_problems(replace(before, args=tuple(_without(before.args, strip))),
+                                       replace(after, args=tuple(_without(after.args, strip))), aliases)
 
 
 def _without(args: tuple[str, ...], names: set[str]) -> list[str]:

@@ -27,15 +27,9 @@ from specd.setup.sandbox import PrivateSystemd, free_port
 from tests.conftest import LLAMA_SERVER, TINY_MODEL, require_real_server
 from tests.system import systemd_truth as truth
 from tests.system.served_rig import hub_cache, listed_ids, running_command
-from tests.system.server_argv import (
-    ServerCommand,
-    compare_args,
-    effective,
-    flag_pairs,
-    read_aliases,
-    served_id,
-    server_command,
-)
+from tests.system.server_argv import ServerCommand, command_problems, read_aliases, served_id, server_command
+from tests.system.server_argv import effective as last_values
+from tests.system.server_argv import flag_pairs as options_of
 
 pytestmark = pytest.mark.systemd
 
@@ -77,11 +71,11 @@ _VALUES = {"-c": ["256", "4096"], "--ctx-size": ["2048"], "-ngl": ["0", "99", "a
            "--flash-attn": ["auto"], "-np": ["1"], "--parallel": ["2"], "--cache-type-k": ["q8_0"],
            "--mmproj": ["/models/mmproj-F16.gguf"], "--host": ["0.0.0.0", "127.0.0.1"], "--port": ["8081"],
            "--reasoning-budget": ["-1", "0"], "--seed": ["0"], "--slot-save-path": ["%h/slots/"]}
-_SWITCHES = ["--jinja", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"]
+_SWITCHES = ["--jinja", "--swa-full", "--metrics", "--cont-batching", "--no-webui"]
 # The tiny model on two shared cores: options a real start can take quickly.
 _RUNNABLE = {"-c": ["256", "512"], "-t": ["1"], "--temp": ["0.7"], "--top-k": ["40"], "-fa": ["off"], "-np": ["1"],
              "-ngl": ["0"], "--seed": ["0"]}
-_RUNNABLE_SWITCHES = ["--jinja", "--no-mmap", "--no-warmup"]
+_RUNNABLE_SWITCHES = ["--jinja", "--swa-full", "--no-warmup"]
 
 
 def _option(values: dict[str, list[str]], switches: list[str]) -> st.SearchStrategy[tuple[str, ...]]:
@@ -128,7 +122,8 @@ def _systemd_runs(manager: PrivateSystemd, unit: str, text: str, work: Path) -> 
     [executed] = truth.execute_all(manager, [loaded], work)
     assert executed.argv is not None, executed.failure
     command = server_command(executed.path, executed.argv, executed.env, work)
-    assert isinstance(command, ServerCommand), (command, text)
+    if not isinstance(command, ServerCommand):  # a wrapper script: its words are what is compared
+        command = ServerCommand((), executed.path, executed.argv)
     return Seen(command, executed.env)
 
 
@@ -160,11 +155,9 @@ def _check(manager: PrivateSystemd, shape: Shape, text: str, work: Path) -> tupl
     rendered, gate = _import_and_render(manager, text, unit, work)
     after = _systemd_runs(manager, f"specd-words-rendered-{os.getpid()}.service", rendered, work)
     aliases = read_aliases(LLAMA_SERVER)
-    assert before.command.wrapper == after.command.wrapper, (text, rendered)
-    assert Path(before.command.binary).name == Path(after.command.binary).name, (text, rendered)
-    assert compare_args(before.command.args, after.command.args, aliases) == [], (text, rendered)
-    served_before = served_id(effective(flag_pairs(before.command.args, aliases)), before.environment)
-    served_after = served_id(effective(flag_pairs(after.command.args, aliases)), after.environment)
+    assert command_problems(before.command, after.command, aliases) == [], (text, rendered)
+    served_before = served_id(last_values(options_of(before.command.args, aliases)), before.environment)
+    served_after = served_id(last_values(options_of(after.command.args, aliases)), after.environment)
     assert served_before == served_after, (text, rendered)
     if shape.form != "wrapper":  # a wrapper script's model is its own business; its words are kept
         assert gate == served_before, (text, gate, served_before)

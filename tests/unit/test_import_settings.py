@@ -15,27 +15,10 @@ from specd.profiles.load import load_profile
 from specd.unit.importer import ImportResult, profile_from_unit, write_profile
 from specd.unit.render import build_argv
 from specd.unit.specifiers import UnitContext
+from tests.unit.reference_help import REFERENCE_HELP
 
 CTX = UnitContext("llama-server.service", "user", home="/home/ann", user="ann", uid=1000)
-HELP = """\
--c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
-                                        (env: LLAMA_ARG_CTX_SIZE)
--m,    --model FNAME                    model path to load
-                                        (env: LLAMA_ARG_MODEL)
--a,    --alias STRING                   set model name aliases, comma-separated (to be used by API)
-                                        (env: LLAMA_ARG_ALIAS)
---host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
-                                        ending in .sock; with multiple TCP addresses, :: binds IPv6 only;
-                                        overlapping addresses result in undefined behavior (default:
-                                        127.0.0.1)
-                                        (env: LLAMA_ARG_HOST)
---port PORT                             port to listen (default: 8080)
-                                        (env: LLAMA_ARG_PORT)
---metrics                               enable prometheus compatible metrics endpoint (default: disabled)
-                                        (env: LLAMA_ARG_ENDPOINT_METRICS)
---models-dir PATH                       directory containing models for the router server (default: disabled)
-                                        (env: LLAMA_ARG_MODELS_DIR)
-"""
+HELP = REFERENCE_HELP
 FLAGS = parse_help("/opt/llama-server", HELP)
 
 

@@ -16,34 +16,10 @@ from specd.profiles.load import load_profile
 from specd.unit.importer import ImportResult, profile_from_unit, write_profile
 from specd.unit.render import build_argv
 from specd.unit.specifiers import UnitContext
+from tests.unit.reference_help import REFERENCE_HELP
 
 CTX = UnitContext("llama-server.service", "user", home="/home/ann", user="ann", uid=1000)
-HELP = """\
--m,    --model FNAME                    model path to load
-                                        (env: LLAMA_ARG_MODEL)
--hf,   -hfr, --hf-repo <user>/<model>[:quant]
-                                        Hugging Face model repository (default: unused)
-                                        (env: LLAMA_ARG_HF_REPO)
--ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
-                                        'auto', or 'all' (default: auto)
-                                        (env: LLAMA_ARG_N_GPU_LAYERS)
--fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
-                                        (env: LLAMA_ARG_FLASH_ATTN)
--a,    --alias STRING                   set model name aliases, comma-separated (to be used by API)
-                                        (env: LLAMA_ARG_ALIAS)
---host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
-                                        ending in .sock; with multiple TCP addresses, :: binds IPv6 only;
-                                        overlapping addresses result in undefined behavior (default:
-                                        127.0.0.1)
-                                        (env: LLAMA_ARG_HOST)
---port PORT                             port to listen (default: 8080)
-                                        (env: LLAMA_ARG_PORT)
---jinja, --no-jinja                     whether to use jinja template engine for chat (default: enabled)
-                                        (env: LLAMA_ARG_JINJA)
---models-dir PATH                       directory containing models for the router server (default: disabled)
-                                        (env: LLAMA_ARG_MODELS_DIR)
---n-cpu-moe N                           keep the MoE weights of the first N layers in the CPU
-"""
+HELP = REFERENCE_HELP
 FLAGS = parse_help("/opt/llama-server", HELP)
 
 
@@ -219,3 +195,10 @@ def test_the_specifier_table_of_systemd_252() -> None:
     user = UnitContext("u.service", "user", home="/home/ann", user="ann", uid=1000)
     assert (user.specifier("S"), user.specifier("L")) == ("/home/ann/.config", "/home/ann/.config/log")
     assert context.specifier("z") is None
+
+
+def test_draft_settings_with_nothing_to_draft_stay_as_written(tmp_path: Path) -> None:
+    # cameronr's llama-swap model: -ngld 99 with no draft model and no --spec-type.
+    result = imported("/opt/llama-server -m /m.gguf -ngld 99 -c 4096")
+    assert "speculative" not in result.data and result.data["args"] == ["-ngld", "99"]
+    assert rendered(result, tmp_path)[-2:] == ["-ngld", "99"]
