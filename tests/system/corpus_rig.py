@@ -280,18 +280,39 @@ def write_results(section: str, rows: list[Row], summary: dict[str, object]) -> 
     })
     data[section] = {"summary": summary, "rows": [asdict(r) for r in rows]}
     path.write_text(json.dumps(data, indent=2) + "\n")
-    baseline = RESULTS / "import-corpus-baseline.md"
-    lines = [_HEADER.format(command=data["command"], machine=data["machine"], date=data["date"], commit=commit,
+    write_markdown(name)
+
+
+_SECTIONS = ("units", "units_heldout", "units_heldout2", "llama_swap", "llama_swap_heldout2")
+_SHOWN = ("units", "knowable", "round-trips", "knowable_round_trip_share", "round_trip_share", "refused",
+          "silently-wrong", "traceback", "refused-unclear", "accepted-then-refused", "served_ids_checked",
+          "served_ids_same", "models", "configs", "bar", "bar_met")
+
+
+def write_markdown(name: str = "import-corpus") -> None:
+    """benchmarks/results/NAME.md from NAME.json: the header, a table of every section's summary (and the
+    baseline's beside it, where there is one), then each section's rows."""
+    data = json.loads((RESULTS / f"{name}.json").read_text())
+    baseline_path = RESULTS / "import-corpus-baseline.json"
+    baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() and name == "import-corpus" else {}
+    lines = [_HEADER.format(command=data["command"], machine=data["machine"], date=data["date"],
+                            commit=data.get("specd_commit", ""),
                             baseline=("- baseline (the importer before issue 34, same cases, same truth): "
-                                      "[import-corpus-baseline.md](import-corpus-baseline.md)")
-                            if baseline.exists() and name == "import-corpus" else "")]
-    for name in ("units", "units_heldout", "units_heldout2", "llama_swap", "llama_swap_heldout2"):
-        if name not in data:
-            continue
-        lines += [f"## {name}", "", "summary: " + json.dumps(data[name]["summary"]), "",
+                                      "[import-corpus-baseline.md](import-corpus-baseline.md), in the table's "
+                                      "`baseline` rows") if baseline else "")]
+    sections = [s for s in _SECTIONS if s in data]
+    lines += ["## summary", "", "| set | " + " | ".join(_SHOWN) + " |", "|" + " --- |" * (len(_SHOWN) + 1)]
+    for section in sections:
+        for label, source in ((section, data), (f"{section} (baseline)", baseline)):
+            if section in source:
+                summary = source[section]["summary"]
+                lines.append(f"| {label} | " + " | ".join(str(summary.get(k, "")) for k in _SHOWN) + " |")
+    lines.append("")
+    for section in sections:
+        lines += [f"## {section}", "", "summary: " + json.dumps(data[section]["summary"]), "",
                   "| file | source | outcome | served id (before -> gate) | detail |",
                   "| --- | --- | --- | --- | --- |"]
-        for row in data[name]["rows"]:
+        for row in data[section]["rows"]:
             detail = str(row["detail"]).replace("|", "\\|").replace("\n", " ")[:300]
             served = str(row.get("served", "")).replace("|", "\\|")
             lines.append(f"| `{row['file']}` | {row['source']} | {row['outcome']} | {served} | {detail} |")
