@@ -36,7 +36,7 @@ def _layers(value: Any) -> str | None:
     return None if value in ("all", "auto") else f"must be a number of layers, 'all' or 'auto', not {value!r}"
 
 
-IMPLICIT_KEYS = ("alias", "host", "port")
+IMPLICIT_KEYS = ("alias", "host", "port")  # what llama-server does with no flag and no variable
 
 
 def reported_model_id(model: str | None, hf_repo: str | None) -> str | None:
@@ -51,9 +51,11 @@ def _implicit_keys(value: Any) -> str | None:
     problem = list_of_strings(value)
     if problem:
         return problem
-    wrong = [item for item in value if item not in IMPLICIT_KEYS]
+    flagged = {key.name for key in KEYS if key.flags and key.table == "top"}
+    wrong = [item for item in value if item not in flagged]
     if wrong:
-        return f"may name only {', '.join(IMPLICIT_KEYS)}, not {', '.join(map(repr, wrong))}"
+        return f"may name only keys that are llama-server flags ({', '.join(IMPLICIT_KEYS)}, ...), not " + \
+            ", ".join(map(repr, wrong))
     return None if len(set(value)) == len(value) else "names a key twice"
 
 
@@ -113,10 +115,11 @@ KEYS: tuple[ProfileKey, ...] = (
           ("--alias", "-a"), _ALIAS),
     _flag("host", str, "the address llama-server listens on", ("--host",), _HOST, default="127.0.0.1"),
     _flag("port", int, "its port", ("--port",), in_range(1, 65535)),
-    ProfileKey("implicit", list, "keys the server gets without their flag: 'host' and 'port' (the binary's defaults, "
-               "its --help says which), 'alias' (the id llama-server reports with no --alias: the model path, or "
-               "the -hf repo, as given). The flag is written only where the binary would not do it by itself "
-               "(another build, an inheriting profile's other model), so clients keep the same id, host and port",
+    ProfileKey("implicit", list, "keys the server gets without their flag: from their LLAMA_ARG_* variable in [env]; "
+               "'host' and 'port' from the binary's defaults (its --help says which); 'alias' as the id llama-server "
+               "reports with no --alias (the model path, or the -hf repo, as given). The flag is written only where "
+               "the server would not get the value by itself (another build, an inheriting profile's other model), "
+               "so clients keep the same id, host and port",
                _implicit_keys, default=()),
     _flag("api_key", str, "clients must send it; the gate, bench and verify do; rendered as a 0600 key file, "
           "never into the unit or history", ("--api-key",)),

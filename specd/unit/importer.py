@@ -38,7 +38,7 @@ from specd.unit.argvmap import (
 )
 from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
-from specd.unit.recognise import recognise
+from specd.unit.recognise import looks_like_server, recognise
 from specd.unit.render import build_argv
 from specd.unit.specifiers import UnitContext, resolve_name_specifiers
 from specd.unit.syntax import read_unit_text
@@ -80,6 +80,15 @@ def _value_of(rest: list[str], names: tuple[str, ...]) -> tuple[str, str] | None
     return None
 
 
+def _not_named(data: dict[str, Any]) -> str:
+    """For a refusal about a program whose name does not say llama-server: it was taken for one by its flags."""
+    binary = str(data["binary"])
+    if looks_like_server(binary, tuple(data.get("binary_args", ()))):
+        return ""
+    return (f" ({binary} is not named llama-server and was taken for it by its flags; if it is a wrapper script "
+            "that runs llama-server, write the llama-server command it runs into ExecStart= instead)")
+
+
 def _refuse_what_profiles_cannot_express(result: ImportResult, rest: list[str], where: str,
                                          flags: BinaryFlags | None, cause_of: Callable[[str], str]) -> None:
     """Refuse, naming the cause, what a profile cannot run as the unit does; router mode when no model is named."""
@@ -105,7 +114,7 @@ def _refuse_what_profiles_cannot_express(result: ImportResult, rest: list[str], 
                          "llama-server would load is unknown: import the unit where its variables are set")
     if given is not None and not given[1].startswith(("/", "~")) and BY_FLAG[given[0]].path:
         raise UsageError(f"{where}: {given[0]} {given[1]} is not an absolute path; llama-server reads it relative to "
-                         "WorkingDirectory=: write the absolute path into the unit, then import")
+                         f"WorkingDirectory=: write the absolute path into the unit, then import{_not_named(data)}")
     if given is not None:
         raise UsageError(f"{where}: {given[0]} {given[1]!r} is not a model source specd can check "
                          f"({BY_FLAG[given[0]].doc}); fix the unit, then import")
@@ -153,6 +162,7 @@ def _settings_from_environment(result: ImportResult, environment: dict[str, str]
                 "is a Unix socket; specd's health gate, proxy and bench speak TCP: listen on an address and a port"
                 if socket else f"is not a value specd can check for {name} ({key.doc})") + "; fix it, then import")
         data[name] = converted
+        data.setdefault("implicit", []).append(name)  # the render writes no flag: the variable sets it
         copied = ""
         if variable not in environment:
             environment[variable] = value
@@ -167,7 +177,7 @@ def _fill_defaults(result: ImportResult, speculative: dict[str, Any], flags: Bin
     render then writes no flag for them, so the server is started as before and serves the same id,
     host and port (keys.reported_model_id; host and port from the binary's own --help where it was asked)."""
     data = result.data
-    implicit: list[str] = []
+    implicit: list[str] = list(data.pop("implicit", []))
     if speculative and "type" not in speculative and {"draft_model", "draft_hf_repo"} & set(speculative):
         speculative["type"] = "draft"
         result.row("-md without --spec-type", "speculative.type = 'draft' (the classic draft-model form)")

@@ -69,26 +69,31 @@ def _format(value: object) -> str:
     return str(value)
 
 
-def _without_flag(profile: Profile, flags: BinaryFlags, key: str, written: str) -> bool:
-    """Whether the server gets `key` = `written` with no flag at all: the profile says the key is
-    implicit and the binary does it by itself (its --help's default; for the alias, the id it reports)."""
-    if key not in profile.implicit:
+def _without_flag(profile: Profile, flags: BinaryFlags, key: ProfileKey, written: str) -> bool:
+    """Whether the server gets `key` = `written` with no flag at all: the profile says the key is implicit
+    and the server gets it anyway, from its LLAMA_ARG_* variable in [env] or by itself (its --help's
+    default; for the alias, the id it reports). A profile without `implicit` (written before there was
+    one) keeps the old rule: a key its [env] variable already sets to that value gets no flag."""
+    from_environment = dict(profile.env).get(flags.variable_of(key.flags[0])) == written
+    if not profile.implicit or from_environment:
+        return from_environment and (not profile.implicit or key.name in profile.implicit)
+    if key.name not in profile.implicit:
         return False
-    if key == "alias":
+    if key.name == "alias":
         paths = dict(profile.written_paths)
         return written == reported_model_id(paths.get("model"), profile.hf_repo)
-    return flags.default_of(f"--{key}") == written
+    return key.name in ("host", "port") and flags.default_of(key.flags[0]) == written
 
 
 def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
     """The profile's top-level typed keys as flags, in the keys' order."""
     argv: list[str] = []
-    environment = dict(profile.env)
     for key in TOP_KEYS:
         value = getattr(profile, key.name) if key.flags else None
         if value is None or value is False:
             continue
-        if _without_flag(profile, flags, key.name, _format(value)):
+        if key.name != "api_key" and _without_flag(profile, flags, key, dict(profile.written_paths).get(
+                key.name, _format(value))):
             continue
         if key.name == "api_key":
             argv += ["--api-key-file", str(paths.api_key_file(value))]  # the key itself stays out of the unit
@@ -96,8 +101,6 @@ def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
             argv.append(_spelling(flags, key, profile))
         else:
             written = dict(profile.written_paths).get(key.name, _format(value))
-            if environment.get(flags.variable_of(key.flags[0])) == written:
-                continue  # llama-server reads this setting from its LLAMA_ARG_* variable in [env]
             argv += [_spelling(flags, key, profile), written]
     return argv
 

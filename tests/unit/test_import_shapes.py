@@ -202,3 +202,14 @@ def test_draft_settings_with_nothing_to_draft_stay_as_written(tmp_path: Path) ->
     result = imported("/opt/llama-server -m /m.gguf -ngld 99 -c 4096")
     assert "speculative" not in result.data and result.data["args"] == ["-ngld", "99"]
     assert rendered(result, tmp_path)[-2:] == ["-ngld", "99"]
+
+
+def test_a_flag_given_beside_its_variable_stays_a_flag(tmp_path: Path) -> None:
+    # joelvanveluwen/outbush-ai: --host/--port on the command line and LLAMA_ARG_HOST/PORT in Environment=.
+    result = imported("/opt/llama-server -m /m.gguf --host 127.0.0.1 --port 8080",
+                      before="Environment=LLAMA_ARG_HOST=127.0.0.1\nEnvironment=LLAMA_ARG_PORT=8080\n")
+    assert rendered(result, tmp_path) == ["/opt/llama-server", "--model", "/m.gguf", "--host", "127.0.0.1",
+                                          "--port", "8080"]
+    only_variables = imported("/opt/llama-server -m /m.gguf", before="Environment=LLAMA_ARG_PORT=9001\n")
+    assert only_variables.data["implicit"] == ["port", "alias", "host"]
+    assert rendered(only_variables, tmp_path) == ["/opt/llama-server", "--model", "/m.gguf"]
