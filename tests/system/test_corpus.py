@@ -209,7 +209,12 @@ def _summary(rows: list[Row], bar: float) -> dict[str, object]:
             "round_trip_share": round(counts["round-trips"] / len(rows), 3), "knowable": len(knowable),
             "knowable_round_trips": sum(r.outcome == "round-trips" for r in knowable),
             "knowable_round_trip_share": round(share, 3), "bar": bar, "bar_met": share >= bar,
-            "served_ids_checked": len(checked), "served_ids_same": sum(r.outcome == "round-trips" for r in checked)}
+            "served_ids_checked": len(checked), "served_ids_same": sum(_same_id(r.served) for r in checked)}
+
+
+def _same_id(served: str) -> bool:
+    before, _, gate = served.partition(" -> ")
+    return before == gate
 
 
 @pytest.mark.timeout(3600)
@@ -233,7 +238,7 @@ def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: Private
     assert sum(r.outcome == "round-trips" for r in in_sample) / len(in_sample) >= ROUND_TRIP_BAR, report
 
 
-def _swap_rows(manager: PrivateSystemd, tmp_path: Path, configs: list[Path]) -> list[Row]:
+def _swap_rows(manager: PrivateSystemd, tmp_path: Path, configs: list[Path], section: str) -> list[Row]:
     """One row per model: a profile whose render round-trips against the model's cmd, or a named refusal.
 
     The truth for a model's command is its cmd after llama-swap's macro and ${env.X} expansion and
@@ -246,7 +251,7 @@ def _swap_rows(manager: PrivateSystemd, tmp_path: Path, configs: list[Path]) -> 
     rows: list[Row] = []
     environ = {"OPENROUTER_API_KEY": "sk-or-test"}  # cameronr's config reads ${env.OPENROUTER_API_KEY}
     for index, config in enumerate(configs):
-        env, profiles = deployment(tmp_path, f"swap{index}")
+        env, profiles = deployment(tmp_path, f"{section}-{index}")
         env.update(environ)
         imported = specd(env, "import", "--from-llama-swap", str(config), "--json")
         source = listed.get(config.name, "?")
@@ -332,7 +337,7 @@ def test_every_llama_swap_model_is_a_profile_or_a_named_refusal(systemd_manager:
     for section, configs in (("llama_swap", SWAP_CONFIGS), ("llama_swap_heldout2", SWAP_HELD_OUT2)):
         if not configs:
             continue
-        rows = _swap_rows(systemd_manager, tmp_path, configs)
+        rows = _swap_rows(systemd_manager, tmp_path, configs, section)
         counts = Counter(r.outcome for r in rows)
         summary: dict[str, object] = {"configs": len(configs), "models": len(rows), **dict(sorted(counts.items()))}
         write_results(section, rows, summary)
