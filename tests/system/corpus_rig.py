@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -284,7 +285,8 @@ def write_results(section: str, rows: list[Row], summary: dict[str, object]) -> 
 
 
 _SECTIONS = ("units", "units_heldout", "units_heldout2", "llama_swap", "llama_swap_heldout2")
-_SHOWN = ("units", "knowable", "round-trips", "knowable_round_trip_share", "round_trip_share", "refused",
+_SHOWN = ("units", "knowable", "round-trips", "knowable_round_trip_share", "importable", "importable_round_trip_share",
+          "round_trip_share", "refused",
           "silently-wrong", "traceback", "refused-unclear", "accepted-then-refused", "served_ids_checked",
           "served_ids_same", "models", "configs", "bar", "bar_met")
 
@@ -301,6 +303,7 @@ def write_markdown(name: str = "import-corpus") -> None:
                                       "[import-corpus-baseline.md](import-corpus-baseline.md), in the table's "
                                       "`baseline` rows") if baseline else "")]
     sections = [s for s in _SECTIONS if s in data]
+    lines += [f"- note: {data['note']}", ""] if data.get("note") else []
     lines += ["## summary", "", "| set | " + " | ".join(_SHOWN) + " |", "|" + " --- |" * (len(_SHOWN) + 1)]
     for section in sections:
         for label, source in ((section, data), (f"{section} (baseline)", baseline)):
@@ -320,5 +323,54 @@ def write_markdown(name: str = "import-corpus") -> None:
     (RESULTS / f"{name}.md").write_text("\n".join(lines))
 
 
+# Refusals whose cause is the unit or this box, not the importer: a value its variable leaves empty
+# (nothing sets it here), a Unix-socket --host (specd's gate and proxy speak TCP), a container.
+_NOT_THE_IMPORTER = re.compile(r"is not set|Unix socket|in a container")
+
+
+def unit_summary(rows: list[Row], bar: float) -> dict[str, object]:
+    """Counts; the round-trip share of all units; of the units whose llama-server argv is knowable (systemd
+    starts the unit and a llama-server command line is in what it runs: issue 34's measure); and of those
+    minus the refusals whose cause is the unit or this box (_NOT_THE_IMPORTER), named in `set_aside`.
+    `bar_met` is judged on the knowable share."""
+    counts = Counter(r.outcome for r in rows)
+    knowable = [r for r in rows if r.knowable]
+    share = sum(r.outcome == "round-trips" for r in knowable) / max(len(knowable), 1)
+    aside = [r for r in knowable if r.outcome == "refused" and _NOT_THE_IMPORTER.search(r.detail)]
+    importable = [r for r in knowable if r not in aside]
+    checked = [r for r in rows if r.served]
+    return {"units": len(rows), **dict(sorted(counts.items())),
+            "round_trip_share": round(counts["round-trips"] / len(rows), 3), "knowable": len(knowable),
+            "knowable_round_trips": sum(r.outcome == "round-trips" for r in knowable),
+            "knowable_round_trip_share": round(share, 3), "bar": bar, "bar_met": share >= bar,
+            "importable": len(importable),
+            "importable_round_trip_share": round(sum(r.outcome == "round-trips" for r in importable)
+                                                 / max(len(importable), 1), 3),
+            "set_aside": [r.file for r in aside],
+            "served_ids_checked": len(checked), "served_ids_same": sum(_same_id(r.served) for r in checked)}
+
+
+def _same_id(served: str) -> bool:
+    before, _, gate = served.partition(" -> ")
+    return before == gate
+
+
+def resummarise(name: str = "import-corpus") -> None:
+    """Summaries recomputed from the rows kept in NAME.json (after a change of `unit_summary`), then the
+    markdown written again: `python -m tests.system.corpus_rig NAME`."""
+    path = RESULTS / f"{name}.json"
+    data = json.loads(path.read_text())
+    for section in ("units", "units_heldout", "units_heldout2"):
+        if section in data:
+            rows = [Row(**row) for row in data[section]["rows"]]
+            data[section]["summary"] = unit_summary(rows, float(str(data[section]["summary"]["bar"])))
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    write_markdown(name)
+
+
 def table(rows: list[Row]) -> str:
     return "\n".join(f"{r.outcome:22} {r.file}: {r.detail[:240]} [{r.served}]" for r in rows)
+
+
+if __name__ == "__main__":
+    resummarise(*sys.argv[1:2])

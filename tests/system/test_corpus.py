@@ -52,6 +52,7 @@ from tests.system.corpus_rig import (
     sources,
     specd,
     table,
+    unit_summary,
     write_results,
 )
 from tests.system.server_argv import (
@@ -197,26 +198,6 @@ def _key_in_a_file(problems: list[str], profile: Path) -> list[str]:
     return problems
 
 
-def _summary(rows: list[Row], bar: float) -> dict[str, object]:
-    """Counts; the round-trip share of all units and of the units whose llama-server argv is knowable
-    (systemd starts the unit and a llama-server command line is in what it runs: issue 34's measure);
-    the others can only be refused, and must be, naming the cause."""
-    counts = Counter(r.outcome for r in rows)
-    knowable = [r for r in rows if r.knowable]
-    share = sum(r.outcome == "round-trips" for r in knowable) / max(len(knowable), 1)
-    checked = [r for r in rows if r.served]
-    return {"units": len(rows), **dict(sorted(counts.items())),
-            "round_trip_share": round(counts["round-trips"] / len(rows), 3), "knowable": len(knowable),
-            "knowable_round_trips": sum(r.outcome == "round-trips" for r in knowable),
-            "knowable_round_trip_share": round(share, 3), "bar": bar, "bar_met": share >= bar,
-            "served_ids_checked": len(checked), "served_ids_same": sum(_same_id(r.served) for r in checked)}
-
-
-def _same_id(served: str) -> bool:
-    before, _, gate = served.partition(" -> ")
-    return before == gate
-
-
 @pytest.mark.timeout(3600)
 def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: PrivateSystemd, tmp_path: Path) -> None:
     require_real_server()
@@ -227,7 +208,7 @@ def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: Private
         if not files:
             continue
         ordered = [rows[f.name] for f in files]
-        summary = _summary(ordered, bar)
+        summary = unit_summary(ordered, bar)
         write_results(section, ordered, summary)
         report += f"{section}: {summary}\n{table(ordered)}\n"
     every = Counter(r.outcome for r in rows.values())
