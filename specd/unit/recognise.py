@@ -72,6 +72,16 @@ def refuse_other_programs(argv: list[str], where: str) -> None:
     if name in _OTHER_ENGINES:
         raise UsageError(f"{where}: its command runs {name} ({_OTHER_ENGINES[name]}), not llama.cpp's llama-server: "
                          "specd manages llama-server (or a fork of it) only; keep this unit by hand")
+    if looks_like_server(argv[0], tuple(argv[1:2])):
+        return
+    for index, word in enumerate(argv[1:], 1):  # a gate or launcher that runs another program after its options
+        inner = argv[index + 1:] if word == "--" else argv[index:]
+        inner_name = PurePath(inner[0]).name if inner else ""
+        if inner and (word == "--" or _INTERPRETERS.fullmatch(inner_name) or inner_name in _OTHER_ENGINES) \
+                and not looks_like_server(inner[0], tuple(inner[1:2])):
+            shown = " ".join(inner[:3])
+            raise UsageError(f"{where}: its command runs {name}, which runs {shown} ...: not llama.cpp's "
+                             "llama-server, so specd cannot manage it; keep this unit by hand")
 
 
 def _found(program: str) -> Path | None:

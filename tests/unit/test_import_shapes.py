@@ -213,3 +213,12 @@ def test_a_flag_given_beside_its_variable_stays_a_flag(tmp_path: Path) -> None:
     only_variables = imported("/opt/llama-server -m /m.gguf", before="Environment=LLAMA_ARG_PORT=9001\n")
     assert only_variables.data["implicit"] == ["port", "alias", "host"]
     assert rendered(only_variables, tmp_path) == ["/opt/llama-server", "--model", "/m.gguf"]
+
+
+def test_a_gate_that_runs_another_server_after_its_options_is_refused_naming_it() -> None:
+    # tropikandy/memgate's llama-swap models: memgate OPTIONS -- python -m mtplx.server.openai --model ... --port ...
+    with pytest.raises(UsageError, match=r"runs memgate, which runs /opt/venv/bin/python -m mtplx.server.openai"):
+        imported("/usr/local/bin/memgate --require-free-mb 10240 -- /opt/venv/bin/python -m mtplx.server.openai "
+                 "--model /m --host 127.0.0.1 --port 9200")
+    launched = imported("/usr/local/bin/memgate --require-free-mb 10240 -- /opt/llama/llama-server -m /m.gguf")
+    assert launched.data["launcher"] == ["/usr/local/bin/memgate", "--require-free-mb", "10240", "--"]
