@@ -304,6 +304,11 @@ def write_markdown(name: str = "import-corpus") -> None:
                                       "`baseline` rows") if baseline else "")]
     sections = [s for s in _SECTIONS if s in data]
     lines += [f"- note: {data['note']}", ""] if data.get("note") else []
+    history = sorted((RESULTS / "import-corpus-history").glob("*.md")) if name == "import-corpus" else []
+    if history:
+        lines += ["- earlier runs on the same sets (the second held-out set's figures before the importer "
+                  "changes reading it led to): " + ", ".join(f"[{h.stem}](import-corpus-history/{h.name})"
+                                                            for h in history), ""]
     lines += ["## summary", "", "| set | " + " | ".join(_SHOWN) + " |", "|" + " --- |" * (len(_SHOWN) + 1)]
     for section in sections:
         for label, source in ((section, data), (f"{section} (baseline)", baseline)):
