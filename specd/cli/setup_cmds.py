@@ -57,13 +57,13 @@ def import_(
         return
     if name is None:
         raise UsageError("specd import NAME: give the new profile a name (or use --from-llama-swap CONFIG)")
-    unit_name = source if source and "/" not in source else None
     path = resolve_source(source, deployment.scope) if source else deployment.unit_path
     target, result = import_unit_report(path, deployment.profiles_dir, name, force=force,
-                                        unit_name=unit_name or path.name,
+                                        unit_name=Path(source).name if source else path.name,
                                         scope="system" if deployment.scope == "system" else "user")
     if json_out:
-        print_json({"profile": str(target), "rows": [row.__dict__ for row in result.rows]})
+        print_json({"profile": str(target), "flags_checked": result.checked,
+                    "rows": [row.__dict__ for row in result.rows]})
         return
     table = Table(title=f"specd import {name} <- {path}")
     table.add_column("from the unit", overflow="fold")  # paths fold onto the next line, never cut
@@ -71,6 +71,9 @@ def import_(
     for row in result.rows:
         table.add_row(row.source, row.became)
     console.print(table)
+    if not result.checked:
+        console.print(f"note: the flags of {result.data['binary']} could not be checked here (see above); "
+                      "`specd show` and the switch's preflight ask the binary", highlight=False)
     console.print(f"wrote {target}; compare with `specd diff {name}`, then `specd switch {name}`", highlight=False)
 
 

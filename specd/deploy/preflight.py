@@ -109,7 +109,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
         check_strict_modes((profile.path, *profile.files))
     if profile.engine == "vllm":
         return vllm_preflight(deployment, profile, current_main_pid, started)
-    flags = binary_flags(profile.binary, profile.launcher)
+    flags = binary_flags(profile.binary, profile.launcher, profile.binary_args)
     model_info = _model_info(profile, "", "model", profile.model)
     draft_info = _model_info(profile, "speculative", "draft_model", profile.speculative.draft_model)
     if profile.speculative.type == "mtp" and model_info is not None and not model_info.has_mtp:
@@ -265,7 +265,7 @@ def vram_details(deployment: Deployment, name: str, *, current_main_pid: int = 0
     profile = load_profile(deployment.profiles_dir, name)
     if profile.launcher or not profile.model:
         return [f"VRAM check skipped: {model_source_note(profile)}"], True
-    flags = binary_flags(profile.binary, profile.launcher)
+    flags = binary_flags(profile.binary, profile.launcher, profile.binary_args)
     model = read_gguf_info(profile.model)
     draft = read_gguf_info(profile.speculative.draft_model) if profile.speculative.draft_model else None
     argv = build_argv(profile, flags)
@@ -289,7 +289,7 @@ def vram_estimate(profile: Profile, model: GgufInfo, draft: GgufInfo | None) -> 
     from specd.gpu.nvml import NoGpu, probe_gpus
     from specd.gpu.vram import combined, estimate_per_gpu, estimate_vram
 
-    flags = binary_flags(profile.binary, profile.launcher)
+    flags = binary_flags(profile.binary, profile.launcher, profile.binary_args)
     argv = build_argv(profile, flags)
     settings = server_settings(argv, dict(profile.env), flags)
     state = probe_gpus()

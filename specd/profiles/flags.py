@@ -34,7 +34,7 @@ _NAMES = re.compile(r"^ {0,12}(-[\w-]+(?:,\s*-[\w-]+)*)")
 _TYPES_LINE = re.compile(r"\btypes: ([\w-]+(?:, [\w-]+)+)")  # ik_llama.cpp: "types: none, draft, dflash, mtp, ..."
 _ENV_NOTE = re.compile(r"\(env: (LLAMA_ARG_\w+)\)")
 _DEFAULT = re.compile(r"\(default:\s*([^)]*)\)")
-CACHE_FORMAT = 4  # bumped when parsing changes: cached flags are read afresh
+CACHE_FORMAT = 5  # bumped when parsing changes: cached flags are read afresh
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class BinaryFlags:
     valued: frozenset[str] = frozenset()  # spellings that take a value in this build
     env_names: tuple[tuple[str, str], ...] = ()  # (LLAMA_ARG_..., the option's first spelling)
     spec_default: tuple[str, ...] = ()  # speculative types this build runs when told nothing (its --help says)
+    defaults: tuple[tuple[str, str], ...] = ()  # (an option's first spelling, the `(default: ...)` its --help says)
+
+    def default_of(self, flag: str) -> str | None:
+        """What this build does when the option is not given, as its --help words it; None when it does not say."""
+        return dict(self.defaults).get(self.canonical(flag))
 
     def speculation_off(self) -> list[str]:
         """The arguments that turn every speculator off: none on a build that speculates only when told to.
@@ -161,8 +166,10 @@ def parse_help(binary: str, text: str) -> BinaryFlags:
     if any(not re.fullmatch(r"[\w-]+", t) for t in spec_types):  # a placeholder, not a list: SPEC[:k=v,...]
         listed = _TYPES_LINE.search(_description(text, "--spec-type"))
         spec_types = tuple(re.split(r",\s*", listed.group(1))) if listed else ()
+    defaults = tuple((group[0], found.group(1).strip()) for group in groups
+                     if (found := _DEFAULT.search(_description(text, group[0]))))
     flags = BinaryFlags(binary=binary, groups=tuple(groups), spec_types=spec_types, valued=frozenset(valued),
-                        env_names=tuple(env_names))
+                        env_names=tuple(env_names), defaults=defaults)
     return replace(flags, spec_default=_spec_default(text, flags))
 
 
@@ -222,19 +229,23 @@ def check_executable(binary: Path) -> None:
         raise PreflightError(f"{binary}: not executable", hint=f"chmod +x {binary}")
 
 
-def binary_flags(binary: Path, launcher: tuple[str, ...] = ()) -> BinaryFlags:
+def binary_flags(binary: Path, launcher: tuple[str, ...] = (), binary_args: tuple[str, ...] = ()) -> BinaryFlags:
     """Parse `binary --help`, from the cache when this exact binary was seen before.
 
     With a launcher (toolbox run -c BOX, ...), the binary lives where the launcher runs it: specd
-    asks it there (`launcher binary --help`) and caches by that command line."""
+    asks it there (`launcher binary --help`) and caches by that command line. With binary_args (a
+    subcommand: `llama serve`), the help asked for is that subcommand's (`llama serve --help`)."""
     if launcher:
-        digest = hashlib.sha256("\0".join([*launcher, str(binary)]).encode()).hexdigest()
-        return _flags_of([*launcher, str(binary)], digest)
+        command = hashlib.sha256("\0".join([*launcher, str(binary), *binary_args]).encode()).hexdigest()
+        return _flags_of([*launcher, str(binary), *binary_args], command, len(binary_args))
     binary = resolve_binary(binary)
     check_executable(binary)
     # A script's answer comes from what it runs, which its own bytes do not name: a wrapper around a
     # llama-server that was upgraded (or a fork swapped in) keeps its sha256. Asked every time.
-    return _flags_of([str(binary)], None if _is_script(binary) else _sha256(binary))
+    digest: str | None = None if _is_script(binary) else _sha256(binary)
+    if digest is not None and binary_args:
+        digest = hashlib.sha256("\0".join([digest, *binary_args]).encode()).hexdigest()
+    return _flags_of([str(binary), *binary_args], digest, len(binary_args))
 
 
 def _is_script(binary: Path) -> bool:
@@ -242,8 +253,8 @@ def _is_script(binary: Path) -> bool:
         return handle.read(2) == b"#!"
 
 
-def _flags_of(command: list[str], digest: str | None) -> BinaryFlags:
-    binary = Path(command[-1])
+def _flags_of(command: list[str], digest: str | None, binary_args: int = 0) -> BinaryFlags:
+    binary = Path(command[-1 - binary_args])
     cache_file = paths.cache_dir() / "flags" / f"{digest}.json" if digest is not None else None
     try:
         if cache_file is not None:
@@ -251,7 +262,8 @@ def _flags_of(command: list[str], digest: str | None) -> BinaryFlags:
             if cached.get("format") == CACHE_FORMAT:
                 return BinaryFlags(str(binary), tuple(tuple(g) for g in cached["groups"]),
                                    tuple(cached["spec_types"]), frozenset(cached["valued"]),
-                                   tuple((e, f) for e, f in cached["env_names"]), tuple(cached["spec_default"]))
+                                   tuple((e, f) for e, f in cached["env_names"]), tuple(cached["spec_default"]),
+                                   tuple((o, d) for o, d in cached["defaults"]))
     except (OSError, ValueError, KeyError):
         pass
     try:
@@ -260,17 +272,23 @@ def _flags_of(command: list[str], digest: str | None) -> BinaryFlags:
             env={**os.environ, "LLAMA_LOG_COLORS": "off"},
         )
     except FileNotFoundError:
-        what = f" (the launcher in front of {binary})" if len(command) > 1 else ""
+        what = f" (the launcher in front of {binary})" if len(command) > 1 + binary_args else ""
         raise PreflightError(f"{command[0]}: no such binary{what}") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PreflightError(f"{' '.join(command)} --help failed: {exc}") from exc
-    flags = parse_help(str(binary), result.stdout + result.stderr)
+    output = result.stdout + result.stderr
+    try:
+        flags = parse_help(str(binary), output)
+    except PreflightError as error:  # say what the command said: a launcher's "No such file", a script's usage
+        said = next((line.strip() for line in output.splitlines() if line.strip()), "nothing")
+        raise PreflightError(f"{' '.join(command)} --help printed no options (it said: {said[:160]}); is this a "
+                             "llama-server binary?") from error
     if cache_file is None:
         return flags
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"format": CACHE_FORMAT, "groups": flags.groups, "spec_types": flags.spec_types,
                                "valued": sorted(flags.valued), "env_names": flags.env_names,
-                               "spec_default": flags.spec_default}))
+                               "spec_default": flags.spec_default, "defaults": flags.defaults}))
     os.replace(tmp, cache_file)
     return flags

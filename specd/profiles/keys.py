@@ -19,8 +19,10 @@ _BINARY = matches(_PATH + r"|[A-Za-z0-9._+-]+",
                   "an absolute path (or ~, ${SPECD_CACHE}), or a command name systemd finds in its PATH")
 _HF_REPO = matches(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?",
                    "<user>/<model>[:quant], as llama-server's -hf takes it")
-_ALIAS = matches(r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}(,[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127})*",
-                 "letters, digits and . _ : / + - (no spaces); several names separated by commas")
+# An id llama-server serves: a name, or (with no --alias) the model path or Hugging Face repo as given.
+_ALIAS = matches(r"[^\s,-][^\s,]{0,511}(,[^\s,-][^\s,]{0,511})*",
+                 "letters, digits and other printable characters, no spaces or commas (a path or user/repo:quant "
+                 "is fine), not starting with -; several names separated by commas")
 _HOST = matches(r"[A-Za-z0-9.:\[\]-]{1,253}", "a host name or IP address")
 # Values the binary judges (its --help at preflight), not a fixed list: forks add cache types
 # (turbo4, ...) and speculative types, builds spell booleans differently (on, 1, true).
@@ -33,6 +35,29 @@ def _layers(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return in_range(-1, 100000)(value)
     return None if value in ("all", "auto") else f"must be a number of layers, 'all' or 'auto', not {value!r}"
+
+
+IMPLICIT_KEYS = ("alias", "host", "port")  # what llama-server does with no flag and no variable
+
+
+def reported_model_id(model: str | None, hf_repo: str | None) -> str | None:
+    """The id llama-server serves in /v1/models when it is given no --alias: the -hf repo as given
+    (`user/repo:quant`), else the model path as given (`/models/X.gguf`, not its file name).
+    llama.cpp's server-context.cpp takes `common_params_model::get_name()`, which returns hf_repo,
+    else path; checked against the pinned build's /v1/models (tests/system/test_served_id.py)."""
+    return hf_repo or model or None
+
+
+def _implicit_keys(value: Any) -> str | None:
+    problem = list_of_strings(value)
+    if problem:
+        return problem
+    flagged = {key.name for key in KEYS if key.flags and key.table == "top"}
+    wrong = [item for item in value if item not in flagged]
+    if wrong:
+        return f"may name only keys that are llama-server flags ({', '.join(IMPLICIT_KEYS)}, ...), not " + \
+            ", ".join(map(repr, wrong))
+    return None if len(set(value)) == len(value) else "names a key twice"
 
 
 Where = Literal["top", "speculative"]
@@ -72,6 +97,9 @@ KEYS: tuple[ProfileKey, ...] = (
                path=True),
     ProfileKey("launcher", list, "words run in front of the binary: toolbox run -c BOX, numactl ...",
                list_of_strings, default=()),
+    ProfileKey("binary_args", list, "words the binary takes before its flags, kept in their place: a subcommand "
+               "(`llama serve`), a wrapper script's own arguments (`launch.sh rocm qwen`)", list_of_strings,
+               default=()),
     # Where the model comes from: exactly one of model, hf_repo, router mode (models_dir/models_preset/router).
     _flag("model", str, "a local GGUF file", ("--model", "-m"), _ABS_PATH, path=True),
     _flag("hf_repo", str, "a model from Hugging Face, downloaded on first start", ("--hf-repo", "-hf", "-hfr"),
@@ -90,6 +118,12 @@ KEYS: tuple[ProfileKey, ...] = (
           ("--alias", "-a"), _ALIAS),
     _flag("host", str, "the address llama-server listens on", ("--host",), _HOST, default="127.0.0.1"),
     _flag("port", int, "its port", ("--port",), in_range(1, 65535)),
+    ProfileKey("implicit", list, "keys the server gets without their flag: from their LLAMA_ARG_* variable in [env]; "
+               "'host' and 'port' from the binary's defaults (its --help says which); 'alias' as the id llama-server "
+               "reports with no --alias (the model path, or the -hf repo, as given). The flag is written only where "
+               "the server would not get the value by itself (another build, an inheriting profile's other model), "
+               "so clients keep the same id, host and port",
+               _implicit_keys, default=()),
     _flag("api_key", str, "clients must send it; the gate, bench and verify do; rendered as a 0600 key file, "
           "never into the unit or history", ("--api-key",)),
     _flag("api_key_file", str, "a file of API keys, one per line", ("--api-key-file",), _ABS_PATH, path=True),

@@ -76,6 +76,7 @@ class Profile:
     description: str
     binary: Path
     launcher: tuple[str, ...]
+    binary_args: tuple[str, ...]
     model: Path | None
     hf_repo: str | None
     hf_file: str | None
@@ -86,6 +87,7 @@ class Profile:
     alias: str | None
     host: str
     port: int
+    implicit: tuple[str, ...]
     api_key: str | None
     api_key_file: Path | None
     ctx_size: int | None
@@ -220,7 +222,7 @@ def _expand(raw: str) -> Path:
     return Path(_expanded_text(raw))
 
 
-def _check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
+def check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
     """Exactly one model source: a local file, a Hugging Face repo, or router mode (dir and/or preset, or
     `router = true`: the models of llama-server's cache)."""
     sources = [key for key in MODEL_SOURCES if key in data]
@@ -237,6 +239,8 @@ def _check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
                            "pick one model source")
     if not router and not data.get("router") and "alias" not in data:
         raise ProfileError(f"{path}: profile '{name}' needs 'alias' (the model name clients ask for)")
+    if "alias" in data.get("implicit", ()) and "alias" not in data:
+        raise ProfileError(f"{path}: profile '{name}' says 'implicit' alias but sets no 'alias' (the id clients see)")
     if "api_key" in data and "api_key_file" in data:
         raise ProfileError(f"{path}: profile '{name}' sets both 'api_key' and 'api_key_file'; pick one")
     if "hf_file" in data and "hf_repo" not in data:
@@ -280,23 +284,29 @@ def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False)
             f"{top.path}: profile '{name}' needs {', '.join(repr(k) for k in missing)}"
             + (f" (not set here nor in {', '.join(s.name for s in chain[1:])})" if len(chain) > 1 else "")
         )
-    problems = engine_problems(data, top.path, name)
+    return profile_from_data(data, top.path, name, tuple(s.name for s in chain[1:]))
+
+
+def profile_from_data(data: Mapping[str, Any], path: Path, name: str, inherits_chain: tuple[str, ...] = ()) -> Profile:
+    """The Profile of validated, merged keys: the checks that span several keys, then the values.
+    `specd import` runs it on what it is about to write, so a profile it writes is one that loads."""
+    problems = engine_problems(data, path, name)
     if problems:
         raise ProfileError("\n".join(problems))
-    _check_model_source(data, top.path, name)
+    check_model_source(data, path, name)
     vllm = vllm_settings(data, _expanded_text)
     spec = data.get("speculative", {}) if vllm is None else {"type": vllm.method}
     if vllm is None and spec.get("type") in ("draft", "dflash", "eagle3") and not {"draft_model",
                                                                                   "draft_hf_repo"} & set(spec):
-        raise ProfileError(f"{top.path}: [speculative] type '{spec['type']}' needs draft_model (or draft_hf_repo)")
+        raise ProfileError(f"{path}: [speculative] type '{spec['type']}' needs draft_model (or draft_hf_repo)")
     return Profile(
         name=name,
-        path=top.path,
+        path=path,
         **{key.name: _value(key, data) for key in TOP_KEYS if key.name not in ("inherits", "abstract")},
         speculative=Speculative(**{key.name: _value(key, spec) for key in SPECULATIVE_KEYS}),
         env=tuple(sorted(data.get("env", {}).items())),
         systemd=_directives(data.get("systemd", {})),
-        inherits_chain=tuple(s.name for s in chain[1:]),
+        inherits_chain=inherits_chain,
         written_paths=tuple((f"{prefix}{key.name}", _expanded_text(str(table[key.name])))
                             for prefix, table, keys in (("", data, TOP_KEYS), ("speculative.", spec, SPECULATIVE_KEYS))
                             for key in keys if key.path and key.name in table),

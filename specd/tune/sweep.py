@@ -193,7 +193,7 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
 def _offers_autotune(profile: Profile) -> bool:
     """Whether the base's binary lists --spec-autotune in its --help (one that cannot say: no)."""
     try:
-        return binary_flags(profile.binary, profile.launcher).has(AUTOTUNE_FLAG)
+        return binary_flags(profile.binary, profile.launcher, profile.binary_args).has(AUTOTUNE_FLAG)
     except SpecdError:
         return False
 

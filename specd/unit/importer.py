@@ -1,14 +1,18 @@
 """`specd import`: turn a hand-written llama-server unit into a profile file.
 
-The inverse of render: known flags become typed keys, speculative flags the [speculative]
-table, Environment= the [env] table, and everything else stays in `args`, in order.
+The inverse of render, with one rule above the others: clients see what they saw before. The
+program must be llama-server or a fork (recognise.py); each word is read as llama-server reads it
+(argvmap.py): known flags become typed keys, speculative flags the [speculative] table,
+Environment= the [env] table, words before the flags `binary_args`, everything else `args`, in
+order; what llama-server does without a flag (its id, host, port) becomes an `implicit` key, for
+which the render writes no flag.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import tomlkit
@@ -17,48 +21,38 @@ from specd.durable import atomic_write
 from specd.engines.facts import is_vllm_serve
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Scope
-from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags, conventional_variable
-from specd.profiles.keys import BY_FLAG, BY_NAME, MODEL_SOURCES, PROFILE_SCHEMA, SPECULATIVE_SCHEMA
-from specd.profiles.load import profile_path
-from specd.profiles.schema import Table, validate
+from specd.profiles.flags import BinaryFlags, conventional_variable
+from specd.profiles.keys import BY_FLAG, BY_NAME, MODEL_SOURCES, PROFILE_SCHEMA, reported_model_id
+from specd.profiles.load import profile_from_data, profile_path
+from specd.profiles.schema import validate
+from specd.unit.argvmap import (
+    ArgvReader,
+    Mapping,
+    accepts,
+    convert,
+    is_option,
+    map_words,
+    option_name,
+    resolve_repeats,
+    shown,
+    unspeculative,
+)
 from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
-from specd.unit.syntax import UnitContext, read_unit_text, resolve_name_specifiers
+from specd.unit.recognise import looks_like_server, recognise
+from specd.unit.render import build_argv
+from specd.unit.specifiers import UnitContext, resolve_name_specifiers
+from specd.unit.syntax import read_unit_text
 from specd.unit.vllm_import import import_vllm_command
-from specd.unit.wrappers import is_llama_server, unwrap
+from specd.unit.wrappers import unwrap
 
-_BOOLEAN = {flag: key for flag, key in BY_FLAG.items() if key.kind is bool}
-_SECRET = {"api_key"}
-# What specd maps itself; everything else in the unit is carried as written ([systemd.*] in the profile).
-_MAPPED = {("Service", "ExecStart"), ("Service", "Environment")}
 _CARRIED_SECTIONS = ("Unit", "Service", "Install")
-
-
-def _spec_type(spelling: str) -> str:
-    """specd's name for one speculative type, or the binary's spelling as written (chains, parameters)."""
-    for specd_name, spellings in SPEC_TYPE_SPELLINGS.items():
-        if spelling in spellings:
-            return specd_name
-    return spelling
-
-
-def _convert(value: str, kind: Any) -> Any:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if int in kinds:
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    if float in kinds:
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
-
-
-LLAMA_SERVER_DEFAULT_HOST = "127.0.0.1"  # llama-server's own defaults, for units that leave them out
+# llama-server's own defaults, for a binary that cannot be asked (its --help says them otherwise).
+LLAMA_SERVER_DEFAULT_HOST = "127.0.0.1"
 LLAMA_SERVER_DEFAULT_PORT = 8080
+# Model sources specd does not manage: the id llama-server reports for them is a path it picks itself.
+_UNMANAGED_SOURCES = {"-mu": "--model-url", "--model-url": "--model-url", "-dr": "--docker-repo",
+                      "--docker-repo": "--docker-repo"}
 
 
 @dataclass(frozen=True)
@@ -73,116 +67,67 @@ class ImportRow:
 class ImportResult:
     data: dict[str, Any]
     rows: list[ImportRow] = field(default_factory=list)
+    checked: bool = True  # the binary's own --help was asked; False: its flags could not be checked
 
     def row(self, source: str, became: str) -> None:
         self.rows.append(ImportRow(source, became))
-
-
-def _accepts(schema: Table, key: str, value: Any) -> bool:
-    return not validate({key: value}, schema, path=Path("import"), text="")
-
-
-def _looks_like_value(word: str | None) -> bool:
-    """A word that is a flag's value, not the next flag (negative numbers are values)."""
-    return word is not None and (not word.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", word) is not None)
-
-
-def _flag_target(name: str, data: dict[str, Any],
-                 speculative: dict[str, Any]) -> tuple[dict[str, Any], Table, str, str] | None:
-    """Where a flag's value goes: (table, its schema, key, prefix for the report), or None for `args`."""
-    key = BY_FLAG.get(name)
-    if key is None or key.kind is bool:
-        return None
-    if key.table == "speculative":
-        return speculative, SPECULATIVE_SCHEMA, key.name, "speculative."
-    return data, PROFILE_SCHEMA, key.name, ""
-
-
-def _shown(key: str, value: Any) -> str:
-    return "'…' (hidden)" if key in _SECRET else repr(value)
-
-
-def _map_flags(argv: list[str], result: ImportResult, speculative: dict[str, Any],
-               flags: BinaryFlags | None) -> list[str]:
-    """Typed keys for the flags specd knows with values it checks; everything else, as written, to args.
-
-    Whether a flag takes a value is the unit's own binary's --help's call when that binary is here;
-    a flag that wants a value but is followed by another flag (an old bare `--flash-attn`) is kept
-    as written together with its neighbour, since its meaning depends on the build."""
-    data, rest, index = result.data, [], 0
-    while index < len(argv):
-        arg = argv[index]
-        flag, has_inline, inline = arg.partition("=")
-        inline_form = has_inline and flag.startswith("--")
-        name = flag if inline_form else arg
-        value = inline if inline_form else (argv[index + 1] if index + 1 < len(argv) else None)
-        step = 1 if inline_form else 2
-        arity = flags.takes_value(name) if flags else None
-        if name in _BOOLEAN and arity is not True:
-            switch = _BOOLEAN[name]
-            (speculative if switch.table == "speculative" else data)[switch.name] = True
-            result.row(arg, f"{'speculative.' if switch.table == 'speculative' else ''}{switch.name} = true")
-            index += 1
-            continue
-        target = _flag_target(name, data, speculative)
-        takes = arity if arity is not None else (inline_form or _looks_like_value(value))
-        if target is None or value is None or not takes or (not inline_form and not _looks_like_value(value)
-                                                            and arity is None):
-            keep = argv[index:index + 2] if target is not None and value is not None and not inline_form else [arg]
-            rest += keep
-            result.row(" ".join(keep), "args (kept as written)" if len(keep) > 1 or target else "args")
-            index += len(keep)
-            continue
-        table, schema, key, prefix = target
-        converted = _spec_type(value) if key == "type" else _convert(value, schema.keys[key].kind)
-        written = " ".join(argv[index:index + step]) if key not in _SECRET else f"{name} …"
-        if key in table:
-            rest += argv[index:index + step]
-            result.row(written, f"args (kept as written: {prefix}{key} is already set by an earlier flag)")
-        elif _accepts(schema, key, converted):
-            table[key] = converted
-            result.row(written, f"{prefix}{key} = {_shown(key, converted)}")
-        else:
-            rest += argv[index:index + step]
-            result.row(written, f"args (kept as written: {value!r} is not a value specd checks for {prefix}{key})")
-        index += step
-    return rest
 
 
 def _value_of(rest: list[str], names: tuple[str, ...]) -> tuple[str, str] | None:
     """The first (flag, value) of `rest` whose flag is one of `names` (kept in args: specd could not type it)."""
     for index, word in enumerate(rest):
         name, equals, inline = word.partition("=")
-        if name in names and (equals or index + 1 < len(rest)):
+        if option_name(name) in names and (equals or index + 1 < len(rest)):
             return name, inline if equals else rest[index + 1]
     return None
 
 
+def _not_named(data: dict[str, Any]) -> str:
+    """For a refusal about a program whose name does not say llama-server: it was taken for one by its flags."""
+    binary = str(data["binary"])
+    if looks_like_server(binary, tuple(data.get("binary_args", ()))):
+        return ""
+    return (f" ({binary} is not named llama-server and was taken for it by its flags; if it is a wrapper script "
+            "that runs llama-server, write the llama-server command it runs into ExecStart= instead)")
+
+
 def _refuse_what_profiles_cannot_express(result: ImportResult, rest: list[str], where: str,
-                                         flags: BinaryFlags | None, unset_cause: str) -> None:
+                                         flags: BinaryFlags | None, cause_of: Callable[[str], str]) -> None:
     """Refuse, naming the cause, what a profile cannot run as the unit does; router mode when no model is named."""
     data = result.data
+
+    def why(flag: str, value: str) -> str:
+        cause = cause_of(flag) if not value else ""
+        return f" ({cause})" if cause else ""
+
     host = _value_of(rest, BY_NAME["host"].flags) if "host" not in data else None
     if host is not None and (host[1].startswith("/") or host[1].endswith(".sock")):
         raise UsageError(f"{where}: --host {host[1]} is a Unix socket; specd's health gate, proxy and bench speak TCP: "
                          "listen on an address and a port (--host 127.0.0.1 --port 8080), then import")
-    if host is not None:
-        raise UsageError(f"{where}: --host {host[1]!r} is not a host name or address specd can gate; listen on an "
-                         "address and a port, then import")
+    for name in ("host", "port", "alias"):
+        given = _value_of(rest, BY_NAME[name].flags) if name not in data else None
+        if given is not None:
+            raise UsageError(f"{where}: {given[0]} {given[1]!r} is not a {name} specd can gate ({BY_NAME[name].doc})"
+                             f"{why(given[0], given[1])}; fix the unit, then import")
     model_flags = tuple(f for key in MODEL_SOURCES for f in BY_NAME[key].flags)
     given = _value_of(rest, model_flags) if not any(key in data for key in MODEL_SOURCES) else None
     if given is not None and not given[1]:
-        why = f" ({unset_cause})" if unset_cause else ""
-        raise UsageError(f"{where}: {given[0]} is given an empty value{why}; the model llama-server would load is "
-                         "unknown: import the unit where its variables are set")
+        raise UsageError(f"{where}: {given[0]} is given an empty value{why(given[0], given[1])}; the model "
+                         "llama-server would load is unknown: import the unit where its variables are set")
     if given is not None and not given[1].startswith(("/", "~")) and BY_FLAG[given[0]].path:
         raise UsageError(f"{where}: {given[0]} {given[1]} is not an absolute path; llama-server reads it relative to "
-                         "WorkingDirectory=: write the absolute path into the unit, then import")
+                         f"WorkingDirectory=: write the absolute path into the unit, then import{_not_named(data)}")
     if given is not None:
         raise UsageError(f"{where}: {given[0]} {given[1]!r} is not a model source specd can check "
                          f"({BY_FLAG[given[0]].doc}); fix the unit, then import")
     if any(key in data for key in MODEL_SOURCES):
         return
+    unmanaged = next((word for word in rest if option_name(word.split("=", 1)[0]) in _UNMANAGED_SOURCES), None)
+    if unmanaged is not None:
+        raise UsageError(f"{where}: the model comes from {_UNMANAGED_SOURCES[option_name(unmanaged.split('=', 1)[0])]}"
+                         " only: llama-server downloads it to a path it picks and serves that path as the model's id; "
+                         "specd manages a model file (-m) or a Hugging Face repo (-hf): download the model and "
+                         "write -m PATH (or -hf), then import")
     if flags is not None and not flags.has("--models-dir"):
         raise UsageError(f"{where}: its llama-server command names no model (-m, -hf, --models-dir or "
                          f"--models-preset) and {data['binary']} has no router mode (no --models-dir in its --help): "
@@ -212,37 +157,60 @@ def _settings_from_environment(result: ImportResult, environment: dict[str, str]
         value = seen.get(variable)
         if name in data or not value:
             continue
-        converted = _convert(value, key.kind)
-        if not _accepts(PROFILE_SCHEMA, name, converted):
+        converted = convert(value, key.kind)
+        if not accepts(PROFILE_SCHEMA, name, converted):
             socket = name == "host" and (value.startswith("/") or value.endswith(".sock"))
             raise UsageError(f"{where}: {variable}={value} " + (
                 "is a Unix socket; specd's health gate, proxy and bench speak TCP: listen on an address and a port"
                 if socket else f"is not a value specd can check for {name} ({key.doc})") + "; fix it, then import")
         data[name] = converted
+        data.setdefault("implicit", []).append(name)  # the render writes no flag: the variable sets it
         copied = ""
         if variable not in environment:
             environment[variable] = value
             copied = "; copied from its EnvironmentFile= into [env]"
-        result.row(f"{variable}={value}", f"{name} = {_shown(name, converted)} (llama-server reads "
+        result.row(f"{variable}={value}", f"{name} = {shown(name, converted)} (llama-server reads "
                                                         f"it from the environment; the render keeps it there{copied})")
 
 
-def _fill_defaults(result: ImportResult, speculative: dict[str, Any]) -> None:
-    """What llama-server does when a flag is absent, written down, and said."""
+def _fill_defaults(result: ImportResult, speculative: dict[str, Any], flags: BinaryFlags | None,
+                   where: str) -> None:
+    """What llama-server does when a flag is absent, written down as `implicit` keys, and said: the
+    render then writes no flag for them, so the server is started as before and serves the same id,
+    host and port (keys.reported_model_id; host and port from the binary's own --help where it was asked)."""
     data = result.data
+    implicit: list[str] = list(data.pop("implicit", []))
     if speculative and "type" not in speculative and {"draft_model", "draft_hf_repo"} & set(speculative):
         speculative["type"] = "draft"
         result.row("-md without --spec-type", "speculative.type = 'draft' (the classic draft-model form)")
-    if "host" not in data:
-        data["host"] = LLAMA_SERVER_DEFAULT_HOST
-        result.row("no --host", f"host = {LLAMA_SERVER_DEFAULT_HOST!r} (llama-server's default)")
-    if "port" not in data:
-        data["port"] = LLAMA_SERVER_DEFAULT_PORT
-        result.row("no --port", f"port = {LLAMA_SERVER_DEFAULT_PORT} (llama-server's default)")
     if "alias" not in data and ("model" in data or "hf_repo" in data):
-        data["alias"] = PurePath(str(data["model"])).name if "model" in data else str(data["hf_repo"])
-        result.row("no --alias", f"alias = {data['alias']!r} (the name llama-server reports in /v1/models "
-                                 "without --alias): the profile renders it as --alias")
+        served = reported_model_id(str(data["model"]) if "model" in data else None,
+                                   str(data["hf_repo"]) if "hf_repo" in data else None)
+        if served is None or not accepts(PROFILE_SCHEMA, "alias", served):
+            raise UsageError(f"{where}: with no --alias, llama-server serves the model as {served!r} (its path as "
+                             "given), which a profile's alias cannot hold (spaces or commas): give the unit an "
+                             "--alias (clients then see that name), then import")
+        data["alias"] = served
+        implicit.append("alias")
+        what = "the -hf repo" if "hf_repo" in data else "the model path"
+        result.row("no --alias", f"alias = {served!r}: the id llama-server reports in /v1/models with no --alias "
+                                 f"({what} as given); implicit: no --alias is written, and the gate asks for this id")
+    for name, fallback in (("host", LLAMA_SERVER_DEFAULT_HOST), ("port", str(LLAMA_SERVER_DEFAULT_PORT))):
+        if name in data:
+            continue
+        said = flags.default_of(f"--{name}") if flags is not None else None
+        value = convert(said or fallback, BY_NAME[name].kind)
+        if said is None or not accepts(PROFILE_SCHEMA, name, value):
+            value = convert(fallback, BY_NAME[name].kind)
+            source = ("llama-server's default; assumed: the binary could not be asked" if flags is None
+                      else "llama-server's default; its --help does not say")
+        else:
+            source = f"{data['binary']}'s default, per its --help"
+        data[name] = value
+        implicit.append(name)
+        result.row(f"no --{name}", f"{name} = {value!r} ({source}); implicit: no --{name} is written")
+    if implicit:
+        data["implicit"] = implicit
     data.setdefault("metrics", False)
 
 
@@ -276,17 +244,6 @@ def _report_settings(environment: dict[str, str], flags: BinaryFlags | None, res
             result.row(f"{name}=...", "env")
 
 
-def _unit_binary_flags(binary: str) -> BinaryFlags | None:
-    """The unit's own binary's options, when that binary is on this machine and its name says it is
-    llama-server: import never runs a program whose `--help` might do something else (a script)."""
-    if not is_llama_server(binary):
-        return None
-    try:
-        return binary_flags(Path(binary))
-    except SpecdError:
-        return None
-
-
 def profile_from_unit(text: str, where: str, description: str, context: UnitContext | None = None,
                       *, drop_ins: tuple[tuple[str, str], ...] = ()) -> ImportResult:
     """The profile a unit's llama-server command becomes, and a row for each part of the unit."""
@@ -296,10 +253,8 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
     unwrapped = unwrap(parsed.command.argv, parsed.command.environment, where, manager_environment=manager)
     result = profile_from_command(unwrapped.argv, {**parsed.assigned, **unwrapped.environment}, description,
                                   where=where, notes=(*parsed.notes, *unwrapped.notes),
-                                  unset_cause=parsed.unset_cause(),
+                                  empty_cause=parsed.empty_value_cause, launcher=unwrapped.launcher,
                                   settings_environment={**parsed.command.environment, **unwrapped.environment})
-    if unwrapped.launcher:
-        result.data["launcher"] = list(unwrapped.launcher)
     for drop_in, _ in drop_ins:
         result.row(drop_in, "drop-in: read after the unit, as systemd does; its directives are carried")
     _carry_directives(parsed, result, context)
@@ -307,33 +262,70 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
 
 
 def profile_from_command(argv: list[str], environment: dict[str, str], description: str, *, where: str,
-                         notes: tuple[str, ...] = (), unset_cause: str = "",
+                         notes: tuple[str, ...] = (), empty_cause: Callable[[str], str] = lambda flag: "",
+                         launcher: tuple[str, ...] = (),
                          settings_environment: dict[str, str] | None = None) -> ImportResult:
     """The profile one llama-server command line (binary first) and its environment become.
 
     environment: what the profile's [env] carries; settings_environment: everything llama-server
-    sees (with EnvironmentFile= variables, which the carried EnvironmentFile= keeps giving it)."""
+    sees (with EnvironmentFile= variables, which the carried EnvironmentFile= keeps giving it);
+    empty_cause(flag): why that flag's value is empty (the unset variable and where it comes from)."""
     result = ImportResult({"description": description, "binary": argv[0]})
     for note in notes:
         result.row("unit", note)
     if is_vllm_serve(argv):  # a vLLM unit becomes an engine = "vllm" profile (specd.unit.vllm_import)
         import_vllm_command(argv, environment, description, result, where=where)
         return result
-    flags = _unit_binary_flags(argv[0])
-    speculative: dict[str, Any] = {}
-    rest = _map_flags(argv[1:], result, speculative, flags)
+    leading = tuple(next((argv[1:i] for i in range(1, len(argv)) if is_option(argv[i])), argv[1:]))
+    program = recognise(argv, leading, launcher, where)
+    result.checked = program.checked
+    result.row(argv[0], program.how)
+    reader = ArgvReader(argv[0], program.flags, where, empty_cause)
+    binary_args, grouped = reader.group(argv[1:])
+    mapping = Mapping(result.data)
+    map_words(resolve_repeats(grouped, mapping), mapping)
+    unspeculative(mapping)
+    for source, became in mapping.rows:
+        result.row(source, became)
+    if binary_args:
+        result.data["binary_args"] = binary_args
+        result.row(" ".join(binary_args), "binary_args: kept right after the binary, in their order")
+    if launcher:
+        result.data["launcher"] = list(launcher)
+    speculative, rest = mapping.speculative, mapping.rest
     environment = dict(environment)
-    _settings_from_environment(result, environment, settings_environment or environment, flags, where)
-    _refuse_what_profiles_cannot_express(result, rest, where, flags, unset_cause)
-    _fill_defaults(result, speculative)
+    _settings_from_environment(result, environment, settings_environment or environment, program.flags, where)
+    _refuse_what_profiles_cannot_express(result, rest, where, program.flags, empty_cause)
+    _fill_defaults(result, speculative, program.flags, where)
     if rest:
         result.data["args"] = rest
     if speculative:
         result.data["speculative"] = speculative
     if environment:
         result.data["env"] = dict(environment)
-        _report_settings(environment, flags, result)
+        _report_settings(environment, program.flags, result)
+    _check_it_renders(result, program.flags, where)
     return result
+
+
+def _check_it_renders(result: ImportResult, flags: BinaryFlags | None, where: str) -> None:
+    """What import writes must load and (where the binary was asked) render: refused here, naming the cause,
+    not at the first `specd show`."""
+    sources = [f"{BY_NAME[key].flags[0]} {result.data[key]}" for key in MODEL_SOURCES if key in result.data]
+    if len(sources) > 1 and not set(MODEL_SOURCES[:2]).isdisjoint(result.data):
+        raise UsageError(f"{where}: its command names two model sources ({' and '.join(sources)}): a profile "
+                         "serves one model (-m or -hf) or runs the router (--models-dir/--models-preset); drop "
+                         "one, then import")
+    problems = validate(result.data, PROFILE_SCHEMA, path=Path(where), text="")
+    if problems:
+        raise UsageError(f"{where} cannot become a valid profile (nothing was written): " + "; ".join(problems))
+    try:
+        profile = profile_from_data(result.data, Path(where), "imported")
+        if flags is not None:
+            build_argv(profile, flags)
+    except SpecdError as error:
+        raise UsageError(f"{where}: its command cannot become a profile (nothing was written): {error.message}") \
+            from None
 
 
 def import_unit(unit_path: Path, profiles_dir: Path, name: str, *, force: bool = False,
@@ -347,7 +339,7 @@ def import_unit_report(unit_path: Path, profiles_dir: Path, name: str, *, force:
     target = profile_path(profiles_dir, name)
     if target.exists() and not force:
         raise UsageError(f"{target} exists; pick another name or pass --force")
-    context = UnitContext.for_unit(unit_name or unit_path.name, scope)
+    context = UnitContext.for_unit(unit_name or unit_path.name, scope, fragment=str(unit_path))
     drop_ins = tuple((str(path), read_unit_text(path)) for path in drop_in_files(unit_path, context.unit_name, scope))
     result = profile_from_unit(text, str(unit_path), f"imported from {unit_name or unit_path}", context,
                                drop_ins=drop_ins)

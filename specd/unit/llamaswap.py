@@ -4,13 +4,15 @@ Pure: text and environment in, a `SwapConfig` out; nothing on disk is touched. T
 llama-swap's own loader (github.com/mostlygeek/llama-swap, internal/config):
 
 - load.go `LoadConfigFromReader`: `${env.NAME}` is replaced in the raw text before YAML parsing
-  (values escaped for double-quoted YAML); a missing variable is an error.
+  (values escaped for double-quoted YAML). A missing variable makes llama-swap refuse the whole
+  config; specd refuses only the models that use it, naming the variable, and imports the others.
 - macros.go `resolveConfigMacros`: macros are substituted in reverse declaration order, a model's
   own `macros:` overriding globals in place and `${MODEL_ID}` first in the list (so last to be
   replaced); one pass, so a macro may only use macros declared before it. `${PORT}` is allocated
   from `startPort` (default 5800) in sorted model-ID order, only to models whose cmd uses it; a
-  proxy defaults to `http://localhost:${PORT}`. Any `${name}` left afterwards is an error.
-  The macro rules live in swap_macros.py.
+  proxy defaults to `http://localhost:${PORT}`; the keys of `filters.setParamsByID` are macro
+  targets too. Any `${name}` left afterwards is an error of that model (a refusal of it, with the
+  reason, not of the config). The macro rules live in swap_macros.py.
 - commands.go `SanitizeCommand`/`StripComments`: comment lines dropped, trailing `\\` joined, and
   words split with github.com/billziss-gh/golib/shlex `Posix.Split` (swap_cmd.py).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -84,6 +86,7 @@ class SwapModel:
     aliases: tuple[str, ...]
     description: str  # name/description if given
     not_carried: tuple[str, ...]  # human-readable notes, one per key specd does not carry
+    refused: str = ""  # why this model cannot be read (an unset ${env.X}, an unknown macro): the others still are
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ class SwapConfig:
 
 def read_llama_swap(text: str, where: str, environ: Mapping[str, str]) -> SwapConfig:
     """Parse llama-swap config `text` (read from `where`, named in errors) with `environ` for ${env.X}."""
-    raw = _load(_substitute_env(text, where, environ), where)
+    substituted, unset = _substitute_env(text, where, environ)
+    raw = _load(substituted, where)
     macros = macro_list(raw.get("macros"), where, "macros")
     models_raw = {} if raw.get("models") is None else raw["models"]
     if not isinstance(models_raw, dict):
@@ -104,9 +108,14 @@ def read_llama_swap(text: str, where: str, environ: Mapping[str, str]) -> SwapCo
         raise UsageError(f"{where}: startPort must be a whole number of at least 1, not {port!r}")
     models: list[SwapModel] = []
     for model_id in sorted(models_raw):  # llama-swap allocates ports in sorted model-ID order
-        model, port = _model(model_id, models_raw[model_id], macros, port, where)
+        try:
+            model, port = _model(model_id, models_raw[model_id], macros, port, where, unset)
+        except UsageError as error:
+            model = SwapModel(model_id, (), (), None, None, (), "", (), error.message.removeprefix(
+                f"{where}: model {model_id}: "))
+            port += _uses_port(models_raw[model_id], macros)  # the models after it keep llama-swap's ports
         models.append(model)
-    _check_aliases(models, where)
+    models = _check_aliases(models)
     notes = tuple(_note(k, v, _TOP_REASONS) for k, v in raw.items() if k not in _TOP_CARRIED)
     return SwapConfig(models=tuple(models), not_carried=notes)
 
@@ -139,31 +148,37 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _substitute_env(text: str, where: str, environ: Mapping[str, str]) -> str:
-    """${env.NAME} in the raw text, as llama-swap's substituteEnvMacros (comments are not scanned)."""
+def _substitute_env(text: str, where: str, environ: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+    """${env.NAME} in the raw text, as llama-swap's substituteEnvMacros (comments are not scanned).
+    An unset variable stays as written and is returned: the models that use it are refused, not the config."""
     parsed = _load(text, where)
+    unset: set[str] = set()
     for name in dict.fromkeys(m for s in strings(parsed) for m in _ENV_USE.findall(s)):
         slug = "${env." + name + "}"
-        users = [mid for mid, m in _mapping(parsed.get("models")).items() if any(slug in s for s in strings(m))]
-        place = f"model {users[0]}" if users else "top level"
         value = environ.get(name)
-        if value is None:
-            raise UsageError(f"{where}: {place}: environment variable '{name}' is not set")
-        if any(c in value for c in "\n\r\x00"):
-            raise UsageError(f"{where}: {place}: environment variable '{name}' contains a newline or NUL")
+        if value is None or any(c in value for c in "\n\r\x00"):
+            unset.add(name)
+            continue
         text = text.replace(slug, value.replace("\\", "\\\\").replace('"', '\\"'))
-    return text
+    return text, frozenset(unset)
 
 
 def _mapping(value: Value) -> dict[str, Value]:
     return value if isinstance(value, dict) else {}
 
 
-def _model(model_id: str, value: Value, glob: Macros, port: int, where: str) -> tuple[SwapModel, int]:
+def _model(model_id: str, value: Value, glob: Macros, port: int, where: str,
+           unset: frozenset[str] = frozenset()) -> tuple[SwapModel, int]:
     here = f"{where}: model {model_id}"
     if not isinstance(value, dict):
         raise UsageError(f"{here}: the settings must be a mapping")
     local = macro_list(value.get("macros"), where, f"model {model_id}")
+    used = sorted({name for text in strings(substitute(dict(value), merge(model_id, glob, local)))
+                   for name in _ENV_USE.findall(text)} & unset)
+    if used:
+        raise UsageError(f"{here}: environment variable {', '.join(map(repr, used))} is not set (or holds a newline): "
+                         "this model's settings use it (llama-swap itself would refuse the whole config); set it "
+                         "and import again")
     settings: dict[str, Value] = {k: v for k, v in value.items() if k != "macros"}
     had_cmd = settings.get("cmd") is not None
     for key in ("cmd", "cmdStop"):
@@ -171,13 +186,16 @@ def _model(model_id: str, value: Value, glob: Macros, port: int, where: str) -> 
             settings[key] = strip_comments(str(settings[key]))
     if settings.get("proxy") is None:
         settings["proxy"] = DEFAULT_PROXY
-    settings = _mapping(substitute(settings, merge(model_id, glob, local)))
+    macros = merge(model_id, glob, local)
+    settings = _mapping(substitute(settings, macros))
+    _substitute_parameter_keys(settings, macros)
     cmd = _text(settings.get("cmd"), here, "cmd")
     proxy = _text(settings.get("proxy"), here, "proxy")
     assigned: int | None = None
     if "${PORT}" in cmd:
         assigned, port = port, port + 1
         settings = _mapping(substitute(settings, [("PORT", assigned)]))
+        _substitute_parameter_keys(settings, [("PORT", assigned)])
         cmd, proxy = _text(settings.get("cmd"), here, "cmd"), _text(settings.get("proxy"), here, "proxy")
     elif "${PORT}" in proxy:
         what = "proxy uses ${PORT} but cmd does not - ${PORT} is only available when used in cmd"
@@ -231,13 +249,44 @@ def _environment(value: Value, here: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _check_aliases(models: list[SwapModel], where: str) -> None:
+def _uses_port(value: Value, glob: Macros) -> bool:
+    """Whether a model (one that could not be read) asks for ${PORT} in its cmd, directly or through a macro."""
+    if not isinstance(value, dict):
+        return False
+    try:
+        local = macro_list(value.get("macros"), "", "")
+    except UsageError:
+        local = []
+    cmd = substitute(value.get("cmd"), merge("", glob, local))
+    return isinstance(cmd, str) and "${PORT}" in cmd
+
+
+def _substitute_parameter_keys(settings: dict[str, Value], macros: Macros) -> None:
+    """substituteSetParamsByIDKeys: the keys of filters.setParamsByID are model IDs, macros allowed
+    (`${MODEL_ID}:thinking`); other mapping keys are not macro targets."""
+    filters = settings.get("filters")
+    params = filters.get("setParamsByID") if isinstance(filters, dict) else None
+    if not isinstance(filters, dict) or not isinstance(params, dict):
+        return
+    resolved: dict[str, Value] = {}
+    for key, item in params.items():
+        for name, macro in reversed(macros):
+            key = key.replace("${" + name + "}", go_str(macro))
+        resolved[key] = item
+    filters["setParamsByID"] = resolved
+
+
+def _check_aliases(models: list[SwapModel]) -> list[SwapModel]:
+    """An alias two models claim: llama-swap refuses the config; specd refuses the later model, naming both."""
     owner: dict[str, str] = {}
+    checked: list[SwapModel] = []
     for model in models:
-        for alias in model.aliases:
-            if alias in owner:
-                raise UsageError(f"{where}: model {model.name}: alias {alias} is also used by model {owner[alias]}")
-            owner[alias] = model.name
+        taken = next((alias for alias in model.aliases if alias in owner), None)
+        if taken is not None and not model.refused:
+            model = replace(model, refused=f"alias {taken} is also used by model {owner[taken]}")
+        owner.update({alias: model.name for alias in model.aliases if alias not in owner})
+        checked.append(model)
+    return checked
 
 
 def _note(key: str, value: Value, reasons: Mapping[str, str]) -> str:

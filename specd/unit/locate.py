@@ -33,11 +33,23 @@ def drop_in_files(unit_path: Path, unit_name: str, scope: str) -> list[Path]:
     return [by_name[name] for name in sorted(by_name)]
 
 
+def template_of(path: Path) -> Path | None:
+    """`dir/name@inst.service` read from `dir/name@.service`, as systemd reads an instance from its template."""
+    stem, dot, suffix = path.name.rpartition(".")
+    if "@" not in stem or stem.endswith("@"):
+        return None
+    template = path.with_name(stem.split("@", 1)[0] + "@" + dot + suffix)
+    return template if template.is_file() else None
+
+
 def resolve_source(source: str, scope: str) -> Path:
-    """`--from`: a path, or the name of an installed unit (template instances included)."""
+    """`--from`: a path, or the name of an installed unit (template instances included, also as a path:
+    `dir/name@inst.service` is read from `dir/name@.service`)."""
     path = Path(source)
-    if path.exists() or "/" in source:
+    if path.exists():
         return path
+    if "/" in source:
+        return template_of(path) or path
     directories = _unit_directories(scope)
     names = [source]
     if "@" in source:  # llama-server@qwen.service is read from llama-server@.service

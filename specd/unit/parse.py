@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import glob
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from specd.engines.facts import command_facts
 from specd.errors import UsageError
+from specd.profiles.keys import reported_model_id
+from specd.unit.specifiers import SPECIFIER_MEANINGS, UnitContext, resolve_specifiers, specifiers_in
 from specd.unit.syntax import (
-    SPECIFIER_MEANINGS,
-    UnitContext,
     expand_variables,
     logical_lines,
     parse_assignments,
     parse_environment_file,
     read_unit_text,
     referenced_variables,
-    resolve_specifiers,
-    specifiers_in,
     split_words,
 )
 
@@ -45,18 +43,17 @@ class UnitCommand:
     @property
     def alias(self) -> str | None:
         """The name clients ask for: --alias (the first of several), else what llama-server reports
-        itself (the model file's name, the Hub repo); None in router mode (it serves many). A `vllm
-        serve` command's is its --served-model-name, else its model as given (vLLM's default)."""
+        itself (the -hf repo or the model path, as given: keys.reported_model_id); None in router mode.
+        A flag wins over its LLAMA_ARG_* variable, as in llama-server. A `vllm serve` command's is its
+        --served-model-name, else its model as given (vLLM's default)."""
         vllm = command_facts(self.argv)
         if vllm is not None:
             return vllm.served_name
-        value = self.option("--alias", "-a")
+        value = self.option("--alias", "-a") or self.environment.get("LLAMA_ARG_ALIAS")
         if value:
             return value.split(",")[0]
-        model = self.option("--model", "-m")
-        if model:
-            return PurePath(model).name
-        return self.option("--hf-repo", "-hf", "-hfr")
+        return reported_model_id(self.option("--model", "-m") or self.environment.get("LLAMA_ARG_MODEL"),
+                                 self.option("--hf-repo", "-hf", "-hfr") or self.environment.get("LLAMA_ARG_HF_REPO"))
 
     @property
     def api_key(self) -> str | None:
@@ -76,9 +73,11 @@ class UnitCommand:
 
     @property
     def base_url(self) -> str:
-        host = self.option("--host") or "127.0.0.1"
+        """Where it listens: --host/--port, else their LLAMA_ARG_* variables, else the server's defaults."""
+        host = self.option("--host") or self.environment.get("LLAMA_ARG_HOST") or "127.0.0.1"
         vllm = command_facts(self.argv)
-        port = self.option("--port") or str(vllm.port if vllm is not None else 8080)
+        default_port = str(vllm.port) if vllm is not None else self.environment.get("LLAMA_ARG_PORT") or "8080"
+        port = self.option("--port") or default_port
         return f"http://{host}:{port}"
 
 
@@ -100,6 +99,8 @@ class ParsedUnit:
     assigned: dict[str, str]  # what Environment= lines set (EnvironmentFile= variables are not copied)
     unset: tuple[str, ...] = ()  # variables ExecStart= uses that nothing sets (they expand to nothing)
     skipped_files: tuple[str, ...] = ()  # optional EnvironmentFile=s that do not exist here
+    exec_words: tuple[str, ...] = ()  # ExecStart= after specifiers, before variables: where each value came from
+    sources: tuple[tuple[str, str], ...] = ()  # variable -> the line or file that set it last
 
     def unset_cause(self) -> str:
         """Why a value of the command is empty, when variables it uses are unset: for a refusal."""
@@ -107,6 +108,27 @@ class ParsedUnit:
             return ""
         files = "".join(f"; EnvironmentFile=-{path} does not exist here" for path in self.skipped_files)
         return f"ExecStart= uses ${', $'.join(self.unset)}, which nothing sets here{files}"
+
+    def empty_value_cause(self, flag: str) -> str:
+        """Why `flag` gets an empty value (or none): the variable its word uses and where that should come
+        from; every unset variable of the command when the flag itself came out of one."""
+        for index, word in enumerate(self.exec_words):
+            name, equals, inline = word.partition("=")
+            value = inline if equals and name == flag else (
+                self.exec_words[index + 1] if word == flag and index + 1 < len(self.exec_words) else None)
+            names = sorted(referenced_variables([value])) if value is not None else []
+            if names:
+                return "; ".join(self._variable_cause(name) for name in names)
+        return self.unset_cause()
+
+    def _variable_cause(self, name: str) -> str:
+        source = dict(self.sources).get(name)
+        if name in self.command.environment:
+            return f"${{{name}}} is empty (set so by {source})" if source else f"${{{name}}} is empty"
+        files = [f"EnvironmentFile=-{path} (optional), which does not exist here" for path in self.skipped_files]
+        where = f"; it would come from {' or '.join(files)}" if files else (
+            "; no Environment= or EnvironmentFile= of the unit sets it")
+        return f"${{{name}}} is not set{where}"
 
 
 def _exec_words(value: str, where: str) -> list[str]:
@@ -148,7 +170,9 @@ class _Service:
     context: UnitContext
     exec_start: list[str] | None = None
     exec_line: str = ""
+    exec_raw: str = ""  # the ExecStart= value as written
     assigned: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     files: list[tuple[Directive, str]] = field(default_factory=list)  # read once the last drop-in is in
     directives: list[Directive] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -164,11 +188,13 @@ class _Service:
         elif key == "ExecStart":
             words = _exec_words(value, here) if value else []
             self.exec_start = [resolve_specifiers(w, self.context, here) for w in words] or None
-            self.exec_line = here
+            self.exec_line, self.exec_raw = here, value
         elif key == "Environment":
             if not value:
                 self.assigned.clear()
-            self.assigned.update(parse_assignments(resolve_specifiers(value, self.context, here), here))
+            assigned = parse_assignments(resolve_specifiers(value, self.context, here), here)
+            self.assigned.update(assigned)
+            self.sources.update({name: f"Environment= ({here})" for name in assigned})
         elif not value:
             self.files.clear()
         else:
@@ -199,10 +225,13 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
                 service.take(Directive(section, key, value, line.line), here)
     if not service.exec_start:
         raise UsageError(f"{where}: no ExecStart= in its [Service] section")
+    _check_program(service, where)
     environment = dict(service.assigned)
     skipped: list[str] = []
     for directive, here in service.files:  # systemd: EnvironmentFile= variables win over Environment=
-        environment.update(_environment_file(directive.value, context, here, service.notes, skipped))
+        variables = _environment_file(directive.value, context, here, service.notes, skipped)
+        environment.update(variables)
+        service.sources.update({name: f"EnvironmentFile={directive.value} ({here})" for name in variables})
     notes = service.notes
     for code in sorted(service.specifiers & set(SPECIFIER_MEANINGS)):
         notes.append(f"%{code} is {context.specifier(code)!r}: {SPECIFIER_MEANINGS[code]} "
@@ -214,7 +243,23 @@ def read_unit(text: str, where: str = "unit", context: UnitContext | None = None
     directives = (*service.directives, *(directive for directive, _ in service.files))
     unset = tuple(sorted(referenced_variables(service.exec_start) - set(environment)))
     return ParsedUnit(UnitCommand(argv, environment), directives, tuple(notes), service.assigned, unset,
-                      tuple(skipped))
+                      tuple(skipped), tuple(service.exec_start), tuple(service.sources.items()))
+
+
+def _check_program(service: _Service, where: str) -> None:
+    """systemd runs an absolute path or a command name from its search path; anything else (a relative
+    path, often a placeholder nobody filled in) makes it refuse the unit: say so, and which specifiers made it."""
+    program = (service.exec_start or [""])[0]
+    if program.startswith("/") or "/" not in program:
+        return
+    raw = split_words(service.exec_raw, where)[0] if service.exec_raw else program
+    used = sorted(specifiers_in(raw))
+    why = "".join(f"; %{code} in {raw[:60]!r} is {service.context.specifier(code)!r}, {SPECIFIER_MEANINGS[code]}"
+                  for code in used)
+    hint = " ('%HOME%' reads as %H, the host name: write %h for the home directory)" if "%HOME" in raw else ""
+    raise UsageError(f"{service.exec_line or where}: ExecStart= runs {program!r}, which is neither an absolute path "
+                     f"nor a command name, so systemd refuses the unit (bad-setting){why}{hint}; write the "
+                     "program's absolute path, then import")
 
 
 def parse_unit(text: str, where: str = "unit") -> UnitCommand:

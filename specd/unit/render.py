@@ -15,7 +15,7 @@ from pathlib import Path
 from specd import paths
 from specd.errors import PreflightError, ProfileError
 from specd.profiles.flags import BinaryFlags
-from specd.profiles.keys import SPECULATIVE_KEYS, TOP_KEYS, ProfileKey
+from specd.profiles.keys import SPECULATIVE_KEYS, TOP_KEYS, ProfileKey, reported_model_id
 from specd.profiles.load import Directive, Profile
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -69,13 +69,31 @@ def _format(value: object) -> str:
     return str(value)
 
 
+def _without_flag(profile: Profile, flags: BinaryFlags, key: ProfileKey, written: str) -> bool:
+    """Whether the server gets `key` = `written` with no flag at all: the profile says the key is implicit
+    and the server gets it anyway, from its LLAMA_ARG_* variable in [env] or by itself (its --help's
+    default; for the alias, the id it reports). A profile without `implicit` (written before there was
+    one) keeps the old rule: a key its [env] variable already sets to that value gets no flag."""
+    from_environment = dict(profile.env).get(flags.variable_of(key.flags[0])) == written
+    if not profile.implicit or from_environment:
+        return from_environment and (not profile.implicit or key.name in profile.implicit)
+    if key.name not in profile.implicit:
+        return False
+    if key.name == "alias":
+        paths = dict(profile.written_paths)
+        return written == reported_model_id(paths.get("model"), profile.hf_repo)
+    return key.name in ("host", "port") and flags.default_of(key.flags[0]) == written
+
+
 def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
     """The profile's top-level typed keys as flags, in the keys' order."""
     argv: list[str] = []
-    environment = dict(profile.env)
     for key in TOP_KEYS:
         value = getattr(profile, key.name) if key.flags else None
         if value is None or value is False:
+            continue
+        if key.name != "api_key" and _without_flag(profile, flags, key, dict(profile.written_paths).get(
+                key.name, _format(value))):
             continue
         if key.name == "api_key":
             argv += ["--api-key-file", str(paths.api_key_file(value))]  # the key itself stays out of the unit
@@ -83,8 +101,6 @@ def _typed_flags(profile: Profile, flags: BinaryFlags) -> list[str]:
             argv.append(_spelling(flags, key, profile))
         else:
             written = dict(profile.written_paths).get(key.name, _format(value))
-            if environment.get(flags.variable_of(key.flags[0])) == written:
-                continue  # llama-server reads this setting from its LLAMA_ARG_* variable in [env]
             argv += [_spelling(flags, key, profile), written]
     return argv
 
@@ -94,7 +110,7 @@ def build_argv(profile: Profile, flags: BinaryFlags) -> list[str]:
     if profile.router and not flags.has("--models-dir"):
         raise PreflightError(f"profile '{profile.name}': router = true, but {profile.binary} has no router mode "
                              "(no --models-dir in its --help): without a model it would not start")
-    argv = [str(profile.binary), *_typed_flags(profile, flags)]
+    argv = [str(profile.binary), *profile.binary_args, *_typed_flags(profile, flags)]
     spec = profile.speculative
     if spec.type != "none":
         argv += ["--spec-type", flags.spec_type_spelling(spec.type, profile_name=profile.name)]

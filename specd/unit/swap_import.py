@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from specd.profiles.load import profile_path
 from specd.unit.importer import ImportResult, profile_from_command, write_profile
 from specd.unit.llamaswap import SwapModel, read_llama_swap
 from specd.unit.syntax import read_unit_text
-from specd.unit.wrappers import is_llama_server, unwrap
+from specd.unit.wrappers import unwrap
 
 
 @dataclass(frozen=True)
@@ -40,29 +41,31 @@ def profile_name(model_id: str) -> str:
 
 
 def _profile(model: SwapModel, where: str) -> ImportResult:
+    if model.refused:
+        raise UsageError(model.refused)
     if not model.argv:
         raise UsageError(f"no cmd: a remote endpoint behind llama-swap ({model.proxy}); specd runs a local "
                          "llama-server")
-    unwrapped = unwrap(list(model.argv), dict(model.environment), where)
-    if is_vllm_serve(unwrapped.argv):  # a `vllm serve` cmd: becomes a vLLM profile, llama-swap's names its alias
-        vllm = profile_from_command(unwrapped.argv, {**dict(model.environment), **unwrapped.environment},
-                                    model.description or f"llama-swap model {model.name}", where=where,
-                                    notes=unwrapped.notes)
-        names = [*str(vllm.data["alias"]).split(","), model.name, *model.aliases]
-        vllm.data["alias"] = ",".join(dict.fromkeys(names))
-        vllm.row(f"models: {model.name}", f"alias = {vllm.data['alias']!r} (what clients asked llama-swap for)")
-        return vllm
-    if not is_llama_server(unwrapped.argv[0]):
-        raise UsageError(f"{unwrapped.argv[0]} is not llama-server (its cmd: {' '.join(model.argv)[:80]}); "
-                         "import the llama-server command that script runs")
-    result = profile_from_command(unwrapped.argv, {**dict(model.environment), **unwrapped.environment},
-                                  model.description or f"llama-swap model {model.name}", where=where,
-                                  notes=unwrapped.notes)
-    if unwrapped.launcher:
-        result.data["launcher"] = list(unwrapped.launcher)
+    try:
+        unwrapped = unwrap(list(model.argv), dict(model.environment), where)
+        environment = {**dict(model.environment), **unwrapped.environment}
+        description = model.description or f"llama-swap model {model.name}"
+        if is_vllm_serve(unwrapped.argv):  # a `vllm serve` cmd: a vLLM profile, llama-swap's names its alias
+            vllm = profile_from_command(unwrapped.argv, environment, description, where=where, notes=unwrapped.notes)
+            names = [*str(vllm.data["alias"]).split(","), model.name, *model.aliases]
+            vllm.data["alias"] = ",".join(dict.fromkeys(names))
+            vllm.row(f"models: {model.name}", f"alias = {vllm.data['alias']!r} (what clients asked llama-swap for)")
+            return vllm
+        result = profile_from_command(unwrapped.argv, environment, description, where=where,
+                                      notes=unwrapped.notes, launcher=unwrapped.launcher)
+    except UsageError as error:  # name the cmd line the refusal is about
+        raise UsageError(f"{error.message.removeprefix(where + ': ')} (cmd: {shlex.join(model.argv)[:200]})") from None
     if "alias" in result.data:  # not router mode
-        defaulted = any(row.source == "no --alias" for row in result.rows)
-        own = [] if defaulted else str(result.data["alias"]).split(",")
+        implicit = list(result.data.get("implicit", ()))
+        own = [] if "alias" in implicit else str(result.data["alias"]).split(",")
+        if "alias" in implicit:  # llama-swap's clients ask for the model ID, not the id llama-server reports
+            implicit.remove("alias")
+            result.data["implicit"] = implicit
         result.data["alias"] = ",".join(dict.fromkeys([*own, model.name, *model.aliases]))
         result.row(f"models: {model.name}", f"alias = {result.data['alias']!r} (what clients asked llama-swap for)")
     for note in model.not_carried:

@@ -5,21 +5,18 @@ systemd.service(5), systemd.exec(5)). Pure functions over text; no systemd neede
   continuation are skipped, as systemd skips them.
 - Words (ExecStart=, Environment=): whitespace separates; single and double quotes group; C escapes
   (\\n \\t \\xHH \\NNN \\uXXXX \\s ...) are decoded inside and outside quotes.
-- Specifiers (%h %u %U %i %I %n %N %p %t %S %C %E %%): resolved for the unit's name and scope.
+- Specifiers (specifiers.py): resolved for the unit's name and scope and the box, as systemd 252 does.
 - Variables in ExecStart=: `${VAR}` is replaced inside its word; a word that is exactly `$VAR`
   becomes as many words as the value has (split at whitespace); `$$` is a literal `$`.
 """
 
 from __future__ import annotations
 
-import os
-import pwd
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from specd.errors import UsageError
-from specd.profiles.config import Scope
 
 _C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\",
               '"': '"', "'": "'", "s": " "}
@@ -125,103 +122,6 @@ def split_words(value: str, where: str) -> list[str]:
             raise UsageError(f"{where}: unbalanced {quote} quote in {value[:80]!r}")
         words.append("".join(word))
     return words
-
-
-@dataclass(frozen=True)
-class UnitContext:
-    """What specifiers resolve against: the unit's own name and the manager that runs it."""
-
-    unit_name: str
-    scope: Scope = "user"
-    home: str = field(default_factory=lambda: str(Path.home()))
-    user: str = field(default_factory=lambda: pwd.getpwuid(os.getuid()).pw_name)
-    uid: int = field(default_factory=os.getuid)
-
-    @classmethod
-    def for_unit(cls, unit_name: str, scope: Scope) -> UnitContext:
-        if scope == "system":  # the system manager runs as root: %h is /root, %u root
-            return cls(unit_name, scope, home="/root", user="root", uid=0)
-        return cls(unit_name, scope)
-
-    @property
-    def prefix(self) -> str:
-        stem = self.unit_name.rsplit(".", 1)[0]
-        return stem.split("@", 1)[0]
-
-    @property
-    def instance(self) -> str:
-        stem = self.unit_name.rsplit(".", 1)[0]
-        return stem.split("@", 1)[1] if "@" in stem else ""
-
-    def directory(self, kind: str) -> str:
-        if self.scope == "system":
-            return {"t": "/run", "S": "/var/lib", "C": "/var/cache", "E": "/etc", "L": "/var/log"}[kind]
-        runtime = os.environ.get("XDG_RUNTIME_DIR", f"/run/user/{self.uid}")
-        xdg = {"t": ("XDG_RUNTIME_DIR", runtime), "S": ("XDG_STATE_HOME", f"{self.home}/.local/state"),
-               "C": ("XDG_CACHE_HOME", f"{self.home}/.cache"), "E": ("XDG_CONFIG_HOME", f"{self.home}/.config"),
-               "L": ("XDG_STATE_HOME", f"{self.home}/.local/state")}
-        name, default = xdg[kind]
-        value = os.environ.get(name, default) if kind == "t" else default
-        return f"{value}/log" if kind == "L" else value
-
-    def specifier(self, code: str) -> str | None:
-        table = {
-            "%": "%", "n": self.unit_name, "N": self.unit_name.rsplit(".", 1)[0], "p": self.prefix,
-            "P": unescape_name(self.prefix), "i": self.instance, "I": unescape_name(self.instance),
-            "j": self.prefix.rsplit("-", 1)[-1], "J": unescape_name(self.prefix.rsplit("-", 1)[-1]),
-            "h": self.home, "u": self.user, "U": str(self.uid), "g": "root" if self.scope == "system" else self.user,
-            "G": "0" if self.scope == "system" else str(os.getgid()),
-        }
-        if code in "tSCEL":
-            return self.directory(code)
-        return table.get(code)
-
-
-def unescape_name(text: str) -> str:
-    """systemd-escape's inverse for %I and %P: `-` is `/`, `\\xHH` a byte."""
-    text = re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), text.replace("-", "/"))
-    return text
-
-
-def resolve_specifiers(text: str, context: UnitContext, where: str) -> str:
-    """Replace %X specifiers; an unknown one is refused as systemd refuses it."""
-    def replace(match: re.Match[str]) -> str:
-        value = context.specifier(match.group(1))
-        if value is None:
-            raise UsageError(f"{where}: unknown specifier %{match.group(1)} in {text[:80]!r}")
-        return value
-
-    return re.sub(r"%(.)", replace, text)
-
-
-SPECIFIER_MEANINGS = {
-    "h": "the home directory of the manager's user", "u": "the manager's user", "U": "the manager's user id",
-    "g": "the manager's group", "G": "the manager's group id", "n": "the unit's full name",
-    "N": "the unit's name without its type", "p": "the unit's prefix", "P": "the unit's prefix, unescaped",
-    "i": "the unit's instance", "I": "the unit's instance, unescaped", "j": "the last part of the prefix",
-    "J": "the last part of the prefix, unescaped", "t": "the runtime directory", "S": "the state directory",
-    "C": "the cache directory", "E": "the configuration directory", "L": "the log directory",
-}
-
-
-def specifiers_in(text: str) -> set[str]:
-    """The specifier codes `text` uses (%% is not one)."""
-    return {code for code in re.findall(r"%(.)", text) if code != "%"}
-
-
-_NAME_SPECIFIERS = frozenset("nNpPiIjJ")
-
-
-def resolve_name_specifiers(text: str, context: UnitContext) -> str:
-    """Resolve only the specifiers that name the unit (%n %N %p %P %i %I %j %J): a directive carried
-    into a unit of another name must keep meaning what it meant; %h, %t, %% ... stay for systemd."""
-    def replace(match: re.Match[str]) -> str:
-        code = match.group(1)
-        if code in _NAME_SPECIFIERS:
-            return (context.specifier(code) or "").replace("%", "%%")
-        return match.group(0)
-
-    return re.sub(r"%(.)", replace, text)
 
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\$")

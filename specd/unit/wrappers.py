@@ -10,7 +10,6 @@ keep the unit by hand) and a script with no llama-server arguments (specd cannot
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -18,6 +17,7 @@ from pathlib import Path, PurePath
 from specd.engines.facts import is_vllm_serve
 from specd.errors import UsageError
 from specd.profiles.keys import BY_FLAG
+from specd.unit.recognise import looks_like_server, refuse_other_programs
 from specd.unit.shell import script_command
 from specd.unit.syntax import read_unit_text
 
@@ -31,14 +31,6 @@ class Unwrapped:
     environment: dict[str, str]  # VAR=value set by the wrapper (env, a shell's `export`)
     notes: tuple[str, ...]
     launcher: tuple[str, ...] = ()  # kept in front of llama-server: toolbox run -c BOX, numactl ..., nice ...
-
-
-def is_llama_server(program: str) -> bool:
-    """llama-server itself (also a renamed build such as llama-server-cuda), never a script around it."""
-    name = PurePath(program).name
-    if name.endswith((".sh", ".bash", ".py")) or "start" in name or "wrapper" in name:
-        return False
-    return name == "server" or re.fullmatch(r"(ik[-_])?llama[-_]server([-_.][\w.]+)?", name) is not None
 
 
 def _read_sourced(path: str) -> str | None:
@@ -102,21 +94,24 @@ def _server_command(argv: list[str], env: dict[str, str], notes: list[str], wher
                          f"{argv[1] if len(argv) > 1 else ''}): specd manages a native llama-server process and "
                          "does not manage images, devices or published ports; run llama-server natively under "
                          "systemd and import that unit, or keep this unit by hand")
-    server_at = next((i for i, word in enumerate(argv) if i > 0 and is_llama_server(word)), None)
-    if not is_llama_server(argv[0]) and server_at is not None:
+    server_at = next((i for i, word in enumerate(argv) if i > 0 and looks_like_server(word, tuple(argv[i + 1:i + 2]))),
+                     None)
+    if not looks_like_server(argv[0], tuple(argv[1:2])) and server_at is not None:
         launcher = tuple(argv[:server_at])
         notes.append(f"`{' '.join(launcher)}` is kept as the launcher in front of llama-server "
                      "(profile key 'launcher')")
         return Unwrapped(argv[server_at:], env, tuple(notes), launcher)
-    if len(argv) == 1 and not is_llama_server(argv[0]):
+    refuse_other_programs(argv, where)
+    if len(argv) == 1 and not looks_like_server(argv[0]):
         raise UsageError(f"{where}: ExecStart= runs {argv[0]} with no arguments, a wrapper script specd cannot "
                          "see into; write the llama-server command it runs into ExecStart= (or a copy of the unit) "
                          "and import that")
-    if not is_llama_server(argv[0]) and not any(arg.split("=", 1)[0] in BY_FLAG for arg in argv[1:]):
+    shaped = looks_like_server(argv[0], tuple(argv[1:2]))
+    if not shaped and not any(arg.split("=", 1)[0] in BY_FLAG for arg in argv[1:]):
         raise UsageError(f"{where}: ExecStart= runs {_shown(argv)}: neither the program's name nor its "
                          "arguments are llama-server's, so it is a wrapper specd cannot see into; write the "
                          "llama-server command it runs into ExecStart= (or a copy of the unit) and import that")
-    if not is_llama_server(argv[0]):
+    if not shaped:
         notes.append(f"{argv[0]} is taken as the llama-server binary (its name does not say so)")
     return Unwrapped(argv, env, tuple(notes))
 

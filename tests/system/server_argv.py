@@ -14,9 +14,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-# llama-server, a fork's renamed copy (ik_llama-server, ...), or `server`: llama.cpp's name for the
-# same program until June 2024 (units of old builds still run it).
-_SERVER_NAME = re.compile(r"(^|[-_])llama[-_]server$|^server$")
+# llama-server, a fork's or a build's renamed copy (ik_llama-server, beellama-server, llama-server-rocm,
+# llama-server.exe, ...; not a script such as llama-server.sh), or `server`: llama.cpp's
+# name for the same program until June 2024 (units of old builds still run it). llama.cpp's multi-call
+# `llama` runs it as `llama serve` (or `llama server`: app/llama.cpp).
+_SERVER_NAME = re.compile(r"llama[-_]server([-_][\w.]+|\.exe)?$|^server$")
+_SCRIPT_NAME = re.compile(r"\.(sh|bash|py)$|wrapper|start")
+_SUBCOMMAND_HOST = "llama"
+_SUBCOMMANDS = frozenset({"serve", "server"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
 _SHELL_SYNTAX = re.compile(r"[;|&<>()`$\n*?]")
 _NAMES = re.compile(r"^(-[\w-]+(?:,\s*-[\w-]+)*)")
@@ -132,7 +137,9 @@ def server_command(path: str, argv: tuple[str, ...], env: dict[str, str] | None 
             continue
         break
     for index, word in enumerate(words):
-        if _SERVER_NAME.search(_basename(word)):
+        subcommand = words[index + 1] if index + 1 < len(words) else ""
+        named = _SERVER_NAME.search(_basename(word)) and not _SCRIPT_NAME.search(_basename(word))
+        if named or (_basename(word) == _SUBCOMMAND_HOST and subcommand in _SUBCOMMANDS):
             return ServerCommand(tuple(words[:index]), word, tuple(words[index + 1:]))
     target = words[0] if words else path
     return NotAServerCommand(f"{target} is not llama-server and has no llama-server command line",
@@ -185,8 +192,16 @@ def _is_flag(token: str) -> bool:
     return False
 
 
+def _spelling(token: str) -> str:
+    """llama-server turns `_` into `-` in a long option before it looks it up (common/arg.cpp)."""
+    return token.replace("_", "-") if token.startswith("--") else token
+
+
 def flag_pairs(args: tuple[str, ...], aliases: Aliases) -> list[tuple[str | None, str | None]]:
-    """(canonical flag, value) pairs; flags unknown to the reference binary take the next non-flag word."""
+    """(canonical flag, value) pairs; flags unknown to the reference binary take the next non-flag word.
+    A word that is no option and no option's value is (None, word), in its place. An option that takes
+    a value in the reference build but is followed by another option (a bare `-fa` written for an older
+    build, where it was a switch) is read as a switch: the reference build would not start that command."""
     pairs: list[tuple[str | None, str | None]] = []
     index = 0
     while index < len(args):
@@ -197,16 +212,16 @@ def flag_pairs(args: tuple[str, ...], aliases: Aliases) -> list[tuple[str | None
             continue
         name, has_inline, inline = token.partition("=")
         if has_inline and name.startswith("--"):
-            pairs.append((aliases.canon(name), inline))
+            pairs.append((aliases.canon(_spelling(name)), inline))
             index += 1
             continue
-        known = aliases.takes_value.get(token)
-        wants = known if known is not None else (index + 1 < len(args) and not _is_flag(args[index + 1]))
+        known = aliases.takes_value.get(_spelling(token))
+        wants = (known if known is not None else True) and index + 1 < len(args) and not _is_flag(args[index + 1])
         if wants and index + 1 < len(args):
-            pairs.append((aliases.canon(token), args[index + 1]))
+            pairs.append((aliases.canon(_spelling(token)), args[index + 1]))
             index += 2
         else:
-            pairs.append((aliases.canon(token), None))
+            pairs.append((aliases.canon(_spelling(token)), None))
             index += 1
     return pairs
 
@@ -222,33 +237,60 @@ def _value_key(value: str | None) -> str | None:
     return repr(number) if math.isfinite(number) else value
 
 
-def model_ids(pairs: list[tuple[str | None, str | None]]) -> set[str]:
-    """The ids llama-server reports in /v1/models when no --alias is given: the model's file name or Hub repo."""
-    ids: set[str] = set()
-    for flag, value in pairs:
-        if value and flag in ("--model", "--hf-repo"):
-            name = value.rsplit("/", 1)[-1] if flag == "--model" else value
-            ids |= {name, name.removesuffix(".gguf"), value}
-    return ids
+def effective(pairs: list[tuple[str | None, str | None]]) -> list[tuple[str | None, str | None]]:
+    """What llama-server keeps of an option given twice: the last one (it warns "only last value will be
+    used", common/arg.cpp; a switch given twice is the switch once); --spec-type adds up, so every one is
+    kept. Words that are no option stay."""
+    last = {flag: index for index, (flag, value) in enumerate(pairs) if flag is not None}
+    return [(flag, value) for index, (flag, value) in enumerate(pairs)
+            if flag is None or flag == "--spec-type" or last[flag] == index]
+
+
+def served_id(pairs: list[tuple[str | None, str | None]], environment: dict[str, str]) -> str | None:
+    """The id llama-server lists first in /v1/models (server-context.cpp): the first --alias, else the -hf
+    repo as given, else the model path as given; a flag wins over its LLAMA_ARG_* variable. None: router mode.
+    tests/system/test_served_id.py checks this against the real binary."""
+    values = {flag: value for flag, value in pairs if flag is not None and value is not None}
+    alias = values.get("--alias") or environment.get("LLAMA_ARG_ALIAS")
+    if alias:
+        return alias.split(",")[0]
+    return (values.get("--hf-repo") or environment.get("LLAMA_ARG_HF_REPO")
+            or values.get("--model") or environment.get("LLAMA_ARG_MODEL") or None)
 
 
 def compare_args(original: tuple[str, ...], rendered: tuple[str, ...], aliases: Aliases) -> list[str]:
-    """Differences between two llama-server argument lists as multisets of (flag, value) pairs.
+    """Differences between two llama-server argument lists, as llama-server reads them.
 
-    The render may add what llama-server does anyway when a flag is absent: `--host 127.0.0.1`,
-    `--port 8080`, `--alias` equal to the id llama-server reports (the model file's name).
+    The same options with the same values (any order: llama-server treats them as order-free; an option
+    given twice counts by its last value, as llama-server keeps it), and the same words that are no
+    option in the same order and the same place before the first option (a subcommand, a wrapper
+    script's own arguments). Nothing added, not even what llama-server does by default.
     """
-    before = flag_pairs(original, aliases)
-    after = flag_pairs(rendered, aliases)
-    have = Counter((flag, _value_key(value)) for flag, value in before)
-    got = Counter((flag, _value_key(value)) for flag, value in after)
-    present = {flag for flag, _ in before}
-    defaults = {("--host", "127.0.0.1"), ("--port", _value_key("8080"))}
-    defaults |= {("--alias", name) for name in model_ids(before)}
-    problems = [f"lost {flag or ''} {value if value is not None else ''}".rstrip() for (flag, value), n
-                in (have - got).items() for _ in range(n)]
-    for (flag, value), n in (got - have).items():
-        if flag not in present and (flag, value) in defaults:
-            continue
-        problems += [f"added {flag or ''} {value if value is not None else ''}".rstrip()] * n
+    before, after = flag_pairs(original, aliases), flag_pairs(rendered, aliases)
+    problems: list[str] = []
+    lead_before = [value for flag, value in before[:next((i for i, (f, _) in enumerate(before) if f), len(before))]]
+    lead_after = [value for flag, value in after[:next((i for i, (f, _) in enumerate(after) if f), len(after))]]
+    if lead_before != lead_after:
+        problems.append(f"words before the options {lead_before} -> {lead_after}")
+    words_before = [value for flag, value in before if flag is None]
+    words_after = [value for flag, value in after if flag is None]
+    if words_before != words_after:
+        problems.append(f"words that are no option, in order: {words_before} -> {words_after}")
+    have = Counter((flag, _value_key(value)) for flag, value in effective(before) if flag is not None)
+    got = Counter((flag, _value_key(value)) for flag, value in effective(after) if flag is not None)
+    problems += [f"lost {flag} {value if value is not None else ''}".rstrip() for (flag, value), n
+                 in (have - got).items() for _ in range(n)]
+    problems += [f"added {flag} {value if value is not None else ''}".rstrip() for (flag, value), n
+                 in (got - have).items() for _ in range(n)]
     return problems
+
+
+def command_problems(before: ServerCommand, after: ServerCommand, aliases: Aliases) -> list[str]:
+    """Differences between two llama-server commands: the wrapper around it, the binary (a bare command
+    name may come back as the path systemd finds it at), and the arguments as llama-server reads them."""
+    problems = [f"wrapper {list(before.wrapper)} -> {list(after.wrapper)}"] if before.wrapper != after.wrapper else []
+    same_binary = before.binary == after.binary or (
+        not before.binary.startswith("/") and Path(after.binary).name == before.binary)
+    if not same_binary:
+        problems.append(f"binary {before.binary} -> {after.binary}")
+    return problems + compare_args(before.args, after.args, aliases)

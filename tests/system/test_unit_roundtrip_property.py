@@ -42,7 +42,7 @@ def specd_exec_argv(text: str, context: UnitContext) -> list[str]:
     and its manager's home, and variables from its Environment=.
     """
     from specd.unit.parse import read_unit
-    from specd.unit.syntax import UnitContext as SpecdContext
+    from specd.unit.specifiers import UnitContext as SpecdContext
 
     return list(read_unit(text, context.unit_name,
                           SpecdContext(context.unit_name, "user", home=context.home)).command.argv)

@@ -99,7 +99,7 @@ def test_an_ik_llama_unit_with_the_engines_tuner_imports_it_as_the_speculative_k
     """A public ik_llama.cpp launch script runs `-mtp --draft-max 14 --spec-autotune`; here in the spelling
     today's ik_llama.cpp takes (it rejects the legacy -mtp and --draft-* flags)."""
     from specd.unit.importer import profile_from_unit, write_profile
-    from specd.unit.syntax import UnitContext
+    from specd.unit.specifiers import UnitContext
 
     unit = ("[Service]\nExecStart=/opt/ik_llama/bin/llama-server -m /models/q.gguf -a qwen --port 8080 "
             "--spec-type mtp:n_max=14 --spec-autotune\n")

@@ -14,26 +14,11 @@ from specd.profiles.flags import parse_help
 from specd.profiles.load import load_profile
 from specd.unit.importer import ImportResult, profile_from_unit, write_profile
 from specd.unit.render import build_argv
-from specd.unit.syntax import UnitContext
+from specd.unit.specifiers import UnitContext
+from tests.unit.reference_help import REFERENCE_HELP
 
 CTX = UnitContext("llama-server.service", "user", home="/home/ann", user="ann", uid=1000)
-HELP = """\
--c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
-                                        (env: LLAMA_ARG_CTX_SIZE)
--m,    --model FNAME                    model path to load
-                                        (env: LLAMA_ARG_MODEL)
--a,    --alias STRING                   set model name aliases, comma-separated (to be used by API)
-                                        (env: LLAMA_ARG_ALIAS)
---host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
-                                        ending in .sock; with multiple TCP addresses, :: binds IPv6 only;
-                                        (env: LLAMA_ARG_HOST)
---port PORT                             port to listen (default: 8080)
-                                        (env: LLAMA_ARG_PORT)
---metrics                               enable prometheus compatible metrics endpoint (default: disabled)
-                                        (env: LLAMA_ARG_ENDPOINT_METRICS)
---models-dir PATH                       directory containing models for the router server (default: disabled)
-                                        (env: LLAMA_ARG_MODELS_DIR)
-"""
+HELP = REFERENCE_HELP
 FLAGS = parse_help("/opt/llama-server", HELP)
 
 
@@ -52,7 +37,9 @@ def test_no_model_is_router_mode_over_the_cache_as_llama_server_does_it(tmp_path
     assert result.data["router"] is True and "model" not in result.data and "alias" not in result.data
     said = [row.became for row in result.rows if row.became.startswith("router = true")]
     assert said and "download cache" in said[0]
-    assert rendered(result, tmp_path) == ["/opt/llama-server", "--host", "127.0.0.1", "--port", "8080"]
+    # llama-server's defaults (its --help says them) are not written: the server starts as the unit started it.
+    assert rendered(result, tmp_path) == ["/opt/llama-server"]
+    assert result.data["implicit"] == ["host", "port"]
     old_build = HELP.split("--models-dir")[0]
     with pytest.raises(PreflightError, match="has no router mode"):
         rendered(result, tmp_path, old_build)
@@ -62,10 +49,11 @@ def test_settings_from_llama_arg_variables_are_the_profiles_and_stay_variables(t
     result = imported("[Service]\nEnvironment=LLAMA_ARG_MODEL=/m/qwen.gguf LLAMA_ARG_PORT=9001 "
                       "LLAMA_ARG_CTX_SIZE=8192\n"
                       "ExecStart=/opt/llama-server --host 0.0.0.0\n")
-    assert (result.data["model"], result.data["port"], result.data["alias"]) == ("/m/qwen.gguf", 9001, "qwen.gguf")
+    # With no --alias, llama-server serves the model path as given: that is the id clients keep seeing.
+    assert (result.data["model"], result.data["port"], result.data["alias"]) == ("/m/qwen.gguf", 9001, "/m/qwen.gguf")
     assert "router" not in result.data  # the model comes from the environment: not router mode
-    # The server keeps reading them from its environment: no --model or --port flag is added.
-    assert rendered(result, tmp_path) == ["/opt/llama-server", "--alias", "qwen.gguf", "--host", "0.0.0.0"]
+    # The server keeps reading them from its environment: no --model, --port or --alias flag is added.
+    assert rendered(result, tmp_path) == ["/opt/llama-server", "--host", "0.0.0.0"]
     assert load_profile(tmp_path, "p").env == (("LLAMA_ARG_CTX_SIZE", "8192"), ("LLAMA_ARG_MODEL", "/m/qwen.gguf"),
                                                ("LLAMA_ARG_PORT", "9001"))
 
@@ -83,8 +71,9 @@ def test_a_model_whose_variable_nothing_sets_is_refused_naming_the_variable_and_
     with pytest.raises(UsageError) as caught:
         imported(unit)
     assert "--model is given an empty value" in caught.value.message
-    assert "$LLAMA_ARGS, $LLAMA_MODEL, which nothing sets here" in caught.value.message
-    assert "EnvironmentFile=-/home/ann/.config/llama-server/current.env does not exist here" in caught.value.message
+    assert "${LLAMA_MODEL} is not set" in caught.value.message  # the variable of --model's own word
+    assert ("it would come from EnvironmentFile=-/home/ann/.config/llama-server/current.env (optional), which does "
+            "not exist here") in caught.value.message
 
 
 def test_a_relative_model_path_is_refused_naming_it() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -41,17 +42,18 @@ models:
 
 
 def test_a_macro_defined_after_its_user_is_left_over_and_refused() -> None:
-    with pytest.raises(UsageError, match=r"cmd: unknown macro '\$\{later\}'"):
-        read_llama_swap("macros:\n  early: x ${later}\n  later: y\nmodels:\n  m:\n"
-                        "    cmd: llama-server --port ${PORT} ${early}\n",
-                        "c.yaml", {})
+    config = read_llama_swap("macros:\n  early: x ${later}\n  later: y\nmodels:\n  m:\n"
+                             "    cmd: llama-server --port ${PORT} ${early}\n", "c.yaml", {})
+    assert re.search(r"cmd: unknown macro '\$\{later\}'", config.models[0].refused)
 
 
-def test_env_macros_come_from_the_environment_and_an_unset_one_is_an_error() -> None:
-    text = "models:\n  m:\n    cmd: llama-server -m ${env.MODELS}/x.gguf --port 9000\n    proxy: http://127.0.0.1:9000\n"
+def test_env_macros_come_from_the_environment_and_an_unset_one_refuses_only_its_model() -> None:
+    text = ("models:\n  m:\n    cmd: llama-server -m ${env.MODELS}/x.gguf --port 9000\n    proxy: http://127.0.0.1:9000\n"
+            "  other:\n    cmd: llama-server -m /srv/y.gguf --port ${PORT}\n")
     assert read_llama_swap(text, "c.yaml", {"MODELS": "/srv"}).models[0].argv[2] == "/srv/x.gguf"
-    with pytest.raises(UsageError, match="environment variable 'MODELS' is not set"):
-        read_llama_swap(text, "c.yaml", {})
+    unset = {m.name: m for m in read_llama_swap(text, "c.yaml", {}).models}
+    assert "environment variable 'MODELS' is not set" in unset["m"].refused and unset["m"].argv == ()
+    assert unset["other"].refused == "" and unset["other"].argv[2] == "/srv/y.gguf"
 
 
 def test_yaml_errors_name_the_file_and_line() -> None:
@@ -92,3 +94,43 @@ def test_a_model_set_by_llama_arg_env_becomes_the_profiles_model_and_stays_a_var
     assert profile.alias == "coder,qwen-coder"  # what clients asked llama-swap for
     assert dict(profile.env)["LLAMA_ARG_MODEL"] == "/m/coder.gguf"
     assert outcome.result is not None and any("ttl" in row.became for row in outcome.result.rows)
+
+
+def _swap_import(tmp_path: Path, text: str) -> dict[str, object]:
+    from specd.unit.swap_import import import_llama_swap
+
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir(exist_ok=True)
+    outcomes, _ = import_llama_swap(config, profiles, environ={})
+    return {o.model: (o.result if o.profile else o.reason) for o in outcomes}
+
+
+def test_cmd_goes_through_the_same_reader_as_units(tmp_path: Path) -> None:
+    """Issue 34: a bare -fa does not swallow the next flag, a repeated flag keeps the last value (said),
+    two model sources are refused naming the cmd, a fork named beellama-server is not refused by its
+    name, and one model's unset ${env.X} refuses that model only."""
+    outcomes = _swap_import(tmp_path, """
+models:
+  bare-fa:
+    cmd: /app/llama-server --port ${PORT} -m /m/a.gguf -fa --n-gpu-layers 99 --jinja
+  twice:
+    cmd: /app/llama-server --port ${PORT} -m /m/b.gguf -ngl 99 -c 4096 -ngl 80
+  both:
+    cmd: /app/llama-server --port ${PORT} --model /m/c.gguf --models-dir /m
+  bee:
+    cmd: /opt/beellama/beellama-server --port ${PORT} -m /m/d.gguf --spec-type dflash -md /m/d-drafter.gguf
+  secret:
+    cmd: /app/llama-server --port ${PORT} -m ${env.MODELS}/e.gguf
+""")
+    bare, twice, both, bee, secret = (outcomes[m] for m in ("bare-fa", "twice", "both", "bee", "secret"))
+    assert not isinstance(bare, str) and bare is not None
+    assert bare.data["args"] == ["-fa"] and bare.data["n_gpu_layers"] == 99 and bare.data["jinja"] is True
+    assert not isinstance(twice, str) and twice is not None and twice.data["n_gpu_layers"] == 80
+    assert any("llama-server takes the last value, not 99" in row.became for row in twice.rows)
+    assert isinstance(both, str) and "two model sources (--model /m/c.gguf and --models-dir /m)" in both
+    assert "(cmd: /app/llama-server --port 5802 --model /m/c.gguf --models-dir /m)" in both
+    assert not isinstance(bee, str) and bee is not None and not bee.checked
+    assert bee.data["speculative"]["type"] == "dflash"
+    assert isinstance(secret, str) and "environment variable 'MODELS' is not set" in secret

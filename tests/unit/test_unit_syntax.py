@@ -15,7 +15,8 @@ from specd.errors import UsageError
 from specd.unit.importer import profile_from_unit
 from specd.unit.locate import resolve_source
 from specd.unit.parse import read_unit
-from specd.unit.syntax import UnitContext, expand_variables, logical_lines, split_words
+from specd.unit.specifiers import UnitContext
+from specd.unit.syntax import expand_variables, logical_lines, split_words
 
 CTX = UnitContext("llama-server@qwen.service", "user", home="/home/ann", user="ann", uid=1000)
 
@@ -40,7 +41,7 @@ def test_specifiers_resolve_for_the_unit_and_its_instance() -> None:
 
 
 def test_an_unknown_specifier_is_refused_naming_the_line() -> None:
-    with pytest.raises(UsageError, match=r"line 2: unknown specifier %Q"):
+    with pytest.raises(UsageError, match=r"line 2: %Q in '/m/%Q.gguf' is not a systemd specifier"):
         argv_of("[Service]\nExecStart=/opt/llama-server -m /m/%Q.gguf\n")
 
 
@@ -117,11 +118,14 @@ def test_wrappers_specd_cannot_carry_are_refused_naming_them(exec_start: str, sa
         imported(exec_start)
 
 
-def test_missing_host_port_and_alias_get_llama_servers_defaults_and_say_so() -> None:
+def test_missing_host_port_and_alias_are_what_llama_server_does_without_them_and_say_so() -> None:
     result = profile_from_unit("[Service]\nExecStart=/opt/llama-server -m /models/qwen-Q4.gguf\n", "t", "d", CTX)
-    assert (result.data["host"], result.data["port"], result.data["alias"]) == ("127.0.0.1", 8080, "qwen-Q4.gguf")
+    # With no --alias, llama-server serves the model path as given (not the file name): clients keep that id.
+    assert (result.data["host"], result.data["port"], result.data["alias"]) == (
+        "127.0.0.1", 8080, "/models/qwen-Q4.gguf")
+    assert result.data["implicit"] == ["alias", "host", "port"]
     said = " ".join(row.became for row in result.rows)
-    assert "llama-server's default" in said and "the name llama-server reports" in said
+    assert "llama-server's default" in said and "the id llama-server reports in /v1/models with no --alias" in said
 
 
 def test_classic_draft_flags_become_a_draft_profile() -> None:
@@ -135,10 +139,11 @@ def test_values_the_binary_admits_become_typed_keys() -> None:
     assert data["speculative"] == {"type": "draft-dflash,ngram-mod"}
 
 
-def test_a_bare_flag_that_usually_takes_a_value_is_kept_with_its_neighbour() -> None:
-    # An old build's bare --flash-attn: whether --metrics is its value is that build's call, so both stay as written.
+def test_a_bare_flag_that_usually_takes_a_value_does_not_swallow_the_next_flag() -> None:
+    # An old build's bare --flash-attn, with a binary that cannot be asked here: it stays as written, alone;
+    # the flag after it is read as the flag it is.
     data = imported("/opt/llama-server -m /m.gguf --flash-attn --metrics -c 4096")
-    assert data["args"] == ["--flash-attn", "--metrics"] and data["ctx_size"] == 4096 and data["metrics"] is False
+    assert data["args"] == ["--flash-attn"] and data["ctx_size"] == 4096 and data["metrics"] is True
 
 
 def test_the_rest_of_the_unit_is_carried_as_written() -> None:
