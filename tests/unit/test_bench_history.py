@@ -53,7 +53,10 @@ class FakeDeployment:
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDeployment:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the unit file: never the real user's
     found = FakeDeployment(tmp_path)
+    found.deployment.unit_path.parent.mkdir(parents=True)
+    found.deployment.unit_path.write_text(unit_text("draft"))  # the unit as the owner had it before specd
     found.switcher("cli").switch("older")
     found.switcher("cli").switch("mine")
     return found
