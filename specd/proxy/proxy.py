@@ -33,7 +33,7 @@ from typing import Any
 from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.proxy import resend
 from specd.proxy.crashes import Crash, CrashWatch, DroppedRequest, Phase
-from specd.proxy.exchange import Exchange, Recording
+from specd.proxy.exchange import Exchange, Recording, json_object
 from specd.proxy.gate import BackendGate, HoldExpired
 from specd.proxy.http1.client import UpstreamPool, answers_health_now, forwarded_headers
 from specd.proxy.http1.responder import Responder
@@ -41,6 +41,7 @@ from specd.proxy.http1.response import UpstreamFailed, UpstreamResponse
 from specd.proxy.http1.server import ClientRequest, FrontLimits, FrontServer
 from specd.proxy.metrics import ProxyMetrics
 from specd.proxy.relay import ClientWatch, Relay, read_whole, respond, start_stream
+from specd.proxy.routes import Routed, Router
 from specd.proxy.warmup import RecentRequests
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
@@ -85,9 +86,11 @@ class Proxy:
         metrics: ProxyMetrics | None = None,
         capture: BodyCapture | None = None,
         on_crash: Callable[[Crash], None] | None = None,
+        router: Router | None = None,
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
+        self.router = router  # routing across resident profiles (specd.proxy.routes); None: one server
         self._metrics, self._capture = metrics, capture
         self._recording = Recording(settings.unit, recorder, metrics)
         self._upstream = UpstreamPool()
@@ -114,6 +117,8 @@ class Proxy:
 
     async def stop(self) -> None:
         self.gate.stop()
+        if self.router is not None:
+            self.router.stop()
         self._upstream.close()
         if self._capture is not None:  # the bodies still queued reach the disk
             await asyncio.to_thread(self._capture.close)
@@ -186,15 +191,26 @@ class Proxy:
         the request leaves for the backend here and now; reading its shape, recording and the rest
         happen in the task while the backend works (every step before the send is added latency)."""
         headers = forwarded_headers(request.headers)
+        route = self._route(request)
         sent = None
-        if self.gate.open and not self.shutting_down:
-            sent = self._upstream.send_now(request.method, self.backend.url, request.target, headers, request.body)
+        if (self.gate.open or route.url is not None) and not self.shutting_down:
+            sent = self._upstream.send_now(request.method, route.url or self.backend.url, request.target, headers,
+                                           route.body)
             if sent is not None:
-                self._mark_active()
-        return self._handle(request, responder, headers, sent)
+                self._mark_active(route)
+        return self._handle(request, responder, headers, sent, route)
+
+    def _route(self, request: ClientRequest) -> Routed:
+        """Where the request goes: the primary as it is, unless routing is on (specd.proxy.routes)."""
+        router = self.router
+        if router is None or not router.active or request.method != "POST":
+            return Routed(None, self.backend.profile, request.body)
+        document = json_object(request.body) if request.body else None
+        return router.pick(request.target, document, request.body, self.backend.url, self.backend.profile,
+                           self.gate.open and not self.gate.paused, self.active)
 
     async def _handle(self, request: ClientRequest, responder: Responder, headers: bytes,
-                      sent: UpstreamResponse | None) -> None:
+                      sent: UpstreamResponse | None, route: Routed) -> None:
         if self.shutting_down and sent is None:
             responder.error(503, SHUTTING_DOWN)
             return
@@ -210,7 +226,7 @@ class Proxy:
             self._metrics.in_flight.set(self.in_flight)
         watch = ClientWatch(responder)
         try:
-            await self._forward(request, headers, exchange, responder, watch, sent)
+            await self._forward(request, headers, exchange, responder, watch, sent, route)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
             current = asyncio.current_task()
@@ -223,21 +239,22 @@ class Proxy:
             watch.close()
 
     async def _forward(self, request: ClientRequest, headers: bytes, exchange: Exchange, responder: Responder,
-                       watch: ClientWatch, sent: UpstreamResponse | None) -> None:
-        """Get the request answered: through the gate, to the backend, re-sent by the re-send rule."""
+                       watch: ClientWatch, sent: UpstreamResponse | None, route: Routed) -> None:
+        """Get the request answered: through the gate (the primary's; a companion has none), to the
+        backend, re-sent by the re-send rule — a companion that fails it hands the request to the primary."""
         deadline = exchange.started + self.settings.hold_timeout_s
         read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
         dropped_before = False  # once True, a drop is answered 502 even when the server is up
         stale = 0
         while True:
-            if not await self._through_gate(deadline, exchange, responder, loading, sent):
+            if not await self._through_gate(deadline, exchange, responder, loading, sent, route):
                 return
             first, sent = sent, None
             try:
                 try:
                     upstream = await self._send_upstream(
-                        request, headers, read_timeout_s, first,
+                        request, headers, route, read_timeout_s, first,
                         functools.partial(start_stream, exchange=exchange, responder=responder, watch=watch,
                                           relays=self._relays))
                 except UpstreamFailed as failed:
@@ -250,21 +267,22 @@ class Proxy:
                     if upstream.status != 503:
                         await respond(upstream, exchange, responder, watch, self._relays)
                         if exchange.failed_status == 502:  # the backend dropped the answer: did it go down on it?
-                            await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
+                            await self._dropped_mid_stream(request, exchange, route)
                         return
                     outcome, cause = "loading", "503"
-                    loading = await read_whole(upstream)
+                    answered_503 = await read_whole(upstream)
+                    loading = answered_503 if route.url is None else loading  # a companion's is not the primary's
             finally:
-                self._end_active()
+                self._end_active(route)
             answers = False
             if outcome == "dropped":  # always judged: a server that went down names this request
-                answers, cause = await self._judge_drop(request, exchange, cause)
+                answers, cause = await self._judge_drop(request, exchange, cause, route)
                 stale += answers  # a live server: a stale pooled connection, tried again up to a bound
             verdict = resend.decide(outcome, dropped_before=dropped_before, answers_health_now=answers)
             dropped_before = dropped_before or (outcome == "dropped"
                                                 and (not answers or stale >= resend.MAX_STALE_RESENDS))
             if verdict.mark_unhealthy:
-                self.mark_unhealthy()
+                route = self._unhealthy(route)
             if verdict.resend:
                 if self._metrics is not None:
                     self._metrics.retries.inc()
@@ -275,20 +293,42 @@ class Proxy:
             self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
             return
 
-    async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str) -> tuple[bool, str]:
+    async def _dropped_mid_stream(self, request: ClientRequest, exchange: Exchange, route: Routed) -> None:
+        """The primary names the request it went down on (specd.proxy.crashes); a companion is marked down."""
+        if route.url is None:
+            await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
+        elif self.router is not None:
+            self.router.mark_down(route.url)
+
+    def _unhealthy(self, route: Routed) -> Routed:
+        """The attempt's server is down: a companion is marked down and the request goes to the primary
+        (so do the next ones until its /health answers); the primary closes its gate."""
+        if route.url is not None and self.router is not None:
+            self.router.mark_down(route.url)
+            return Routed(None, self.backend.profile, route.body, route.task_class, "drained")
+        self.mark_unhealthy()
+        return route
+
+    async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str,
+                          route: Routed) -> tuple[bool, str]:
         """(the server still answers /health, the cause naming the request); a server that went
         down on it reports it (specd.proxy.crashes)."""
         lost = self._dropped(request, exchange, "before answering")
+        if route.url is not None:  # a companion: it is marked down instead (its crash is not the primary's)
+            return await answers_health_now(route.url), f"{lost.request_id}, {cause}"
         return await self._crashes.survived(lost), f"{lost.request_id}, {cause}"
 
     async def _through_gate(self, deadline: float, exchange: Exchange, responder: Responder,
-                            loading: bytes | None, sent: UpstreamResponse | None) -> bool:
+                            loading: bytes | None, sent: UpstreamResponse | None, route: Routed) -> bool:
         """Wait at the gate, then count the attempt as active; False once the client was answered (held
-        too long, or shutting down). A request already `sent` passed the gate open as it arrived."""
-        if sent is not None:
+        too long, or shutting down). A request already `sent` passed the gate open as it arrived; one
+        routed to a companion does not wait for the primary's gate."""
+        if sent is not None or (route.url is not None and not self.shutting_down):
             if self._metrics is not None:
                 self._metrics.hold.observe(0.0)
-            self._note_attempt(exchange, sent.sent_at)
+            if sent is None:
+                self._mark_active(route)
+            self._note_attempt(exchange, route, sent.sent_at if sent is not None else None)
             return True
         try:
             await self._pass_gate(deadline)
@@ -302,13 +342,13 @@ class Proxy:
         if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
             self._reject(responder, exchange, 503, SHUTTING_DOWN)
             return False
-        self._mark_active()
-        self._note_attempt(exchange)
+        self._mark_active(route)
+        self._note_attempt(exchange, route)
         return True
 
-    async def _send_upstream(self, request: ClientRequest, headers: bytes, read_timeout_s: float | None,
-                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None]
-                             ) -> UpstreamResponse:
+    async def _send_upstream(self, request: ClientRequest, headers: bytes, route: Routed,
+                             read_timeout_s: float | None, sent: UpstreamResponse | None,
+                             on_status: Callable[[UpstreamResponse], None]) -> UpstreamResponse:
         """Send (unless `sent` already went) and wait for the status line, `on_status` run the moment
         it arrives; a shutdown at the end of its grace cuts that wait (answered 503)."""
         task = asyncio.current_task()
@@ -316,8 +356,8 @@ class Proxy:
         self._waiting.add(task)
         try:
             if sent is None:
-                return await self._upstream.send(request.method, self.backend.url, request.target, headers,
-                                                 request.body, read_timeout_s, on_status)
+                return await self._upstream.send(request.method, route.url or self.backend.url, request.target,
+                                                 headers, route.body, read_timeout_s, on_status)
             sent.set_read_timeout(read_timeout_s)
             sent.on_status = on_status
             await sent.started()
@@ -335,17 +375,24 @@ class Proxy:
     def _dropped(request: ClientRequest, exchange: Exchange, phase: Phase) -> DroppedRequest:
         return DroppedRequest.of(request.method, request.path, request.body, exchange, phase)
 
-    def _mark_active(self) -> None:
+    def _mark_active(self, route: Routed) -> None:
+        """An attempt begins: the primary's count (what a drain waits on), or the companion's."""
+        if route.url is not None and self.router is not None:
+            self.router.begin(route.url)
+            return
         self.active += 1
         self._idle.clear()
 
-    def _note_attempt(self, exchange: Exchange, sent_at: float | None = None) -> None:
+    def _note_attempt(self, exchange: Exchange, route: Routed, sent_at: float | None = None) -> None:
         """An attempt is under way: held from arrival until sent (`sent_at`, or now)."""
-        exchange.profile = self.backend.profile
+        exchange.profile = route.profile if route.url is not None else self.backend.profile
         exchange.attempts += 1
         exchange.held_ms = 1000.0 * ((time.perf_counter() if sent_at is None else sent_at) - exchange.started)
 
-    def _end_active(self) -> None:
+    def _end_active(self, route: Routed) -> None:
+        if route.url is not None and self.router is not None:
+            self.router.end(route.url)
+            return
         self.active -= 1
         if self.active == 0:
             self._idle.set()
@@ -357,8 +404,12 @@ class Proxy:
         responder.error(status, message, kind)
 
     def status(self) -> dict[str, Any]:
-        return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,
-                "active": self.active, "paused": self.paused, "healthy": self.gate.healthy}
+        found: dict[str, Any] = {"backend": self.backend.url, "profile": self.backend.profile,
+                                 "in_flight": self.in_flight, "active": self.active, "paused": self.paused,
+                                 "healthy": self.gate.healthy}
+        if self.router is not None:
+            found["routing"] = self.router.status()
+        return found
 
     def _finished(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
         self.in_flight -= 1

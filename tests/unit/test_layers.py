@@ -19,6 +19,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"unit"}),
     frozenset({"deploy"}),
     frozenset({"traffic"}),
+    frozenset({"routing"}),
     frozenset({"emulator"}),
     frozenset({"proxy"}),
     frozenset({"daemon"}),
