@@ -43,7 +43,7 @@ from specd.daemon.nightly import cron_trigger, nightly_job, schedule_job
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.service import Server, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
-from specd.daemon.steering import ProxySteering, backend_of
+from specd.daemon.steering import ProxySteering, backend_of, routes_of
 from specd.daemon.upkeep import SAMPLE_INTERVAL_S, housekeeping, sample_counters
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
@@ -55,6 +55,7 @@ from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
 from specd.proxy.crashes import Crash
 from specd.proxy.proxy import Proxy, ProxySettings
+from specd.proxy.routes import Router
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
 
@@ -160,7 +161,8 @@ class Daemon:
                    if settings.capture_bodies else None)
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
                      lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics,
-                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit))
+                     capture=capture, on_crash=partial(self._crash_after_request, deployment.unit),
+                     router=Router(lambda: routes_of(deployment, self.state)))
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> Server:
@@ -299,7 +301,7 @@ class Daemon:
         control_app = functools.partial(control.control_app, drain_unit=steering.drain, renew_unit=steering.renew,
                                         resume_unit=steering.resume, on_step=self._relayed_step, status=self.status,
                                         metrics=self.metrics.render, metrics_content_type=CONTENT_TYPE,
-                                        retarget_unit=steering.retarget)
+                                        retarget_unit=steering.retarget, reroute_unit=steering.reroute)
         await self._serve(control_app(), uds=sock)
         os.chmod(sock, 0o600)
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
@@ -335,6 +337,7 @@ class Daemon:
                 await asyncio.wait_for(stop.wait(), beat)
             if watchdog and self.scheduler.running:
                 notify("WATCHDOG=1")
+            await self._refresh_routes()
             self._write_status()
         pinger = loop.create_task(keep_pinging(beat)) if watchdog else None  # shutdown may outlast it
         await observing
@@ -342,6 +345,17 @@ class Daemon:
         if pinger is not None:
             pinger.cancel()
         return 0
+
+    async def _refresh_routes(self) -> None:
+        """Each heartbeat the routers re-read the routing state: a `route on` whose call to the control
+        socket never came (the CLI was killed after writing it) still takes effect within a beat."""
+        for runtime in self.runtimes.values():
+            router = runtime.proxy.router if runtime.proxy is not None else None
+            if router is not None:
+                try:
+                    await router.refresh()
+                except Exception:  # a routing state that cannot be read leaves the routes as they were
+                    log.exception("%s: cannot re-read the routing state", runtime.deployment.unit)
 
     async def _serve_page(self, loop: asyncio.AbstractEventLoop) -> None:
         listen = self.config.daemon.http_listen

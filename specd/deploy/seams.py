@@ -45,6 +45,12 @@ class ProxyLink(Protocol):
         where they are). True once it does, False when it did not within its timeout, None: no daemon."""
         ...
 
+    def reroute(self, unit: str, timeout_s: float) -> bool | None:
+        """Make the proxy re-read the routing state (specd.routing.state) and wait until nothing is in
+        flight to a companion it no longer routes to. True once it does, False when requests were still in
+        flight at the timeout, None: no daemon."""
+        ...
+
 
 class NoProxy:
     """No daemon to tell: clients reach the server's own port."""
@@ -53,6 +59,9 @@ class NoProxy:
         return False
 
     def retarget(self, unit: str) -> bool | None:
+        return None
+
+    def reroute(self, unit: str, timeout_s: float) -> bool | None:
         return None
 
 
