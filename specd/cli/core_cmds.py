@@ -21,7 +21,7 @@ from specd.cli.common import (
     deployment_of,
     print_json,
 )
-from specd.cli.facts import facts_of, pins_row
+from specd.cli.facts import facts_of, pins_row, routing_row
 from specd.cli.json_out import dumps, failure_json, outcome_json
 from specd.context import main_pid_of, switcher_for
 from specd.daemon.control import daemon_status
@@ -143,7 +143,7 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
                 ("state", report.state), ("unit state", report.unit_state), ("endpoint", report.endpoint),
                 ("health", report.health), ("vram", report.vram), ("generation", report.generation),
                 ("history", report.history_problem), ("last tuning", report.last_tuning),
-                ("pins", pins_row(deployment)),
+                ("pins", pins_row(deployment)), ("routing", routing_row(deployment)),
                 ("pending", report.pending),
                 ("daemon", str(daemon.get("detail", "")) + next_run)]
         for label, value in rows:

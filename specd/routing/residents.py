@@ -133,6 +133,9 @@ class Routing:
             write_state(self.seams.state, self.seams.unit, routing)
             self._passed("route-state", routing.note)
             self._tell_proxy()
+            for gone in current.residents:  # a profile the table no longer names: drained above, stopped now
+                if gone not in residents:
+                    self._remove(gone.unit)
             self.seams.history.event(self.seams.unit, "route-on", f"{routing.note} | " + "; ".join(describe(table)))
             return routing
 

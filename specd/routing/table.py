@@ -1,15 +1,18 @@
 """The routing table: which resident profile serves each task class, and the evidence for it.
 
 The table is learned (specd.tune.routes: the night's bench replays the recorded mix on each
-candidate and each class gets the tuner's decision), never guessed: every route carries the
-sentence of the decision that set it, and the table keeps each (class, profile, load level) cell
-the bench measured — median wall clock, its 95% interval, the requests behind it. The router reads
-the routes for an idle box and the cells to judge load (specd.routing.choose): a speculative server
-with two requests in flight may answer a code request later than an idle plain one, and the cells
-measured at levels 1 and 4 say by how much. A class without a route goes to the serving profile.
+candidate and each class gets its own paired decision), never guessed. Each route carries the
+sentence of the decision that set it and, for every other profile benched on that class, the
+paired ratio of its wall clock to the route's on the same requests (0.8 = 20% faster) with its 95%
+interval. The table also keeps how each profile slows down under load on each class: the paired
+ratio of a request's wall clock at load level L (requests in flight on its server, itself included)
+to the same request's alone. The router reads the routes for an idle server and the two together
+when the routed server is busy (specd.routing.choose): a speculative server with requests in
+flight can answer a request later than an idle plain one would (seed 001: DFlash 4.3x plain alone
+on code, 0.7x at batch 8 on prose). A class without a route goes to the serving profile.
 
 Stored as JSON inside the routing state (specd.routing.state), shown by `specd status`, the status
-page and `specd route show`, and each change goes to the history with its reasons.
+page and `specd route show`; each change goes to the history with its reasons.
 """
 
 from __future__ import annotations
@@ -25,34 +28,36 @@ from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 
 
 @dataclass(frozen=True)
-class Cell:
-    """What the bench measured for one (class, profile, load level): wall clock per request."""
+class Ratio:
+    """A paired ratio of wall clocks on the same requests, its 95% interval, and the pairs behind it."""
 
+    value: float
+    lo: float
+    hi: float
     n: int
-    median_ms: float
-    lo_ms: float  # 95% interval of the median
-    hi_ms: float
 
     def as_list(self) -> list[float | int]:
-        return [self.n, round(self.median_ms, 1), round(self.lo_ms, 1), round(self.hi_ms, 1)]
+        hi = self.hi if math.isfinite(self.hi) else 1e9  # JSON has no infinity
+        return [round(self.value, 4), round(self.lo, 4), round(hi, 4), self.n]
 
 
 @dataclass(frozen=True)
 class Route:
-    """One class's profile and the decision that put it there."""
+    """One class's profile, the decision that put it there, and how the others compare on it."""
 
     profile: str
     reason: str
     changed: bool = False  # the learning that wrote this table moved it
+    ratios: Mapping[str, Ratio] = field(default_factory=dict)  # other profile -> its time / this one's, alone
 
 
-Costs = Mapping[TaskClass, Mapping[str, Mapping[int, Cell]]]  # class -> profile -> load level -> cell
+Slowdowns = Mapping[TaskClass, Mapping[str, Mapping[int, Ratio]]]  # class -> profile -> level -> vs alone
 
 
 @dataclass(frozen=True)
 class RoutingTable:
     routes: Mapping[TaskClass, Route] = field(default_factory=dict)
-    costs: Costs = field(default_factory=dict)
+    slowdowns: Slowdowns = field(default_factory=dict)
     learned_at: float = 0.0
     source: str = ""  # what it was learned on: "night 2026-11-27, bench run 12, 40 recorded requests"
     margin: float = 0.05
@@ -70,34 +75,45 @@ class RoutingTable:
                 seen.append(name)
         return seen
 
-    def levels(self, task_class: TaskClass, profile: str) -> dict[int, Cell]:
-        return dict(self.costs.get(task_class, {}).get(profile, {}))
+    def ratio(self, task_class: TaskClass, profile: str, against: str) -> float | None:
+        """`profile`'s wall clock over `against`'s on this class's requests, alone (1.0 when the same)."""
+        if profile == against:
+            return 1.0
+        route = self.routes.get(task_class)
+        if route is None:
+            return None
+        if route.profile == against:
+            found = route.ratios.get(profile)
+            return found.value if found is not None else None
+        if route.profile == profile:
+            found = route.ratios.get(against)
+            return 1.0 / found.value if found is not None and found.value > 0 else None
+        mine, theirs = route.ratios.get(profile), route.ratios.get(against)
+        return mine.value / theirs.value if mine is not None and theirs is not None and theirs.value > 0 else None
 
-    def cost(self, task_class: TaskClass, profile: str, level: int) -> float | None:
-        """Expected wall clock of a `task_class` request on `profile` with `level` requests in flight on
-        its server (itself included): the measured median, linear between measured levels, and beyond
-        the highest along the slope of the last two (never downwards). None where it cannot be said: no
-        cell, or a level above the only one measured (one level says nothing about batching)."""
-        cells = self.levels(task_class, profile)
+    def slowdown(self, task_class: TaskClass, profile: str, level: int) -> float | None:
+        """How much longer a `task_class` request takes on `profile` with `level` requests in flight on its
+        server (itself included) than alone: 1.0 at level 1, the measured ratios between, and beyond the
+        highest measured level along the slope of the last two (never downwards). None without measurements."""
+        if level <= 1:
+            return 1.0
+        cells = self.slowdowns.get(task_class, {}).get(profile, {})
         if not cells:
             return None
-        points = sorted((lvl, cell.median_ms) for lvl, cell in cells.items())
-        if level <= points[0][0]:
-            return points[0][1]
+        points = [(1, 1.0), *sorted((lvl, cell.value) for lvl, cell in cells.items() if lvl > 1)]
         for (x0, y0), (x1, y1) in itertools.pairwise(points):
             if level <= x1:
                 return y0 + (y1 - y0) * (level - x0) / (x1 - x0)
-        if len(points) == 1:
-            return None
         (x0, y0), (x1, y1) = points[-2], points[-1]
         return y1 + max(0.0, (y1 - y0) / (x1 - x0)) * (level - x1)
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "routes": {c: {"profile": r.profile, "reason": r.reason, "changed": r.changed}
+            "routes": {c: {"profile": r.profile, "reason": r.reason, "changed": r.changed,
+                           "ratios": {p: ratio.as_list() for p, ratio in r.ratios.items()}}
                        for c, r in self.routes.items()},
-            "costs": {c: {p: {str(level): cell.as_list() for level, cell in sorted(levels.items())}
-                          for p, levels in by_profile.items()} for c, by_profile in self.costs.items()},
+            "slowdowns": {c: {p: {str(level): cell.as_list() for level, cell in sorted(levels.items())}
+                              for p, levels in by_profile.items()} for c, by_profile in self.slowdowns.items()},
             "learned_at": self.learned_at, "source": self.source, "margin": self.margin,
         }
 
@@ -109,13 +125,13 @@ def _task_class(value: Any, where: str) -> TaskClass:
     raise UsageError(f"{where}: unknown task class {value!r} (known: {', '.join(TASK_CLASSES)})")
 
 
-def _cell(raw: Any, where: str) -> Cell:
+def _ratio(raw: Any, where: str) -> Ratio:
     if not isinstance(raw, list) or len(raw) != 4 or not all(isinstance(x, int | float) for x in raw):
-        raise UsageError(f"{where}: a cell is [n, median_ms, lo_ms, hi_ms], not {raw!r}")
-    n, median, lo, hi = raw
-    if n < 1 or not all(math.isfinite(float(x)) and x >= 0 for x in (median, lo, hi)):
-        raise UsageError(f"{where}: a cell needs n >= 1 and finite times, not {raw!r}")
-    return Cell(int(n), float(median), float(lo), float(hi))
+        raise UsageError(f"{where}: a ratio is [value, lo, hi, n], not {raw!r}")
+    value, lo, hi, n = raw
+    if n < 1 or not all(math.isfinite(float(x)) and x >= 0 for x in (value, lo, hi)):
+        raise UsageError(f"{where}: a ratio needs n >= 1 and finite values, not {raw!r}")
+    return Ratio(float(value), float(lo), float(hi), int(n))
 
 
 def _routes(raw_routes: Any, where: str) -> dict[TaskClass, Route]:
@@ -128,27 +144,31 @@ def _routes(raw_routes: Any, where: str) -> dict[TaskClass, Route]:
             raw = {"profile": raw, "reason": "configured"}
         if not isinstance(raw, Mapping) or not isinstance(raw.get("profile"), str) or not raw["profile"]:
             raise UsageError(f"{where}: routes.{name} needs a profile name")
-        routes[task_class] = Route(str(raw["profile"]), str(raw.get("reason", "")), bool(raw.get("changed", False)))
+        ratios = raw.get("ratios", {})
+        if not isinstance(ratios, Mapping):
+            raise UsageError(f"{where}: routes.{name}.ratios must be an object of profiles")
+        routes[task_class] = Route(str(raw["profile"]), str(raw.get("reason", "")), bool(raw.get("changed", False)),
+                                   {str(p): _ratio(r, f"{where}: routes.{name}.ratios.{p}") for p, r in ratios.items()})
     return routes
 
 
-def _costs(raw_costs: Any, where: str) -> dict[TaskClass, dict[str, dict[int, Cell]]]:
-    if not isinstance(raw_costs, Mapping):
-        raise UsageError(f"{where}: 'costs' must be an object")
-    costs: dict[TaskClass, dict[str, dict[int, Cell]]] = {}
-    for name, by_profile in raw_costs.items():
-        task_class = _task_class(name, f"{where}: costs")
+def _slowdowns(raw: Any, where: str) -> dict[TaskClass, dict[str, dict[int, Ratio]]]:
+    if not isinstance(raw, Mapping):
+        raise UsageError(f"{where}: 'slowdowns' must be an object")
+    found: dict[TaskClass, dict[str, dict[int, Ratio]]] = {}
+    for name, by_profile in raw.items():
+        task_class = _task_class(name, f"{where}: slowdowns")
         if not isinstance(by_profile, Mapping):
-            raise UsageError(f"{where}: costs.{name} must be an object of profiles")
+            raise UsageError(f"{where}: slowdowns.{name} must be an object of profiles")
         for profile, levels in by_profile.items():
             if not isinstance(levels, Mapping):
-                raise UsageError(f"{where}: costs.{name}.{profile} must be an object of load levels")
+                raise UsageError(f"{where}: slowdowns.{name}.{profile} must be an object of load levels")
             for level, cell in levels.items():
-                if not str(level).isdigit() or int(level) < 1:
-                    raise UsageError(f"{where}: costs.{name}.{profile}: load level {level!r} is not a count >= 1")
-                costs.setdefault(task_class, {}).setdefault(str(profile), {})[int(level)] = _cell(
-                    cell, f"{where}: costs.{name}.{profile}.{level}")
-    return costs
+                if not str(level).isdigit() or int(level) < 2:
+                    raise UsageError(f"{where}: slowdowns.{name}.{profile}: load level {level!r} is not a count >= 2")
+                found.setdefault(task_class, {}).setdefault(str(profile), {})[int(level)] = _ratio(
+                    cell, f"{where}: slowdowns.{name}.{profile}.{level}")
+    return found
 
 
 def table_from_json(data: Mapping[str, Any], where: str = "routing table") -> RoutingTable:
@@ -156,7 +176,7 @@ def table_from_json(data: Mapping[str, Any], where: str = "routing table") -> Ro
     margin = data.get("margin", 0.05)
     if not isinstance(margin, int | float) or not 0 <= margin < 1:
         raise UsageError(f"{where}: 'margin' must be a number in [0, 1), not {margin!r}")
-    return RoutingTable(_routes(data.get("routes", {}), where), _costs(data.get("costs", {}), where),
+    return RoutingTable(_routes(data.get("routes", {}), where), _slowdowns(data.get("slowdowns", {}), where),
                         float(data.get("learned_at", 0.0) or 0.0), str(data.get("source", "")), float(margin))
 
 

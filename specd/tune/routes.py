@@ -1,34 +1,103 @@
-"""Learning the routing table from a bench: each task class gets the tuner's decision on its own.
+"""Learning the routing table from a bench: each task class gets its own paired decision.
 
 The night's bench replays the recorded mix on each candidate (specd.tune.bench), so every result
-carries its request's task class and the load it ran at. For each class, the candidates' wall
-clocks on that class's requests (the ones every candidate ran) go through the tuner's own decision
-(specd.tune.tuner.decide: the margin, separated 95% intervals, never on a pin) with the class's
-current route as the incumbent: a class's route moves only on clear evidence, the way the serving
-profile does, and a class with too few requests keeps its route. Each (class, profile, load
-level) cell is kept with its median and interval, so the router can tell when a busy speculative
-server answers later than an idle plain one. What was decided, and why, is each route's reason.
+carries its request's task class and the load it ran at, and every candidate ran the same requests.
+A class's requests differ in size far more than profiles differ in speed (64 or 1024 output
+tokens), so medians per profile would not see a 20% difference through that spread: a candidate
+is judged on the ratio of its wall clock to the incumbent's on the *same* request, averaged on the
+log scale, each pair weighed by its request's size (the geometric mean of its two wall clocks), with
+a 95% t interval over the pairs — the tuner's paired rule (specd.tune.paired on the tuner's branch;
+the bench here has no rounds, so each request is its own). A class's route moves only when a
+candidate's whole interval is below 1 - margin (clear evidence, as the serving profile moves), never
+on a pin, and a class with too few requests keeps its route. The decision reads every pair, at
+the load each request was replayed at (the recorded mix's). Each route keeps every other profile's
+ratio to it on the requests that ran alone, and each profile's slowdown under load (the same
+request at load level L against alone), so the router can tell when a busy speculative server
+answers later than an idle plain one.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specd.routing.table import Cell, Route, RoutingTable
+from scipy import stats as scipy_stats
+
+from specd.deploy.seams import Seams
+from specd.errors import SpecdError
+from specd.profiles.config import Deployment
+from specd.routing.residents import Routing
+from specd.routing.table import Ratio, Route, RoutingTable
 from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 from specd.tune.bench import Result
-from specd.tune.stats import summarize
-from specd.tune.tuner import Decision, decide
 
 MIN_PER_CLASS = 3  # requests of a class every candidate ran, before its route may move
+LEVEL = 0.95
+
+
+def interval(logs: Sequence[float], weights: Sequence[float]) -> Ratio:
+    """exp of the weighted mean log ratio and its t interval over the pairs (each pair its own unit)."""
+    n = len(logs)
+    total = sum(weights)
+    mean = sum(w * x for w, x in zip(weights, logs, strict=True)) / total
+    if n < 2:
+        return Ratio(math.exp(mean), 0.0, math.inf, n)
+    variance = n / (n - 1) * sum((w * (x - mean) / total) ** 2 for w, x in zip(weights, logs, strict=True))
+    half = float(scipy_stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * math.sqrt(variance)
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+def _keyed(results: Sequence[Result]) -> dict[tuple[int, int], Result]:
+    """Each result by (request, which replay of it): the k-th replay of a request pairs with the k-th."""
+    seen: defaultdict[int, int] = defaultdict(int)
+    keyed = {}
+    for result in results:
+        keyed[result.request_index, seen[result.request_index]] = result
+        seen[result.request_index] += 1
+    return keyed
+
+
+def paired(candidate: Sequence[Result], incumbent: Sequence[Result]) -> Ratio | None:
+    """The candidate's wall clock over the incumbent's on the requests both ran."""
+    mine, theirs = _keyed(candidate), _keyed(incumbent)
+    shared = [key for key in mine if key in theirs and mine[key].wall_ms > 0 and theirs[key].wall_ms > 0]
+    if not shared:
+        return None
+    logs = [math.log(mine[k].wall_ms / theirs[k].wall_ms) for k in shared]
+    weights = [math.sqrt(mine[k].wall_ms * theirs[k].wall_ms) for k in shared]
+    return interval(logs, weights)
+
+
+def slowdowns(results: Sequence[Result]) -> dict[int, Ratio]:
+    """Per load level >= 2, a request's wall clock there over the same request's alone (level 1)."""
+    alone: defaultdict[int, list[float]] = defaultdict(list)
+    for result in results:
+        if result.concurrency <= 1 and result.wall_ms > 0:
+            alone[result.request_index].append(result.wall_ms)
+    by_level: defaultdict[int, list[tuple[float, float]]] = defaultdict(list)
+    for result in results:
+        reference = alone.get(result.request_index)
+        if result.concurrency >= 2 and reference and result.wall_ms > 0:
+            base = sorted(reference)[len(reference) // 2]
+            by_level[result.concurrency].append((math.log(result.wall_ms / base), math.sqrt(result.wall_ms * base)))
+    return {level: interval([x for x, _ in pairs], [w for _, w in pairs]) for level, pairs in sorted(by_level.items())}
+
+
+def _pct(ratio: float) -> str:
+    return f"{100 * (1 - ratio):.0f}% faster" if ratio < 1 else f"{100 * (ratio - 1):.0f}% slower"
+
+
+def _evidence(r: Ratio) -> str:
+    hi = "unbounded" if not math.isfinite(r.hi) else f"{r.hi:.2f}"
+    return f"ratio {r.value:.2f}, 95% interval {r.lo:.2f}-{hi}, {r.n} paired requests"
 
 
 @dataclass(frozen=True)
 class Learned:
     table: RoutingTable
-    decisions: Mapping[TaskClass, Decision]
     changed: tuple[TaskClass, ...]
     skipped: Mapping[TaskClass, str]  # classes left as they were, and why
 
@@ -39,52 +108,78 @@ class Learned:
         return head + (f" ({kept})" if kept else "")
 
 
-def _costs(rows: Mapping[str, Sequence[Result]]) -> dict[TaskClass, dict[str, dict[int, Cell]]]:
-    by_cell: dict[tuple[TaskClass, str, int], list[float]] = defaultdict(list)
-    for profile, results in rows.items():
-        for result in results:
-            by_cell[result.task_class, profile, max(1, result.concurrency)].append(result.wall_ms)
-    costs: dict[TaskClass, dict[str, dict[int, Cell]]] = {}
-    for (task_class, profile, level), walls in sorted(by_cell.items()):
-        summary = summarize(walls)
-        costs.setdefault(task_class, {}).setdefault(profile, {})[level] = Cell(
-            summary.n, summary.median, summary.ci_lo, summary.ci_hi)
-    return costs
+def _decide(task_class: TaskClass, rows: Mapping[str, Sequence[Result]], old: Route | None, active: str | None,
+            margin: float, pinned: str | None) -> tuple[str, str]:
+    """(the class's profile, why) from paired ratios against the incumbent."""
+    incumbent = old.profile if old is not None and old.profile in rows else active if active in rows else None
+    if incumbent is None:  # no route before and the serving profile not benched: the fastest against any one
+        reference = min(rows)
+        against = {p: paired(rows[p], rows[reference]) for p in rows}
+        best = min(rows, key=lambda p: value.value if (value := against[p]) is not None else math.inf)
+        return best, f"fastest on this class with no route before ({len(rows[best])} requests)"
+    found = {p: r for p in rows if p != incumbent and (r := paired(rows[p], rows[incumbent])) is not None}
+    faster = sorted((p for p, r in found.items() if r.hi < 1.0 - margin), key=lambda p: found[p].value)
+    nearest = min(found, key=lambda p: found[p].value) if found else None
+    if faster and pinned is None:
+        top = faster[0]
+        return top, f"{top} {_pct(found[top].value)} than {incumbent} ({_evidence(found[top])})"
+    if nearest is None:
+        return incumbent, f"kept {incumbent}: no other profile ran these requests"
+    if faster:
+        return incumbent, f"kept {incumbent}: pinned to {pinned} ({faster[0]} {_pct(found[faster[0]].value)})"
+    return incumbent, (f"kept {incumbent}: no profile is {margin:.0%} faster with its interval clear "
+                       f"(nearest: {nearest} {_pct(found[nearest].value)}, {_evidence(found[nearest])})")
 
 
 def learn(rows: Mapping[str, Sequence[Result]], previous: RoutingTable, *, active: str | None, margin: float,
           source: str, now: float, pinned: str | None = None, min_n: int = MIN_PER_CLASS) -> Learned:
     """The table after this bench: each class's route decided on that class's requests alone."""
     routes: dict[TaskClass, Route] = {}
-    decisions: dict[TaskClass, Decision] = {}
     skipped: dict[TaskClass, str] = {}
     changed: list[TaskClass] = []
+    table_slowdowns: dict[TaskClass, dict[str, dict[int, Ratio]]] = {}
     for task_class in TASK_CLASSES:
-        walls = {p: [r.wall_ms for r in results if r.task_class == task_class] for p, results in rows.items()}
-        walls = {p: w for p, w in walls.items() if w}
+        mine = {p: [r for r in results if r.task_class == task_class] for p, results in rows.items()}
+        mine = {p: r for p, r in mine.items() if r}
         old = previous.routes.get(task_class)
-        if not walls:
+        for profile, results in mine.items():
+            if found := slowdowns(results):
+                table_slowdowns.setdefault(task_class, {})[profile] = found
+        shared = min((len(r) for r in mine.values()), default=0)
+        if shared < min_n or len(mine) < 2:
+            if mine:
+                skipped[task_class] = (f"{shared} request(s) of this class in the bench, fewer than {min_n}"
+                                       if shared < min_n else "only one profile was benched on it")
             if old is not None:
-                routes[task_class] = Route(old.profile, old.reason)
+                routes[task_class] = Route(old.profile, old.reason, False, old.ratios)
             continue
-        shared = min(len(w) for w in walls.values())
-        if shared < min_n or len(walls) < 2:
-            why = (f"{shared} request(s) of this class in the bench, fewer than {min_n}" if shared < min_n
-                   else "only one profile was benched on it")
-            skipped[task_class] = why
-            if old is not None:
-                routes[task_class] = Route(old.profile, f"{old.reason} (kept: {why})")
-            continue
-        summaries = {p: summarize(w[:shared]) for p, w in walls.items()}
-        incumbent = old.profile if old is not None and old.profile in summaries else active
-        decision = decide(summaries, incumbent if incumbent in summaries else None, margin=margin, pinned=pinned)
-        decisions[task_class] = decision
-        chosen = decision.best if decision.switch and decision.best is not None else (incumbent or decision.best)
-        if chosen is None:
-            continue
+        chosen, why = _decide(task_class, mine, old, active, margin, pinned)
+        alone = {p: [r for r in results if r.concurrency <= 1] for p, results in mine.items()}
+        basis = alone if min(len(r) for r in alone.values()) >= min_n else mine  # the load rule's ratios: alone
+        ratios = {p: r for p in basis if p != chosen and (r := paired(basis[p], basis[chosen])) is not None}
         moved = old is None or chosen != old.profile
-        routes[task_class] = Route(chosen, f"{decision.reason} ({shared} {task_class} requests)", moved)
+        routes[task_class] = Route(chosen, why, moved, ratios)
         if moved:
             changed.append(task_class)
-    table = RoutingTable(routes, _costs(rows), now, source, margin)
-    return Learned(table, decisions, tuple(changed), skipped)
+    return Learned(RoutingTable(routes, table_slowdowns, now, source, margin), tuple(changed), skipped)
+
+
+def learn_after_bench(deployment: Deployment, results: Mapping[str, Sequence[Result]], seams: Seams, *,
+                      margin: float, active: str | None, pinned: str | None, source: str) -> Learned | None:
+    """The night's step after its bench: learn the table from the bench's results and keep it (history
+    says what moved and why); with routing on, the companions follow the new table. None when the
+    bench had fewer than two profiles (nothing to compare per class)."""
+    if sum(1 for rows in results.values() if rows) < 2:
+        return None
+    routing = Routing(seams)
+    previous = routing.state()
+    learned = learn(results, previous.table, active=active, margin=margin, source=source, now=time.time(),
+                    pinned=pinned)
+    routing.set_table(learned.table, learned.sentence())
+    if previous.on and previous.mode == "servers" and learned.changed:
+        try:
+            routing.on(table=learned.table)
+        except SpecdError as exc:
+            seams.history.event(deployment.unit, "route-failed",
+                                f"the companions could not follow the new table: {str(exc).splitlines()[0]}")
+    return learned

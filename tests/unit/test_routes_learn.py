@@ -1,48 +1,59 @@
-"""Learning the routing table from bench results: per class, the tuner's decision, moved only on clear
-evidence; the cells the router reads for load."""
+"""Learning the routing table from bench results: per class, a paired decision that moves a route only on
+clear evidence; each profile's slowdown under load."""
 
 from __future__ import annotations
+
+import pytest
 
 from specd.routing.table import Route, RoutingTable
 from specd.traffic.taskclass import TaskClass
 from specd.tune.bench import Result
-from specd.tune.routes import learn
+from specd.tune.routes import learn, paired
+
+SIZES = [64, 128, 256, 512, 1024, 96, 384, 768]  # output tokens: the spread a median cannot see through
 
 
-def results(profile: str, task_class: TaskClass, walls: list[float], level: int = 1) -> list[Result]:
-    return [Result(profile=profile, request_index=i, task_class=task_class, prompt_tokens=100, output_tokens=100,
-                   prefill_ms=50.0, decode_ms=wall - 50.0, wall_ms=wall, concurrency=level)
-            for i, wall in enumerate(walls)]
-
-
-def spread(center: float, n: int = 8) -> list[float]:
-    return [center * (1.0 + 0.01 * ((i * 7) % 5 - 2)) for i in range(n)]
+def results(profile: str, task_class: TaskClass, ms_per_token: float, *, level: int = 1, wobble: float = 0.02,
+            first: int = 0) -> list[Result]:
+    rows = []
+    for i, tokens in enumerate(SIZES):
+        wall = tokens * ms_per_token * (1.0 + wobble * ((i * 7) % 5 - 2) / 2)
+        rows.append(Result(profile=profile, request_index=first + i, task_class=task_class, prompt_tokens=50,
+                           output_tokens=tokens, prefill_ms=20.0, decode_ms=wall - 20.0, wall_ms=wall,
+                           concurrency=level))
+    return rows
 
 
 BENCH = {
-    "mtp": results("mtp", "code", spread(600)) + results("mtp", "creative", spread(1250))
-    + results("mtp", "code", spread(900), level=4),
-    "plain": results("plain", "code", spread(1000)) + results("plain", "creative", spread(1000))
-    + results("plain", "code", spread(1060), level=4),
+    "mtp": results("mtp", "code", 22.0) + results("mtp", "creative", 40.0, first=100)
+    + results("mtp", "code", 33.0, level=4),
+    "plain": results("plain", "code", 35.0) + results("plain", "creative", 34.0, first=100)
+    + results("plain", "code", 37.0, level=4),
 }
 
 
-def test_each_class_goes_to_its_clear_winner_and_says_why() -> None:
+def test_each_class_goes_to_its_clear_winner_on_paired_ratios_despite_the_size_spread() -> None:
     found = learn(BENCH, RoutingTable(), active="plain", margin=0.05, source="test", now=1.0)
     assert found.table.profile_for("code") == "mtp" and found.table.profile_for("creative") == "plain"
     assert found.changed == ("code", "creative")
+    # decided on every pair (alone 22/35, at load 4 33/37), the ratio kept for the load rule is alone's
     assert "faster than plain" in found.table.routes["code"].reason
-    assert found.table.cost("code", "mtp", 4) is not None and found.table.cost("code", "mtp", 4) > 850
+    assert found.table.ratio("code", "plain", "mtp") == pytest.approx(35 / 22, rel=0.02)
+    assert found.table.ratio("creative", "mtp", "plain") == pytest.approx(40 / 34, rel=0.02)
+    assert found.table.slowdown("code", "mtp", 4) == pytest.approx(1.5, rel=0.02)
+    assert found.table.slowdown("code", "plain", 4) == pytest.approx(37 / 35, rel=0.02)
     assert found.table.profile_for("factual") is None  # no evidence: the serving profile
-    assert "routes changed: code -> mtp, creative -> plain" in found.sentence()
+    assert found.sentence() == "routes changed: code -> mtp, creative -> plain"
 
 
-def test_a_route_moves_only_past_the_margin_with_separated_intervals() -> None:
-    close = {"mtp": results("mtp", "code", spread(980)), "plain": results("plain", "code", spread(1000))}
+def test_a_route_moves_only_past_the_margin_with_its_interval_clear() -> None:
+    close = {"mtp": results("mtp", "code", 34.0), "plain": results("plain", "code", 35.0)}
     previous = RoutingTable(routes={"code": Route("plain", "earlier night")})
     found = learn(close, previous, active="plain", margin=0.05, source="test", now=2.0)
     assert found.table.profile_for("code") == "plain" and found.changed == ()
-    assert "below the 5% margin" in found.table.routes["code"].reason
+    assert "no profile is 5% faster" in found.table.routes["code"].reason
+    noisy = {"mtp": results("mtp", "code", 30.0, wobble=0.9), "plain": results("plain", "code", 35.0)}
+    assert learn(noisy, previous, active="plain", margin=0.05, source="t", now=2.0).table.profile_for("code") == "plain"
 
 
 def test_a_pin_keeps_every_route() -> None:
@@ -52,8 +63,15 @@ def test_a_pin_keeps_every_route() -> None:
 
 
 def test_a_class_with_too_few_requests_keeps_its_route_and_says_so() -> None:
-    thin = {"mtp": results("mtp", "creative", [500.0, 510.0]), "plain": results("plain", "creative", [900.0, 905.0])}
+    thin = {"mtp": results("mtp", "creative", 20.0)[:2], "plain": results("plain", "creative", 35.0)[:2]}
     previous = RoutingTable(routes={"creative": Route("plain", "earlier night")})
     found = learn(thin, previous, active="plain", margin=0.05, source="test", now=2.0)
     assert found.table.profile_for("creative") == "plain"
     assert "fewer than 3" in found.skipped["creative"]
+
+
+def test_pairs_are_the_same_request_and_the_same_replay_of_it() -> None:
+    twice = results("mtp", "code", 20.0) + results("mtp", "code", 30.0)
+    once_each = results("plain", "code", 40.0) + results("plain", "code", 60.0)
+    ratio = paired(twice, once_each)
+    assert ratio is not None and ratio.n == 16 and ratio.value == pytest.approx(0.5, rel=0.03)

@@ -15,18 +15,20 @@ from specd.routing.choose import Server, choose
 from specd.routing.probe import judge
 from specd.routing.stamp import stamp, stamp_of, stamped_bytes, stamps_for
 from specd.routing.state import Resident, RoutingState, read_state, write_state
-from specd.routing.table import Cell, Route, RoutingTable, describe, table_from_json
+from specd.routing.table import Ratio, Route, RoutingTable, describe, table_from_json
 
 
-def cell(ms: float, n: int = 8) -> Cell:
-    return Cell(n, ms, ms * 0.95, ms * 1.05)
+def ratio(value: float, n: int = 8) -> Ratio:
+    return Ratio(value, value * 0.95, value * 1.05, n)
 
 
-# Code is faster on mtp when idle, creative on plain; mtp slows down under load more than plain.
+# Alone, code is faster on mtp (plain takes 1.67x as long), creative on plain (mtp takes 1.25x);
+# mtp slows down under load far more than plain.
 TABLE = RoutingTable(
-    routes={"code": Route("mtp", "mtp 35% faster"), "creative": Route("plain", "plain 20% faster")},
-    costs={"code": {"mtp": {1: cell(600), 4: cell(900)}, "plain": {1: cell(1000), 4: cell(1060)}},
-           "creative": {"mtp": {1: cell(1250), 4: cell(1700)}, "plain": {1: cell(1000), 4: cell(1060)}}},
+    routes={"code": Route("mtp", "mtp 40% faster", ratios={"plain": ratio(1.67)}),
+            "creative": Route("plain", "plain 20% faster", ratios={"mtp": ratio(1.25)})},
+    slowdowns={"code": {"mtp": {4: ratio(1.5)}, "plain": {4: ratio(1.06)}},
+               "creative": {"mtp": {4: ratio(1.5)}, "plain": {4: ratio(1.06)}}},
     margin=0.05)
 
 MTP, PLAIN = "http://127.0.0.1:9001", "http://127.0.0.1:9002"
@@ -48,14 +50,20 @@ def test_a_class_without_a_route_goes_to_the_primary() -> None:
 
 
 def test_a_busy_speculative_server_loses_a_request_the_idle_plain_one_answers_sooner() -> None:
-    # code on mtp at 5 in flight: 900 + 100 * (6 - 4) = 1100 ms; on idle plain: 1000 ms, more than 5% less
+    # code on mtp with 5 in flight: 1.5 + (1.5 - 1) / 3 * 2 = 1.83x its time alone; idle plain: 1.67x
     found = choose("code", servers(mtp_load=5), TABLE)
     assert (found.server.key, found.reason) == (PLAIN, "load")
-    # at 3 in flight mtp still answers sooner (900 ms at level 4 < 1000 ms)
+    # with 3 in flight (level 4: 1.5x) mtp still answers sooner than plain alone
     assert choose("code", servers(mtp_load=3), TABLE).server.key == MTP
 
 
-def test_without_cells_the_busy_rule_moves_a_request_only_past_busy_at() -> None:
+def test_an_idle_routed_server_always_gets_its_class() -> None:
+    assert choose("creative", servers(mtp_load=0, plain_load=0), TABLE).reason == "route"
+    lopsided = RoutingTable(routes={"code": Route("mtp", "bench", ratios={"plain": ratio(0.5)})}, margin=0.05)
+    assert choose("code", servers(), lopsided).server.key == MTP  # the route holds while mtp is idle
+
+
+def test_without_load_measurements_the_busy_rule_moves_a_request_only_past_busy_at() -> None:
     bare = RoutingTable(routes={"code": Route("mtp", "configured")})
     assert choose("code", servers(mtp_load=3), bare, busy_at=4).server.key == MTP
     assert choose("code", servers(mtp_load=4, plain_load=1), bare, busy_at=4).server.key == PLAIN
@@ -85,34 +93,41 @@ def test_two_servers_of_one_profile_share_its_class_by_load() -> None:
     assert choose("code", pair, TABLE).server.key == PLAIN
 
 
-def test_costs_interpolate_and_extrapolate_upwards_only() -> None:
-    assert TABLE.cost("code", "mtp", 1) == 600
-    assert TABLE.cost("code", "mtp", 2) == pytest.approx(700)
-    assert TABLE.cost("code", "mtp", 6) == pytest.approx(1100)
-    falling = RoutingTable(costs={"code": {"mtp": {1: cell(600), 4: cell(500)}}})
-    assert falling.cost("code", "mtp", 8) == pytest.approx(500)  # never cheaper past the last level
-    single = RoutingTable(costs={"code": {"mtp": {1: cell(600)}}})
-    assert single.cost("code", "mtp", 1) == 600 and single.cost("code", "mtp", 2) is None
-    assert TABLE.cost("factual", "mtp", 1) is None
+def test_slowdowns_interpolate_from_alone_and_extrapolate_upwards_only() -> None:
+    assert TABLE.slowdown("code", "mtp", 1) == 1.0
+    assert TABLE.slowdown("code", "mtp", 2) == pytest.approx(1 + 0.5 / 3)
+    assert TABLE.slowdown("code", "mtp", 7) == pytest.approx(2.0)
+    falling = RoutingTable(slowdowns={"code": {"mtp": {2: ratio(1.4), 4: ratio(1.2)}}})
+    assert falling.slowdown("code", "mtp", 8) == pytest.approx(1.2)  # never cheaper past the last level
+    assert TABLE.slowdown("factual", "mtp", 3) is None
+
+
+def test_ratios_between_any_two_profiles_of_a_class() -> None:
+    assert TABLE.ratio("code", "plain", "mtp") == pytest.approx(1.67)
+    assert TABLE.ratio("code", "mtp", "plain") == pytest.approx(1 / 1.67)
+    assert TABLE.ratio("code", "mtp", "mtp") == 1.0
+    three = RoutingTable(routes={"code": Route("mtp", "", ratios={"plain": ratio(2.0), "ngram": ratio(1.5)})})
+    assert three.ratio("code", "plain", "ngram") == pytest.approx(2.0 / 1.5)
+    assert TABLE.ratio("factual", "plain", "mtp") is None
 
 
 def test_the_table_round_trips_and_bad_input_names_the_key() -> None:
     again = table_from_json(json.loads(json.dumps(TABLE.as_json())))
-    assert again.routes == TABLE.routes
-    assert again.cost("code", "mtp", 4) == pytest.approx(900)
+    assert again.profile_for("code") == "mtp" and again.ratio("code", "plain", "mtp") == pytest.approx(1.67)
+    assert again.slowdown("code", "mtp", 4) == pytest.approx(1.5)
     assert table_from_json({"routes": {"code": "mtp"}}).profile_for("code") == "mtp"
     with pytest.raises(UsageError, match="unknown task class 'poetry'"):
         table_from_json({"routes": {"poetry": "mtp"}})
-    with pytest.raises(UsageError, match=r"costs.code.mtp: load level '0'"):
-        table_from_json({"costs": {"code": {"mtp": {"0": [1, 1.0, 1.0, 1.0]}}}})
-    with pytest.raises(UsageError, match=r"costs.code.mtp.1: a cell is"):
-        table_from_json({"costs": {"code": {"mtp": {"1": [1, 2]}}}})
+    with pytest.raises(UsageError, match=r"slowdowns.code.mtp: load level '1'"):
+        table_from_json({"slowdowns": {"code": {"mtp": {"1": [1.0, 1.0, 1.0, 3]}}}})
+    with pytest.raises(UsageError, match=r"slowdowns.code.mtp.2: a ratio is"):
+        table_from_json({"slowdowns": {"code": {"mtp": {"2": [1, 2]}}}})
     assert TABLE.profiles() == ["mtp", "plain"]
 
 
 def test_describe_says_each_class_and_why() -> None:
     lines = describe(TABLE)
-    assert lines[0].startswith("code") and "mtp: mtp 35% faster" in lines[0]
+    assert lines[0].startswith("code") and "mtp: mtp 40% faster" in lines[0]
     assert any(line.startswith("factual") and "serving profile" in line for line in lines)
     assert "no routing table yet" in describe(RoutingTable())[0]
 
@@ -163,7 +178,8 @@ def test_routing_state_round_trips_and_a_broken_file_is_routing_off(tmp_path: Pa
     write_state(state, "llama.service", wanted)
     assert (state.routing("llama.service").stat().st_mode & 0o777) == 0o600
     again = read_state(state, "llama.service")
-    assert again.on and again.residents == wanted.residents and again.table.routes == TABLE.routes
+    assert again.on and again.residents == wanted.residents and again.table.profiles() == TABLE.profiles()
+    assert again.table.ratio("code", "plain", "mtp") == pytest.approx(1.67)
     assert again.stamps == wanted.stamps and again.probe is not None and again.probe["verdict"] == "ignored"
     state.routing("llama.service").write_text('{"on": true, "mode": "sideways"}')
     assert read_state(state, "llama.service") == RoutingState()
