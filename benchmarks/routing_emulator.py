@@ -239,7 +239,7 @@ def machine() -> str:
             f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
 
 
-def main() -> None:  # noqa: C901, PLR0915 - one linear benchmark script
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--time-scale", type=float, default=0.05)
@@ -300,15 +300,16 @@ def write(args: argparse.Namespace, levels: Sequence[int], walls: Mapping[tuple[
           table: RoutingTable, truth: RoutingTable, held: Sequence[WorkloadRequest], failures: int,
           routed_counts: Mapping[str, int], machine_before: str, started_at: datetime) -> None:
     lines = ["# Routing on the emulator: routed vs each single profile and the per-class oracle", "",
-             f"Command: `.venv/bin/python benchmarks/routing_emulator.py --reps {args.reps} --time-scale "
+             (f"Command: `.venv/bin/python benchmarks/routing_emulator.py --reps {args.reps} --time-scale "
              f"{args.time_scale} --levels {args.levels}` (specd-emulator, the seeds' 3090 Ti model, times "
              f"scaled by {args.time_scale}; every figure below is in the emulator's modelled seconds divided "
-             "back by the scale).", "",
+             "back by the scale)."), "",
              f"Date: {started_at:%Y-%m-%d %H:%M} UTC. Machine before: {machine_before}. After: {machine()}.", "",
-             f"Held-out mix: {len(held)} requests ({sum(1 for r in held if r.task_class == 'code')} code, "
-             f"{sum(1 for r in held if r.task_class == 'creative')} creative; max_tokens 64-512), the odd "
+             (f"Held-out mix: {len(held)} requests ({sum(1 for r in held if r.task_class == 'code')} code, "
+             f"{sum(1 for r in held if r.task_class == 'creative')} creative; max_tokens "
+              f"{min(r.max_tokens for r in held)}-{max(r.max_tokens for r in held)}), the odd "
              "positions of the built-in `code` and `creative` sets; the table was learned on the even "
-             f"positions. Failed requests over every run: {failures}.", "",
+             f"positions. Failed requests over every run: {failures}."), "",
              "## The learned table (training half)", "", "```", *describe(table), "```", "",
              "Per-class oracle (the emulator's own noise-free model on the held-out requests):", "", "```",
              *describe(truth), "```", ""]
@@ -332,8 +333,8 @@ def write(args: argparse.Namespace, levels: Sequence[int], walls: Mapping[tuple[
                   f"(95% interval {vs_single.lo:.3f}-{vs_single.hi:.3f}): "
                   f"{100 * (1 - vs_single.mean):.1f}% faster"
                   + (", the whole interval below 1" if vs_single.hi < 1 else ", the interval reaches 1"),
-                  f"- routed / {best_pair} (two servers of the best profile, the same memory as routing): "
-                  f"{vs_pair.mean:.3f} ({vs_pair.lo:.3f}-{vs_pair.hi:.3f})",
+                  (f"- routed / {best_pair} (two servers of the best profile, the same memory as routing): "
+                  f"{vs_pair.mean:.3f} ({vs_pair.lo:.3f}-{vs_pair.hi:.3f})"),
                   f"- routed / oracle: {vs_oracle.mean:.3f} ({vs_oracle.lo:.3f}-{vs_oracle.hi:.3f})"
                   + (": within 5%" if vs_oracle.hi <= 1.05 else ": NOT within 5%"), ""]
         result["levels"][str(level)] = {

@@ -112,8 +112,9 @@ class Routing:
                                  f"{primary}", hint="learn one (`specd route learn`) or name them: "
                                                     "`specd route on --profiles a,b`")
             per_request = self._per_request(primary, text, wanted, table)
-            if per_request is not None:
+            if isinstance(per_request, RoutingState):
                 return per_request
+            probed = per_request.as_json() if per_request is not None else current.probe
             residents = [r for r in current.residents if r.profile in wanted]
             started: list[Resident] = []
             try:
@@ -128,7 +129,7 @@ class Routing:
                     self._remove(resident.unit)
                 raise
             routing = replace(current, on=True, mode="servers", residents=tuple(residents), table=table, stamps={},
-                              changed_at=time.time(),
+                              probe=probed, changed_at=time.time(),
                               note=f"on: {', '.join(r.profile for r in residents)} resident beside {primary}")
             write_state(self.seams.state, self.seams.unit, routing)
             self._passed("route-state", routing.note)
@@ -140,8 +141,9 @@ class Routing:
             return routing
 
     def _per_request(self, primary: str, text: str, wanted: Sequence[str],
-                     table: RoutingTable) -> RoutingState | None:
-        """Per-request mode when asked for or (auto) when the serving binary honours it; None: two servers."""
+                     table: RoutingTable) -> RoutingState | ProbeResult | None:
+        """Per-request mode when asked for or (auto) when the serving binary honours it; else the probe's
+        verdict (or None: not probed), and routing runs servers."""
         mode = self.seams.deployment.routing.mode
         if mode == "servers":
             return None
@@ -154,7 +156,7 @@ class Routing:
                                      f"per-request draft settings: {found.detail}; nothing was changed",
                                      hint="mode = \"servers\" (or \"auto\") runs a companion server per profile")
             self.notes.append(f"per-request draft settings: {found.verdict} ({found.detail}); routing runs servers")
-            return None
+            return found
         deployment = self.seams.deployment
         speculative = {name: asdict(load_profile(deployment.profiles_dir, name).speculative)
                        for name in [primary, *wanted]}

@@ -1,0 +1,86 @@
+"""Routing for real: the private systemd --user, the real llama-server and tiny model, the real daemon,
+its proxy and the CLI. Clients send a mix of copy-style code asks and prose through the proxy without
+pause while routing is turned on (a companion server starts beside the serving one), the serving
+profile is switched, and routing is turned off: no request fails, each class reaches its profile,
+and clients see one alias throughout.
+
+The tiny profiles run with `threads = 1`, so the two servers fit this 2-core box side by side (and a
+third does not: the switch restarts in place, and the companion answers while the serving one is
+held). The table is the one a night's bench would leave (specd.tune.routes learns it; its unit tests
+and benchmarks/routing_real.py measure that part).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from specd.routing.state import RoutingState, write_state
+from specd.routing.table import Route, RoutingTable
+from specd.setup.sandbox import free_port
+from specd.tune.workloads import load_workload
+from tests.conftest import Box
+from tests.system.daemon_rig import RunningDaemon, real_stack
+from tests.system.test_daemon import Load
+
+COPY = dict(load_workload("repeat-input").requests[0].body)
+PROSE = dict(load_workload("prose").requests[0].body)
+TABLE = RoutingTable(routes={"code": Route("ngram-simple", "n-gram drafts what the answer copies"),
+                             "creative": Route("autoregressive", "prose: n-gram drafting only costs")})
+
+
+def mixed(stream: bool, n: int) -> dict[str, Any]:
+    """Copy-style code and prose in turn, short (the tiny model on one thread of a busy box)."""
+    return {**(COPY if n % 2 else PROSE), "model": "tiny", "max_tokens": 12, "stream": stream}
+
+
+def routed(daemon: RunningDaemon, unit: str) -> dict[str, int]:
+    counts: dict[str, int] = daemon.proxy_state(unit).get("routing", {}).get("routed", {})
+    return counts
+
+
+def served_by(counts: dict[str, int], profile: str) -> int:
+    return sum(n for key, n in counts.items() if key.startswith(f"{profile} "))
+
+
+@real_stack
+def test_routing_on_a_switch_and_off_under_load_fail_no_request(box: Box, start_daemon: Any) -> None:
+    box.edit_profile("base", threads=1)
+    box.specd("switch", "ngram-simple", "--strategy", "restart", check=True)
+    companion_port = free_port()
+    daemon = start_daemon(extra=f"[routing]\nport = {companion_port}\n")
+    write_state(box.state, box.unit, RoutingState(table=TABLE))  # as the night's bench would leave it
+    companion = f"{box.unit.removesuffix('.service')}-route-autoregressive.service"
+    with Load(daemon.proxy_url, clients=2, body=mixed) as load:
+        daemon.wait_for("traffic before routing", lambda: load.sent >= 2, timeout_s=180)
+
+        on = json.loads(box.specd("route", "on", "--json", check=True).stdout)
+        assert on["on"] and on["mode"] == "servers"
+        assert [r["profile"] for r in on["residents"]] == ["autoregressive"]
+        # the pinned build compiles per-request draft settings out: the probe says so, and two servers run
+        assert on["probe"]["verdict"] == "ignored", on["probe"]
+        daemon.wait_for("prose answered by the companion", lambda: served_by(routed(daemon, box.unit),
+                                                                             "autoregressive") >= 2, timeout_s=180)
+        models = httpx.get(f"{daemon.proxy_url}/v1/models", timeout=10).json()["data"]
+        assert [m["id"] for m in models] == ["tiny"]  # one alias, as before
+        assert "routing" in box.specd("status", check=True).stdout
+
+        switched = box.specd("switch", "ngram-mod", check=True)  # three servers do not fit: a restart
+        assert "restart" in switched.stdout + switched.stderr
+        before = load.sent
+        daemon.wait_for("requests after the switch", lambda: load.sent >= before + 2, timeout_s=180)
+
+        box.specd("route", "off", check=True)
+        before = load.sent
+        daemon.wait_for("requests after routing off", lambda: load.sent >= before + 2, timeout_s=180)
+    assert load.failures == [], f"{len(load.failures)} of {load.sent} failed:\n" + "\n".join(load.failures[:10])
+    counts = routed(daemon, box.unit)
+    assert served_by(counts, "ngram-simple") + served_by(counts, "ngram-mod") >= 1 and served_by(
+        counts, "autoregressive") >= 2, counts
+    assert not (box.manager.unit_dir / companion).exists()
+    assert daemon.systemctl("is-active", companion).stdout.strip() in ("inactive", "unknown", "failed")
+    assert daemon.proxy_state(box.unit)["routing"]["on"] is False
+    kinds = [row["kind"] for row in box.history().events(box.unit)]
+    assert "route-on" in kinds and "route-off" in kinds
