@@ -21,8 +21,8 @@ from specd.deploy.unitfiles import ContentStore
 from specd.errors import SpecdError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
-from specd.traffic import records as traffic
 from specd.routing.state import read_state
+from specd.traffic import records as traffic
 from specd.tune.pins import get_pin, period_pins
 
 TTFT_WINDOW_S = 15 * 60.0
