@@ -162,7 +162,8 @@ class Routing:
                        for name in [primary, *wanted]}
         current = self.state()
         routing = replace(current, on=True, mode="per-request", residents=(), table=table,
-                          stamps=stamps_for(table, speculative), probe=found.as_json(), changed_at=time.time(),
+                          stamps=stamps_for(table, speculative, primary), probe=found.as_json(),
+                          changed_at=time.time(),
                           note=f"on, per request: {primary} serves every class with its class's draft settings")
         write_state(self.seams.state, self.seams.unit, routing)
         self._passed("route-state", routing.note)

@@ -34,12 +34,14 @@ def stamp_of(speculative: Mapping[str, Any]) -> dict[str, int | float]:
             if isinstance(speculative.get(key), int | float) and not isinstance(speculative.get(key), bool)}
 
 
-def stamps_for(table: RoutingTable, speculative_of: Mapping[str, Mapping[str, Any]]) -> dict[TaskClass, Stamp]:
-    """Per class, the fields of its routed profile (profiles not in `speculative_of` stamp nothing)."""
+def stamps_for(table: RoutingTable, speculative_of: Mapping[str, Mapping[str, Any]],
+               serving: str | None = None) -> dict[TaskClass, Stamp]:
+    """Per class, the fields of its routed profile; a class routed to the `serving` profile needs none (the
+    server runs its settings already), and a profile not in `speculative_of` stamps nothing."""
     found: dict[TaskClass, Stamp] = {}
     for task_class in TASK_CLASSES:
         profile = table.profile_for(task_class)
-        if profile is not None and profile in speculative_of:
+        if profile is not None and profile != serving and profile in speculative_of:
             fields = stamp_of(speculative_of[profile])
             if fields:
                 found[task_class] = fields

@@ -16,13 +16,16 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
+from specd.deploy.companions import companion_units
 from specd.routing.state import RoutingState, write_state
 from specd.routing.table import Route, RoutingTable
 from specd.setup.sandbox import free_port
 from specd.tune.workloads import load_workload
 from tests.conftest import Box
 from tests.system.daemon_rig import RunningDaemon, real_stack
+from tests.system.test_bench import emulated_profiles
 from tests.system.test_daemon import Load
 
 COPY = dict(load_workload("repeat-input").requests[0].body)
@@ -84,3 +87,36 @@ def test_routing_on_a_switch_and_off_under_load_fail_no_request(box: Box, start_
     assert daemon.proxy_state(box.unit)["routing"]["on"] is False
     kinds = [row["kind"] for row in box.history().events(box.unit)]
     assert "route-on" in kinds and "route-off" in kinds
+
+
+@pytest.mark.systemd
+def test_where_the_engine_honours_per_request_settings_one_server_serves_each_class_its_own(
+        box: Box, start_daemon: Any) -> None:
+    """specd-emulator (a performance EMULATOR, named so) as older llama-server builds that read
+    speculative.n_max per request: route on finds that out, starts no companion, and the proxy stamps
+    each class's settings; a client's own setting wins; route off stops stamping."""
+    emulated_profiles(box, ("plain", "mtp"), time_scale=0.001)
+    box.edit_profile("mtp", args=["--emulator-time-scale", "0.001", "--spec-type", "draft-mtp",
+                                  "--emulator-per-request-draft"])
+    box.specd("switch", "mtp", "--strategy", "restart", check=True)
+    daemon = start_daemon(extra=f"[routing]\nport = {free_port()}\n")
+    write_state(box.state, box.unit, RoutingState(table=RoutingTable(routes={
+        "code": Route("mtp", "drafts pay on code"), "creative": Route("plain", "drafts cost on prose")})))
+
+    def drafted(text: str, **extra: Any) -> int:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 64, **extra}
+        answer = httpx.post(f"{daemon.proxy_url}/v1/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        return int(answer.json()["timings"].get("draft_n") or 0)
+
+    story, code = "Write a short story about a lighthouse keeper.", "Write a Python function that merges two lists."
+    assert drafted(story) > 0  # routing off: the server drafts on everything
+    on = json.loads(box.specd("route", "on", "--json", check=True).stdout)
+    assert on["mode"] == "per-request" and on["residents"] == [] and on["probe"]["verdict"] == "honoured"
+    assert on["stamps"]["creative"] == {"speculative.n_max": 0, "speculative.n_min": 0}
+    assert companion_units(box.deployment) == []
+    daemon.wait_for("the proxy to stamp", lambda: drafted(story) == 0)
+    assert drafted(code) > 0
+    assert drafted(story, **{"speculative.n_max": 3}) > 0  # the client's own setting wins
+    box.specd("route", "off", check=True)
+    assert drafted(story) > 0

@@ -156,8 +156,12 @@ def test_a_profile_becomes_request_fields_and_the_clients_own_win() -> None:
     nested = {"messages": [], "speculative": {"n_max": 2, "n_min": 1}}
     assert stamp(nested, {"speculative.n_max": 0, "speculative.n_min": 0}) is None
     assert stamped_bytes({"a": 1}, {"speculative.n_max": 0}) == b'{"a":1,"speculative.n_max":0}'
-    stamps = stamps_for(TABLE, {"mtp": {"type": "mtp", "draft_n_max": 4}, "plain": {"type": "none"}})
+    speculative = {"mtp": {"type": "mtp", "draft_n_max": 4}, "plain": {"type": "none"}}
+    stamps = stamps_for(TABLE, speculative)
     assert stamps == {"code": {"speculative.n_max": 4}, "creative": {"speculative.n_max": 0, "speculative.n_min": 0}}
+    # the serving profile's own classes need nothing stamped: the server runs its settings already
+    assert stamps_for(TABLE, speculative, serving="mtp") == {"creative": {"speculative.n_max": 0,
+                                                                          "speculative.n_min": 0}}
 
 
 def test_the_probe_verdicts() -> None:
