@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,6 +140,15 @@ class FleetTarget:
 
     def vram_bytes(self) -> int | None:
         return None
+
+
+def stop_all(proxies: Iterable[ProxyThread], processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proxy in proxies:
+        proxy.stop()
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(30)
 
 
 def split() -> tuple[list[WorkloadRequest], list[WorkloadRequest]]:
@@ -292,12 +301,7 @@ def main() -> None:
             print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
         routed_counts = proxies["routed"].proxy.router.status()["routed"] if proxies["routed"].proxy.router else {}
     finally:
-        for proxy in proxies.values():
-            proxy.stop()
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
+        stop_all(proxies.values(), procs)
     write(args, levels, walls, table, truth, held, failures, routed_counts, machine_before, started_at)
 
 

@@ -55,6 +55,7 @@ from routing_emulator import (
     machine,
     ratio_interval,
     run_mix,
+    stop_all,
     t_interval,
     wait_up,
 )
@@ -126,12 +127,7 @@ def main() -> None:
         router = proxies["routed"].proxy.router
         counts = router.status()["routed"] if router is not None else {}
     finally:
-        for proxy in proxies.values():
-            proxy.stop()
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            server.wait(30)
+        stop_all(proxies.values(), servers)
         shutil.rmtree(scratch, ignore_errors=True)
     write(args, walls, table, held, failures, counts, loads, machine_before, started_at)
 

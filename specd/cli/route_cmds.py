@@ -18,6 +18,7 @@ from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of
 from specd.cli.facts import routing_row
 from specd.profiles.config import Deployment
 from specd.routing.dryrun import DryRun, Recorded, dry_run
+from specd.routing.residents import Routing
 from specd.routing.state import RoutingState, read_state
 from specd.routing.table import describe
 from specd.traffic import records as traffic
@@ -134,10 +135,14 @@ def route_on(
     _, deployment = deployment_of(config, unit)
     routing = context.routing_for(deployment)
     state = routing.on(profiles or ())
+    _changed(deployment, routing, state, json_out, f"routing on for {deployment.unit}: {routing_row(deployment)}")
+
+
+def _changed(deployment: Deployment, routing: Routing, state: RoutingState, json_out: bool, headline: str) -> None:
     if json_out:
         print_json({**state_document(deployment, state), "notes": routing.notes})
         return
-    console.print(f"routing on for {deployment.unit}: {routing_row(deployment)}", highlight=False)
+    console.print(headline, highlight=False)
     for note in routing.notes:
         console.print(f"[dim]{note}[/]", highlight=False)
 
@@ -148,12 +153,8 @@ def route_off(config: ConfigOption = None, unit: UnitOption = None, json_out: Js
     _, deployment = deployment_of(config, unit)
     routing = context.routing_for(deployment)
     state = routing.off()
-    if json_out:
-        print_json({**state_document(deployment, state), "notes": routing.notes})
-        return
-    console.print(f"routing off for {deployment.unit}: the serving profile answers every class", highlight=False)
-    for note in routing.notes:
-        console.print(f"[dim]{note}[/]", highlight=False)
+    _changed(deployment, routing, state, json_out,
+             f"routing off for {deployment.unit}: the serving profile answers every class")
 
 
 @route_app.command("learn")

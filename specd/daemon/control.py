@@ -301,21 +301,18 @@ def _writable_routes(drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resu
             on_step(query.get("unit", ""), query.get("step", ""), query.get("detail", ""))
         return JSONResponse({"heard": on_step is not None})
 
-    async def post_retarget(request: Request) -> Response:
-        try:
-            timeout_s = float(request.query_params.get("timeout", RETARGET_TIMEOUT_S))
-        except ValueError:
-            return JSONResponse({"error": "timeout must be a number"}, 400)
-        answer = await retarget_unit(request.query_params.get("unit", ""), timeout_s)
-        return _answered(answer)
+    def with_timeout(action: Retargeter, default_s: float) -> Callable[[Request], Awaitable[Response]]:
+        """A POST that takes ?unit= and ?timeout= (seconds) and answers what `action` says."""
+        async def post(request: Request) -> Response:
+            try:
+                timeout_s = float(request.query_params.get("timeout", default_s))
+            except ValueError:
+                return JSONResponse({"error": "timeout must be a number"}, 400)
+            return _answered(await action(request.query_params.get("unit", ""), timeout_s))
+        return post
 
-    async def post_reroute(request: Request) -> Response:
-        try:
-            timeout_s = float(request.query_params.get("timeout", DRAIN_TIMEOUT_S))
-        except ValueError:
-            return JSONResponse({"error": "timeout must be a number"}, 400)
-        answer = await reroute_unit(request.query_params.get("unit", ""), timeout_s)
-        return _answered(answer)
+    post_retarget = with_timeout(retarget_unit, RETARGET_TIMEOUT_S)
+    post_reroute = with_timeout(reroute_unit, DRAIN_TIMEOUT_S)
 
     return [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
             Route("/resume", post_resume, methods=["POST"]), Route("/step", post_step, methods=["POST"]),

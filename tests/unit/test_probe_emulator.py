@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import pytest
 
 from specd.routing.probe import probe
-from tests.proxy_fakes import free_port
+from tests.proxy_fakes import eventually, free_port
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 @contextmanager
@@ -26,16 +31,7 @@ def emulator(*extra: str) -> Iterator[str]:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("the emulator did not come up")
-            time.sleep(0.05)
+        eventually(lambda: answers(url), "the emulator to come up", timeout_s=60)
         yield url
     finally:
         process.terminate()
