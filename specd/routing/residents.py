@@ -46,7 +46,7 @@ from specd.routing.table import RoutingTable, describe
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
-STEPS = ("route-preflight", "route-write", "route-reload", "route-start", "route-gate", "route-state",
+STEPS = ("route-preflight", "route-write", "route-reload", "route-start", "route-gate", "route-enable", "route-state",
          "route-proxy")
 OFF_STEPS = ("route-state", "route-proxy", "route-drain", "route-stop", "route-remove")
 Prober = Callable[[str, str | None, str | None], ProbeResult]  # (base URL, alias, api key) -> verdict
@@ -215,6 +215,9 @@ class Routing:
                                stability_s=pre.profile.stability_s, unit_state=lambda: systemd.unit_state(unit),
                                api_key=command.api_key)
             self._passed("route-gate", f"{unit} healthy after {health.total_s:.1f} s")
+            if systemd.is_enabled(serving.unit):  # after a reboot the companion serves again, as the slot does
+                systemd.set_enabled(unit, True)
+                self._passed("route-enable", f"{unit} starts at boot, as {serving.unit} does")
         except BaseException:
             self._remove(unit)
             raise
@@ -283,6 +286,8 @@ class Routing:
         try:
             if systemd.unit_state(unit).running:
                 systemd.stop(unit)
+            if systemd.is_enabled(unit):
+                systemd.set_enabled(unit, False)
         except SpecdError:
             pass  # not loaded: nothing runs
         self._passed("route-stop", unit)

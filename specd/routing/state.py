@@ -4,7 +4,7 @@ One JSON file per deployment in the state directory, written atomically (0600), 
 `specd status` read the state before a change or after it, never half of it. No file, or routing
 off: one server, exactly as without routing. The file is the truth about companions: a companion
 unit on disk that the state does not list (a `route on` killed half-way) is stopped and removed by
-the next `route` command or the daemon (specd.routing.residents.reconcile).
+the next `route on` or `route off` (specd.routing.residents.reconcile).
 
 `mode` is `servers` (a companion server per extra profile; the proxy picks the server) or
 `per-request` (one server; the proxy stamps each class's draft settings on its requests, where the

@@ -13,6 +13,7 @@ and benchmarks/routing_real.py measure that part).
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import httpx
@@ -20,7 +21,7 @@ import pytest
 
 from specd.deploy.companions import companion_units
 from specd.routing.state import RoutingState, write_state
-from specd.routing.table import Route, RoutingTable
+from specd.routing.table import Ratio, Route, RoutingTable
 from specd.setup.sandbox import free_port
 from specd.tune.workloads import load_workload
 from tests.conftest import Box
@@ -30,8 +31,12 @@ from tests.system.test_daemon import Load
 
 COPY = dict(load_workload("repeat-input").requests[0].body)
 PROSE = dict(load_workload("prose").requests[0].body)
-TABLE = RoutingTable(routes={"code": Route("ngram-simple", "n-gram drafts what the answer copies"),
-                             "creative": Route("autoregressive", "prose: n-gram drafting only costs")})
+TABLE = RoutingTable(routes={
+    "code": Route("ngram-simple", "n-gram drafts what the answer copies",
+                  ratios={"autoregressive": Ratio(1.3, 1.2, 1.4, 6)}),
+    "creative": Route("autoregressive", "prose: n-gram drafting only costs",
+                      ratios={"ngram-simple": Ratio(1.1, 1.05, 1.15, 6)}),
+})
 
 
 def mixed(stream: bool, n: int) -> dict[str, Any]:
@@ -87,6 +92,10 @@ def test_routing_on_a_switch_and_off_under_load_fail_no_request(box: Box, start_
     assert daemon.proxy_state(box.unit)["routing"]["on"] is False
     kinds = [row["kind"] for row in box.history().events(box.unit)]
     assert "route-on" in kinds and "route-off" in kinds
+    shown = box.specd("route", check=True).stdout
+    assert "routing for" in shown and "creative  -> autoregressive" in shown
+    dry = json.loads(box.specd("route", "--dry-run", "--json", check=True).stdout)  # on what the proxy recorded
+    assert dry["requests"] >= 4 and dry["sent"].get("autoregressive", 0) >= 1 and dry["gain"] is not None, dry
 
 
 @pytest.mark.systemd
@@ -120,3 +129,20 @@ def test_where_the_engine_honours_per_request_settings_one_server_serves_each_cl
     assert drafted(story, **{"speculative.n_max": 3}) > 0  # the client's own setting wins
     box.specd("route", "off", check=True)
     assert drafted(story) > 0
+
+
+@pytest.mark.systemd
+def test_a_route_on_killed_after_its_companion_started_changes_nothing_clients_see(box: Box) -> None:
+    """kill -9 after the companion passed its gate, before the state names it: routing stays off, and the
+    next route command stops and removes the orphan. specd-emulator (an EMULATOR) stands in for the servers."""
+    emulated_profiles(box, ("plain", "mtp"), time_scale=0.001)
+    box.edit_profile("base", threads=1)  # both fit the cores (a profile with 2 threads is refused, naming why)
+    box.config_path.write_text(box.config_path.read_text() + f"\n[routing]\nport = {free_port()}\nmode = \"servers\"\n")
+    box.specd("switch", "mtp", "--strategy", "restart", check=True)
+    killed = box.specd("route", "on", "--profile", "plain", env={"SPECD_FAULT": "route-gate"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert companion_units(box.deployment) == [f"{box.unit.removesuffix('.service')}-route-plain.service"]
+    assert not json.loads(box.specd("route", "--json", check=True).stdout)["on"]
+    off = box.specd("route", "off", check=True)
+    assert "route-remove" in off.stdout or companion_units(box.deployment) == []
+    assert companion_units(box.deployment) == []
