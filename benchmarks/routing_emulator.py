@@ -17,7 +17,8 @@ six ways, one at a time:
                    faster for it (noise-free), no load rule: the per-class oracle
 
 The workload is the built-in `code` and `creative` sets (specd/data/workloads), split before any
-run: requests at even positions train the table, odd ones are measured (held out). Each
+run: requests at even positions train the table, odd ones are measured (held out); each half
+alternates code and creative requests. Each
 repetition replays the held-out requests in file order through every configuration at each
 concurrency (a closed loop of that many clients), the configurations in a rotated order; the
 figure is the mix's wall clock (first request sent to last answer). Intervals are 95% t intervals
@@ -152,12 +153,15 @@ def stop_all(proxies: Iterable[ProxyThread], processes: Sequence[subprocess.Pope
 
 
 def split() -> tuple[list[WorkloadRequest], list[WorkloadRequest]]:
-    """Training (even positions of each file) and held-out (odd) requests, fixed before any run."""
-    train: list[WorkloadRequest] = []
-    held: list[WorkloadRequest] = []
+    """Training (even positions of each file) and held-out (odd) requests, fixed before any run; each
+    half interleaves the two sets (code, creative, code, ...), so a mix replayed at a level has both
+    classes in flight together, as a box serving an agent and a chat UI does."""
+    halves: dict[int, list[list[WorkloadRequest]]] = {0: [], 1: []}
     for name in ("code", "creative"):
-        for index, request in enumerate(load_workload(name).requests):
-            (train if index % 2 == 0 else held).append(request)
+        requests = load_workload(name).requests
+        for parity in (0, 1):
+            halves[parity].append([r for i, r in enumerate(requests) if i % 2 == parity])
+    train, held = ([r for pair in zip(*halves[p], strict=True) for r in pair] for p in (0, 1))
     return train, held
 
 
@@ -317,7 +321,7 @@ def write(args: argparse.Namespace, levels: Sequence[int], walls: Mapping[tuple[
              (f"Held-out mix: {len(held)} requests ({sum(1 for r in held if r.task_class == 'code')} code, "
              f"{sum(1 for r in held if r.task_class == 'creative')} creative; max_tokens "
               f"{min(r.max_tokens for r in held)}-{max(r.max_tokens for r in held)}), the odd "
-             "positions of the built-in `code` and `creative` sets; the table was learned on the even "
+             "positions of the built-in `code` and `creative` sets, alternating; the table was learned on the even "
              f"positions. Failed requests over every run: {failures}."), "",
              "## The learned table (training half)", "", "```", *describe(table), "```", "",
              "Per-class oracle (the emulator's own noise-free model on the held-out requests):", "", "```",

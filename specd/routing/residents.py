@@ -137,7 +137,9 @@ class Routing:
             for gone in current.residents:  # a profile the table no longer names: drained above, stopped now
                 if gone not in residents:
                     self._remove(gone.unit)
-            self.seams.history.event(self.seams.unit, "route-on", f"{routing.note} | " + "; ".join(describe(table)))
+            if not current.on or set(residents) != set(current.residents):  # a night that changes nothing says nothing
+                self.seams.history.event(self.seams.unit, "route-on",
+                                         f"{routing.note} | " + "; ".join(describe(table)))
             return routing
 
     def _per_request(self, primary: str, text: str, wanted: Sequence[str],
@@ -168,7 +170,10 @@ class Routing:
         write_state(self.seams.state, self.seams.unit, routing)
         self._passed("route-state", routing.note)
         self._tell_proxy()
-        self.seams.history.event(self.seams.unit, "route-on", routing.note)
+        for gone in current.residents:  # servers mode before: its companions drained above, stopped now
+            self._remove(gone.unit)
+        if not current.on or current.mode != "per-request":
+            self.seams.history.event(self.seams.unit, "route-on", routing.note)
         return routing
 
     def _port(self, serving_text: str) -> int:

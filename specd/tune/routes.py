@@ -176,7 +176,7 @@ def learn_after_bench(deployment: Deployment, results: Mapping[str, Sequence[Res
     learned = learn(results, previous.table, active=active, margin=margin, source=source, now=time.time(),
                     pinned=pinned)
     routing.set_table(learned.table, learned.sentence())
-    if previous.on and previous.mode == "servers" and learned.changed:
+    if previous.on:  # the companions (or the per-request stamps) follow the table and the serving profile
         try:
             routing.on(table=learned.table)
         except SpecdError as exc:
