@@ -309,6 +309,22 @@ def main() -> None:
     write(args, levels, walls, table, truth, held, failures, routed_counts, machine_before, started_at)
 
 
+NOTES = [
+    "## What this shows, and what it does not", "",
+    ("- Truth and circularity: the wall clocks are the emulator's, from the seeds' 3090 Ti tables (MTP +53% on "
+    "code, -9% on creative, slower per stream under batching); the oracle's table is that model's noise-free "
+    "answer. The emulator decides a request's class with the classifier the router uses, so a misclassified "
+    "request costs nothing here; the real-model run (routing-real.md) has no such help."),
+    "- Held out: the table was learned on the training half and every figure is on the other half.",
+    ("- Trivial baselines on the same requests: one profile for everything (single-*, what specd did before "
+    "routing, at best), and at concurrency 4 two servers of one profile (pair-*, the same memory as routing)."),
+    ("- Each emulated server models a GPU of its own (a profile per GPU on a two-GPU box); two servers sharing "
+    "one GPU would share its compute, which the emulator does not model."),
+    ("- The load rule: a request leaves its route only when the routed server is busy and the table's ratio "
+    "times the measured slowdown says another answers sooner by the margin; the counts above say whether it "
+    "fired on this mix (\"load\" entries)."), ""]
+
+
 def write(args: argparse.Namespace, levels: Sequence[int], walls: Mapping[tuple[str, int], list[float]],
           table: RoutingTable, truth: RoutingTable, held: Sequence[WorkloadRequest], failures: int,
           routed_counts: Mapping[str, int], machine_before: str, started_at: datetime) -> None:
@@ -360,7 +376,8 @@ def write(args: argparse.Namespace, levels: Sequence[int], walls: Mapping[tuple[
             entry.update(best_pair=best_pair, routed_vs_best_pair=[vs_pair.mean, vs_pair.lo, vs_pair.hi])
         lines.append("")
         result["levels"][str(level)] = entry
-    lines += [f"Requests the routed proxy sent, by profile and reason: {json.dumps(dict(routed_counts))}.", ""]
+    lines += [f"Requests the routed proxy sent, by profile and reason: {json.dumps(dict(routed_counts))}.", "",
+              *NOTES]
     args.out.write_text("\n".join(lines), encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     print("\n".join(lines))

@@ -63,6 +63,7 @@ from routing_emulator import (
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = ("ngram-simple", "autoregressive")
 CONFIGS = ("single-ngram", "single-plain", "routed")
+SINGLE = {"ngram-simple": "single-ngram", "autoregressive": "single-plain"}
 
 
 def start_server(profiles_dir: Path, name: str, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -132,6 +133,22 @@ def main() -> None:
     write(args, walls, table, held, failures, counts, loads, machine_before, started_at)
 
 
+def notes(counts: dict[str, int]) -> list[str]:
+    """What the figures mean: the truth, and whether routing did anything the best single profile did not."""
+    served = sorted({key.split(" ")[0] for key in counts})
+    lines = ["## What this shows, and what it does not", "",
+             ("- Truth: wall clock of the real server on held-out requests (the table never saw them); the trivial "
+             "baselines are the single profiles on the same requests, in the same repetitions.")]
+    if len(served) == 1:
+        lines.append(f"- The learned table routes every class to {served[0]}: on this model and box no class "
+                     "had another profile faster by the 5% margin with its interval clear, so routing sent each "
+                     f"request where {SINGLE[served[0]]} does, and routed / {SINGLE[served[0]]} measures the box's "
+                     "noise and routing's own cost per request (reading the body and choosing), not a gain.")
+    else:
+        lines.append(f"- Routing served the classes from {', '.join(served)}.")
+    return [*lines, ""]
+
+
 def write(args: argparse.Namespace, walls: dict[str, list[float]], table: RoutingTable,
           held: Sequence[WorkloadRequest], failures: int, counts: dict[str, int], loads: Sequence[float],
           machine_before: str, started_at: datetime) -> None:
@@ -160,7 +177,8 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              (f"- routed / {best} (the best single profile here): **{vs_best.mean:.3f}** (95% interval "
              f"{vs_best.lo:.3f}-{vs_best.hi:.3f})"),
              f"- routed / {other}: {vs_other.mean:.3f} ({vs_other.lo:.3f}-{vs_other.hi:.3f})", "",
-             f"Requests the routed proxy sent, by profile and reason: {json.dumps(counts)}.", ""]
+             f"Requests the routed proxy sent, by profile and reason: {json.dumps(counts)}.", "",
+             *notes(counts)]
     args.out.write_text("\n".join(lines), encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps(
         {"walls_s": walls, "best_single": best, "routed_vs_best": [vs_best.mean, vs_best.lo, vs_best.hi],
