@@ -13,8 +13,9 @@ proxy set up three ways, one at a time:
 The mix is the built-in `repeat-input` (edit/rewrite asks whose answer copies the prompt: n-gram's
 case) and `prose` sets, split before any run: even positions train the table, odd ones are measured
 (held out); max_tokens is capped (--max-tokens) so a repetition fits in minutes on a shared box.
-Each repetition replays the held-out requests in file order through every configuration, one at a
-time, in a rotated order; the figure is the mix's wall clock. Intervals are 95% t intervals over
+Each repetition sends every held-out request, in file order, through each configuration back to back
+(the order rotated request by request), so a burst of load from the box's other tenants lands on all
+three alike; the figure is the mix's wall clock, the sum over its requests. Intervals are 95% t intervals over
 repetitions of the paired ratio (routed / single in the same repetition). The box is shared and
 loaded: the load average is written with the results.
 
@@ -118,10 +119,15 @@ def main() -> None:
         walls: dict[str, list[float]] = {c: [] for c in CONFIGS}
         failures = 0
         for rep in range(args.reps):
-            for config in CONFIGS[rep % 3:] + CONFIGS[:rep % 3]:
-                seconds, failed = run_mix(proxies[config].url, held, 1)
-                walls[config].append(seconds)
-                failures += failed
+            spent = dict.fromkeys(CONFIGS, 0.0)
+            for index, request in enumerate(held):  # each request through every configuration back to back
+                order = CONFIGS[(rep + index) % 3:] + CONFIGS[:(rep + index) % 3]
+                for config in order:
+                    seconds, failed = run_mix(proxies[config].url, [request], 1)
+                    spent[config] += seconds
+                    failures += failed
+            for config in CONFIGS:
+                walls[config].append(spent[config])
             loads.append(os.getloadavg()[0])
             print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{c} {walls[c][-1]:.1f} s" for c in CONFIGS),
                   file=sys.stderr, flush=True)
@@ -163,8 +169,8 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              f"{args.max_tokens}`. Date: {started_at:%Y-%m-%d %H:%M} UTC."), "",
              (f"Machine before: {machine_before}. After: {machine()}. The box is shared with other work: the "
              f"1-minute load average after each repetition was {', '.join(f'{x:.1f}' for x in loads)} on 2 cores, "
-             "so every figure carries that noise; the configurations ran interleaved (rotated order each "
-             "repetition) and are compared by paired ratios."), "",
+             "so every figure carries that noise; each request ran through the three configurations back to "
+             "back (rotated order) and the mixes are compared by paired ratios."), "",
              ("Servers: the pinned llama-server CPU build, Gemma 3 270M Q4_K_M, profiles/tiny's `ngram-simple` and "
              "`autoregressive` with threads = 1 (one core each), parallel = 1."), "",
              (f"Held-out mix: {len(held)} requests (labels of the built-in sets: {mix}; max_tokens capped at "

@@ -110,12 +110,12 @@ class Routing:
             if not wanted:
                 raise UsageError(f"nothing to route to: the routing table names no profile besides the serving "
                                  f"{primary}", hint="learn one (`specd route learn`) or name them: "
-                                                    "`specd route on --profiles a,b`")
+                                                    "`specd route on --profile a --profile b`")
             per_request = self._per_request(primary, text, wanted, table)
             if isinstance(per_request, RoutingState):
                 return per_request
             probed = per_request.as_json() if per_request is not None else current.probe
-            residents = [r for r in current.residents if r.profile in wanted]
+            residents = [r for r in current.residents if r.profile in wanted and self._runs(r.unit)]
             started: list[Resident] = []
             try:
                 for name in wanted:
@@ -266,6 +266,14 @@ class Routing:
             self._remove(unit)
             self.notes.append(f"stopped and removed {unit}: a companion the routing state does not name")
         return orphans
+
+    def _runs(self, unit: str) -> bool:
+        """A listed companion that stopped (a crash systemd gave up on, a reboot without boot start) is
+        started again by the next `on`."""
+        try:
+            return self.seams.systemd.unit_state(unit).running
+        except SpecdError:
+            return False
 
     def _tell_proxy(self) -> None:
         told = self.seams.proxy.reroute(self.seams.unit, self.seams.deployment.routing.drain_timeout_s)
