@@ -45,15 +45,16 @@ def specd(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False, cwd=str(REPO))
 
 
-def prepare(root: Path, args: argparse.Namespace) -> int:
-    """The tiny profiles and specd.toml in `root` (SPECD_CONFIG points at it); returns the proxy's port."""
+def prepare(root: Path, args: argparse.Namespace) -> tuple[int, float]:
+    """The tiny profiles and specd.toml in `root` (SPECD_CONFIG points at it); the proxy's port and when the
+    nightly run fires (epoch seconds)."""
     profiles = root / "profiles"
     shutil.copytree(REPO / "profiles" / "tiny", profiles)
     base = tomlkit.parse((profiles / "base.toml").read_text())
     base.update({"port": free_port(), "stability_s": 1, "parallel": 2, "health_timeout_s": 120})
     (profiles / "base.toml").write_text(tomlkit.dumps(base))
     proxy_port = free_port()
-    cron, _ = cron_in(args.fire_in_s)
+    cron, fires_at = cron_in(args.fire_in_s)
     config = root / "specd.toml"
     config.write_text(
         f'unit = "{UNIT}"\nscope = "user"\nprofiles_dir = "{profiles}"\nlock_timeout_s = 60\n\n'
@@ -62,7 +63,7 @@ def prepare(root: Path, args: argparse.Namespace) -> int:
         "[tuner]\n" + tuner_table(cron, idle_s=args.idle_s, budget_minutes=args.budget_minutes, n=args.n,
                                   candidates=["autoregressive", "ngram-simple"]))
     os.environ["SPECD_CONFIG"] = str(config)
-    return proxy_port
+    return proxy_port, fires_at
 
 
 def wait_http(url: str, timeout_s: float = 120.0) -> None:
@@ -80,7 +81,7 @@ def wait_http(url: str, timeout_s: float = 120.0) -> None:
 def run(args: argparse.Namespace) -> str:
     root = Path(tempfile.mkdtemp(prefix="specd-night-"))
     with private_systemd_env(root / "systemd"):
-        proxy_port = prepare(root, args)
+        proxy_port, fires_at = prepare(root, args)
         first = specd("switch", "autoregressive")
         if first.returncode != 0:
             raise SystemExit(f"specd switch autoregressive failed:\n{first.stdout}\n{first.stderr}")
@@ -108,6 +109,8 @@ def run(args: argparse.Namespace) -> str:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(60)
     event = night_events_from(events_json)
+    numbers = event["numbers"] if isinstance(event["numbers"], dict) else {}
+    night_s = datetime.fromisoformat(str(event["at"])).timestamp() - fires_at
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=str(REPO), check=False).stdout.strip()
     lines = [
@@ -128,10 +131,22 @@ def run(args: argparse.Namespace) -> str:
         f"temperature 0.7, top_p 0.9), {sum(1 for s in sent.statuses if s == 200)} answered 200, "
         f"{len(sent.failures)} failed, {sent.ended_at - sent.started_at:.0f} s in all"),
         "",
-        "What the figures are: the night's decision is in-sample (each profile's medians are over the",
-        "requests it replayed that night, with their 95% bootstrap intervals); there is no held-out truth",
-        "on this box. The trivial baseline is keeping the active profile (autoregressive), which the",
-        "tuner does unless a rival's interval is apart from it by more than the margin.",
+        "What the figures are: the night's decision is in-sample (each candidate's time relative to the",
+        "active profile, paired request by request over what it replayed that night, with an interval at",
+        "the level its schedule of looks allows); there is no held-out truth on this box. The trivial",
+        "baseline is keeping the active profile (autoregressive), which the tuner does unless a rival's",
+        "whole interval is past the margin.",
+        "",
+        "## The budget",
+        "",
+        (f"The run fired at {datetime.fromtimestamp(fires_at, UTC):%H:%M:%S} UTC and recorded its decision "
+         f"{night_s:.0f} s later, against a budget of {60.0 * args.budget_minutes:.0f} s "
+         f"({'within' if night_s <= 60.0 * args.budget_minutes else 'OVER'} the budget): "
+         f"{numbers.get('waited_idle_s', 0):.0f} s waiting for the idle window, {numbers.get('bench_s', 0):.0f} s "
+         "benching, the rest switching back or on and verifying."),
+        "",
+        (f"Requests per profile: {', '.join(f'{k} {v}' for k, v in dict(numbers.get('samples') or {}).items())}; "
+         f"sampling stopped because {numbers.get('stopped') or 'n/a'}; outcome: {numbers.get('outcome')}."),
         "",
         "## The next morning: `specd status`",
         "",
@@ -145,7 +160,7 @@ def run(args: argparse.Namespace) -> str:
         events.stdout.rstrip(),
         "```",
         "",
-        "## `specd history` (the night's switches have trigger `tuner`)",
+        "## `specd history` (the bench's steps have trigger `bench`; a switch the tuner chose, `tuner`)",
         "",
         "```",
         generations.stdout.rstrip(),

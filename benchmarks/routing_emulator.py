@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -185,11 +185,14 @@ def learned_table(urls: Mapping[str, str], train: Sequence[WorkloadRequest], lev
     target = FleetTarget(urls)
     workload = Workload("train", tuple(train), origin="builtin")
     rows: dict[str, list[Any]] = {name: [] for name in MODES}
+    offset = 0  # each level's bench numbers its plan from 0: the next one's positions and rounds follow on
     for level in levels:
         report = bench_profiles(target, list(MODES), workload, Settings(n=2 * len(train), concurrency=level,
                                                                          early_stop=False, cache_reuse=False))
         for name in MODES:
-            rows[name] += report.results.get(name, [])
+            rows[name] += [replace(r, position=r.position + offset, round=r.round + offset)
+                           for r in report.results.get(name, [])]
+        offset += 10_000
     return learn(rows, RoutingTable(), active="mtp", margin=0.05, source=f"bench of {len(train)} training "
                  f"requests x 2 at levels {', '.join(map(str, levels))}", now=time.time()).table
 
@@ -329,7 +332,7 @@ def write(args: argparse.Namespace, levels: Sequence[int], walls: Mapping[tuple[
           table: RoutingTable, truth: RoutingTable, held: Sequence[WorkloadRequest], failures: int,
           routed_counts: Mapping[str, int], machine_before: str, started_at: datetime) -> None:
     lines = ["# Routing on the emulator: routed vs each single profile and the per-class oracle", "",
-             (f"Command: `.venv/bin/python benchmarks/routing_emulator.py --reps {args.reps} --time-scale "
+             (f"**Command:** `.venv/bin/python benchmarks/routing_emulator.py --reps {args.reps} --time-scale "
              f"{args.time_scale} --levels {args.levels}` (specd-emulator, the seeds' 3090 Ti model, times "
              f"scaled by {args.time_scale}; every figure below is in the emulator's modelled seconds divided "
              "back by the scale)."), "",

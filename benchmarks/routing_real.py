@@ -165,7 +165,7 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
     vs_other = ratio_interval(walls["routed"], walls[other])
     mix = {c: sum(1 for r in held if r.task_class == c) for c in ("code", "factual", "creative")}
     lines = ["# Routing on the real tiny model: routed vs each single profile", "",
-             (f"Command: `.venv/bin/python benchmarks/routing_real.py --reps {args.reps} --max-tokens "
+             (f"**Command:** `.venv/bin/python benchmarks/routing_real.py --reps {args.reps} --max-tokens "
              f"{args.max_tokens}`. Date: {started_at:%Y-%m-%d %H:%M} UTC."), "",
              (f"Machine before: {machine_before}. After: {machine()}. The box is shared with other work: the "
              f"1-minute load average after each repetition was {', '.join(f'{x:.1f}' for x in loads)} on 2 cores, "

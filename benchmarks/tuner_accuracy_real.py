@@ -1,29 +1,40 @@
 """How often the tuner picks the right profile on the REAL tiny llama-server, against a held-out truth.
 
 The truth is not the tuner's own model, nor the emulator: for every case (a workload kind x an
-output length) each example profile of profiles/tiny is measured exhaustively on HELD-OUT prompts
-(every prompt, every profile, `--reps` times, interleaved request by request, so load drift on the
-shared box hits every profile alike). The tuner then decides the way `specd tune` does
-(specd.tune.tuner.tune: interleaved rounds, early stopping, the [tuner] defaults n and margin,
-the box starting on autoregressive) on a SEPARATE sample of prompts from the same generator.
+output length) each example profile of profiles/tiny is measured on HELD-OUT prompts (every
+held-out prompt, every profile, `--seeds` draws with different seeds, interleaved request by
+request so load drift on the shared box hits every profile alike; the draft profile, two to three
+times slower than plain on this box, only on the first `--draft-heldout` prompts). The tuner then
+decides the way `specd tune` does (specd.tune.tuner.tune: paired sequential sampling, the [tuner]
+defaults n and margin, the box starting on autoregressive) on a SEPARATE sample of prompts from the
+same generator. The rule the tuner used before issue 31 (medians whose 95% intervals must not
+overlap: benchmarks/legacy_rule.py) is scored on the same samples: each profile's first n requests.
 
-Scored per case: the tuner's final profile against the truth's best, where every profile whose
-paired bootstrap interval (over held-out prompts) of "mean wall clock / best's" reaches 1.0 counts
-as tied with the best (noise cannot tell them apart); regret = truth(pick) / truth(best) - 1. The
-same is scored for two baselines that need no tuner: always autoregressive (plain), and always the
-one profile fastest on average over all cases (chosen with the truth itself: a baseline with an
-oracle's advantage).
+Two case sets: `today` (prose, copy-edit, code, code-edit at 32 and 128 output tokens, the bodies
+exactly as the first version of this benchmark sent them: no temperature, so llama-server's
+default sampling, temperature 0.8, with a seed per request) and `sampled` (prose and code at 32
+and 128 tokens with temperature 0.8 set, `--tuner-runs` tuner runs per case).
+
+Scored per decision, against the truth (margin m = the tuner's, 5%):
+- right: the pick is not shown by the truth to be more than m slower than the truth's best (its
+  paired bootstrap 95% interval of mean / best's mean, over held-out prompts, reaches 1 / (1 - m));
+- regret: truth(pick) / truth(best) - 1;
+- a switch where the truth says tied: the truth's interval of plain against the best lies within
+  1 / (1 - m), i.e. the truth is confident nothing beats plain by the margin, and the tuner switched.
+Baselines on the same cases: always autoregressive (plain), and always the one profile fastest on
+average over the set's cases (chosen with the truth itself: an oracle's advantage).
 
 Each profile runs as its own llama-server process (the argv specd renders for it), all four
-resident, so the tuner's "switch" is a change of port rather than a systemd restart: what is
-measured is the decision, not the restart. Every profile runs with `--threads` (default 1, not
-profiles/tiny's 2): on the shared 2-core box, loaded by other jobs, two threads per server spin
-on each other and decode collapses to a few tokens a second, which would measure the box's
-scheduler rather than the profiles. Requests are text completions (/v1/completions): the
-tiny model is a base model. The fidelity gate (`specd verify`) is not run: it can only veto a
-switch, never cause one.
+resident, so the tuner's "switch" is a change of port rather than a systemd restart (the target
+says its switches are cheap, so a round is one request per profile). Every profile runs with
+`--threads` (default 1, not profiles/tiny's 2: on the shared 2-core box two threads per server
+spin on each other). Requests are text completions (/v1/completions): the tiny model is a base
+model. The fidelity gate (`specd verify`) is not run: it can only veto a switch, never cause one.
+`--hog` runs benchmarks/cpu_hog.py (half of one core busy) for the whole run, on top of whatever
+else the box is doing; the result file records the load average and CPU pressure seen.
 
-    .venv/bin/python benchmarks/tuner_accuracy_real.py [--heldout 6] [--reps 2] [--short 32] [--long 128]
+    .venv/bin/python benchmarks/tuner_accuracy_real.py --set today [--label idle] [--hog]
+    .venv/bin/python benchmarks/tuner_accuracy_real.py --set sampled [--label idle] [--hog]
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import numpy as np
 import tomlkit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from legacy_rule import legacy_pick
 from text_workloads import GENERATORS, TASK_CLASS
 
 from specd.profiles.config import TunerConfig
@@ -57,6 +69,7 @@ from specd.profiles.flags import binary_flags
 from specd.profiles.load import load_profile
 from specd.setup.sandbox import free_port
 from specd.tune.bench import Settings, request_body
+from specd.tune.noise import BoxLoad
 from specd.tune.targets import Reply
 from specd.tune.tuner import tune
 from specd.tune.workloads import Workload, WorkloadRequest
@@ -72,6 +85,7 @@ class ServerSetTarget:
     """One resident llama-server per profile; `activate` points requests at that profile's port."""
 
     concurrent = True
+    cheap_switches = True  # nothing restarts: the bench pairs requests one round at a time
 
     def __init__(self, ports: Mapping[str, int], active: str) -> None:
         self.ports, self._active = dict(ports), active
@@ -99,10 +113,11 @@ class ServerSetTarget:
 
 @dataclass
 class LoadSampler:
-    """The 1-minute load average every few seconds, so the result file says how busy the box was."""
+    """The 1-minute load average and the CPU pressure (10 s average) every few seconds."""
 
-    samples: list[tuple[float, float]] = field(default_factory=list)
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _pressure: BoxLoad = field(default_factory=BoxLoad)
 
     def start(self) -> LoadSampler:
         threading.Thread(target=self._run, daemon=True).start()
@@ -110,12 +125,14 @@ class LoadSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.time(), os.getloadavg()[0]))
+            self.samples.append((time.time(), os.getloadavg()[0], self._pressure.now() or 0.0))
             self._stop.wait(5.0)
 
     def between(self, start: float, end: float) -> dict[str, float]:
-        values = [load for at, load in self.samples if start <= at <= end] or [os.getloadavg()[0]]
-        return {"min": min(values), "mean": round(sum(values) / len(values), 2), "max": max(values)}
+        rows = [(load, psi) for at, load, psi in self.samples if start <= at <= end] or [(os.getloadavg()[0], 0.0)]
+        loads, psis = [r[0] for r in rows], [r[1] for r in rows]
+        return {"min": min(loads), "mean": round(sum(loads) / len(loads), 2), "max": max(loads),
+                "pressure_mean": round(sum(psis) / len(psis), 3)}
 
     def stop(self) -> None:
         self._stop.set()
@@ -152,6 +169,10 @@ def start_servers(root: Path, threads: int) -> tuple[dict[str, int], list[subpro
     return ports, processes
 
 
+SETS: dict[str, dict[str, Any]] = {"today": {"kinds": list(GENERATORS), "temperature": None, "tuner_runs": 1},
+        "sampled": {"kinds": ["prose", "code"], "temperature": 0.8, "tuner_runs": 2}}
+
+
 def distinct_prompts(kind: str, count: int, first_seed: int, exclude: set[str]) -> list[str]:
     found: list[str] = []
     seed = first_seed
@@ -163,82 +184,110 @@ def distinct_prompts(kind: str, count: int, first_seed: int, exclude: set[str]) 
     return found
 
 
-def workload(name: str, kind: str, prompts: Sequence[str], max_tokens: int) -> Workload:
+def workload(name: str, kind: str, prompts: Sequence[str], max_tokens: int, temperature: float | None) -> Workload:
+    sampling = {} if temperature is None else {"temperature": temperature}
     return Workload(name, tuple(
-        WorkloadRequest(body={"messages": [{"role": "user", "content": p}], "max_tokens": max_tokens},
+        WorkloadRequest(body={"messages": [{"role": "user", "content": p}], "max_tokens": max_tokens, **sampling},
                         task_class=TASK_CLASS[kind])  # type: ignore[arg-type]
         for p in prompts))
 
 
-def measure_truth(target: ServerSetTarget, held_out: Workload, reps: int) -> dict[str, Any]:
-    """walls[profile][prompt][rep]: every held-out prompt on every profile, interleaved request by request."""
+def measure_truth(target: ServerSetTarget, held_out: Workload, seeds: int, draft_prompts: int) -> dict[str, Any]:
+    """walls[profile][prompt][seed]: every held-out prompt on every profile (draft: the first few), `seeds`
+    draws each with different seeds, interleaved request by request."""
     settings = Settings()
-    walls = {p: [[0.0] * reps for _ in held_out.requests] for p in PROFILES}
-    tokens = {p: [0] * len(held_out.requests) for p in PROFILES}
-    for rep in range(reps):
+    count = len(held_out.requests)
+    walls: dict[str, list[list[float]]] = {p: [[] for _ in range(count)] for p in PROFILES}
+    tokens: dict[str, list[list[int]]] = {p: [[] for _ in range(count)] for p in PROFILES}
+    for draw in range(seeds):
         for index, request in enumerate(held_out.requests):
-            shift = (index + rep) % len(PROFILES)
+            shift = (index + draw) % len(PROFILES)
             order = PROFILES[shift:] + PROFILES[:shift]
-            for profile in order if rep % 2 == 0 else tuple(reversed(order)):
+            for profile in order if draw % 2 == 0 else tuple(reversed(order)):
+                if profile == "draft" and index >= draft_prompts:
+                    continue
                 target.activate(profile)
-                reply = target.complete(request_body(request, settings))
-                walls[profile][index][rep] = reply.wall_ms
-                tokens[profile][index] = int(reply.payload.get("usage", {}).get("completion_tokens", 0))
+                reply = target.complete(request_body(request, settings, cycle=draw))
+                walls[profile][index].append(reply.wall_ms)
+                tokens[profile][index].append(int(reply.payload.get("usage", {}).get("completion_tokens", 0)))
     return {"walls": walls, "output_tokens": tokens}
 
 
-def judge(walls: Mapping[str, list[list[float]]], seed: int = 0) -> dict[str, Any]:
-    """Means per profile, the best, and which profiles noise cannot tell from it (paired bootstrap over prompts)."""
-    per_prompt = {p: np.array([np.mean(reps) for reps in rows]) for p, rows in walls.items()}
-    means = {p: float(v.mean()) for p, v in per_prompt.items()}
+def judge(walls: Mapping[str, list[list[float]]], margin: float, seed: int = 0) -> dict[str, Any]:
+    """Means per profile, the best, each profile's paired bootstrap interval (over held-out prompts) of
+    mean / best's mean, which picks count as right, and whether plain is confidently tied with the best."""
+    per_prompt = {p: np.array([np.mean(draws) if draws else np.nan for draws in rows]) for p, rows in walls.items()}
+    full = [p for p, v in per_prompt.items() if not np.isnan(v).any()]
+    means = {p: float(per_prompt[p].mean()) for p in full}
     best = min(means, key=means.__getitem__)
     rng = np.random.default_rng(seed)
-    count = len(per_prompt[best])
-    picks = rng.integers(0, count, size=(BOOTSTRAP, count))
     intervals: dict[str, list[float]] = {}
-    tied = [best]
     for profile, values in per_prompt.items():
         if profile == best:
             continue
-        ratios = values[picks].sum(axis=1) / per_prompt[best][picks].sum(axis=1)
+        measured = ~np.isnan(values)
+        mine, theirs = values[measured], per_prompt[best][measured]
+        picks = rng.integers(0, len(mine), size=(BOOTSTRAP, len(mine)))
+        ratios = mine[picks].sum(axis=1) / theirs[picks].sum(axis=1)
         lo, hi = np.quantile(ratios, [0.025, 0.975])
         intervals[profile] = [round(float(lo), 4), round(float(hi), 4)]
-        if lo <= 1.0:
-            tied.append(profile)
-    return {"mean_ms": means, "best": best, "tied_with_best": tied, "ratio_ci95_vs_best": intervals}
+        if profile not in means:  # measured on fewer prompts: its mean at the best's scale
+            means[profile] = float(mine.sum() / theirs.sum()) * means[best]
+    within = 1.0 / (1.0 - margin)
+    right = [best, *[p for p, (lo, _) in intervals.items() if lo <= within]]
+    plain_tied = PLAIN == best or intervals[PLAIN][1] <= within
+    plain_behind = PLAIN != best and intervals[PLAIN][0] > within
+    return {"mean_ms": means, "best": best, "right": right, "ratio_ci95_vs_best": intervals,
+            "plain_tied_with_best": plain_tied, "plain_more_than_margin_behind": plain_behind}
 
 
 def score(pick: str, truth: Mapping[str, Any]) -> dict[str, Any]:
     means = truth["mean_ms"]
-    return {"pick": pick, "right": pick in truth["tied_with_best"],
-            "regret": means[pick] / means[truth["best"]] - 1.0}
+    return {"pick": pick, "right": pick in truth["right"], "regret": means[pick] / means[truth["best"]] - 1.0,
+            "switch_on_tie": pick != PLAIN and truth["plain_tied_with_best"]}
+
+
+def first_walls(result: Any, n: int) -> dict[str, list[float]]:
+    """Each profile's first n wall clocks in plan order: what the old rule would have judged."""
+    return {p: [r.wall_ms for r in sorted(rows, key=lambda r: r.position)[:n]]
+            for p, rows in result.report.results.items() if rows}
 
 
 def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_tokens: int, args: argparse.Namespace,
              tuner: TunerConfig) -> dict[str, Any]:
     name = f"{kind}/{max_tokens}"
+    temperature = SETS[args.set]["temperature"]
     held_prompts = distinct_prompts(kind, args.heldout, 1000, set())
     sample_prompts = distinct_prompts(kind, tuner.n, 0, set(held_prompts))
     started = time.time()
     decisions = []
-    for run in range(args.tuner_runs):
+    for run in range(args.tuner_runs or int(SETS[args.set]["tuner_runs"])):
         target.activate(PLAIN)
-        result = tune(target, list(PROFILES), workload(f"{name}-sample", kind, sample_prompts, max_tokens),
-                      Settings(n=tuner.n, seed=42 + run), margin=tuner.margin)
-        used = {p: len(rows) for p, rows in result.report.results.items()}
-        decisions.append({"final_profile": result.final_profile or PLAIN, "reason": result.decision.reason,
-                          "requests_per_profile": used, "bench_s": round(result.report.elapsed_s, 1),
-                          "estimates_ms": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1),
-                                                       round(e.ci_hi_ms, 1)] for e in result.decision.estimates}})
+        result = tune(target, list(PROFILES), workload(f"{name}-sample", kind, sample_prompts, max_tokens,
+                                                       temperature),
+                      Settings(n=tuner.n, seed=42 + 100 * run, max_n=args.max_n), margin=tuner.margin)
+        old_pick, old_reason = legacy_pick(first_walls(result, tuner.n), PLAIN, tuner.margin)
+        decision = result.decision
+        decisions.append({"final_profile": result.final_profile or PLAIN, "outcome": decision.outcome,
+                          "reason": decision.reason, "samples": dict(decision.samples), "stopped": decision.stopped,
+                          "notes": [n for n in decision.notes if "pressure" in n or "noise" in n or "quiet" in n],
+                          "bench_s": round(result.report.elapsed_s, 1), "legacy_pick": old_pick,
+                          "legacy_reason": old_reason,
+                          "paired": {e.profile: [e.ratio, e.ratio_lo, e.ratio_hi, e.pairs, e.verdict, e.measure]
+                                     for e in decision.estimates if e.ratio is not None}})
+        print(f"  {name} run {run + 1}: {decision.reason[:160]} ({decision.samples}, "
+              f"{result.report.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
     tuned = time.time()
-    truth_data = measure_truth(target, workload(f"{name}-heldout", kind, held_prompts, max_tokens), args.reps)
+    truth_data = measure_truth(target, workload(f"{name}-heldout", kind, held_prompts, max_tokens, temperature),
+                               args.seeds, args.draft_heldout)
     ended = time.time()
-    truth = judge(truth_data["walls"])
-    print(f"{name}: truth best {truth['best']} (tied {truth['tied_with_best']}), tuner "
-          f"{[d['final_profile'] for d in decisions]}, {ended - started:.0f} s, load "
-          f"{sampler.between(started, ended)}", file=sys.stderr, flush=True)
-    return {"case": name, "kind": kind, "max_tokens": max_tokens, "truth": truth, "tuner": decisions,
-            "truth_samples": truth_data, "seconds": {"tuner": round(tuned - started), "truth": round(ended - tuned)},
+    truth = judge(truth_data["walls"], tuner.margin)
+    print(f"{name}: truth best {truth['best']} (right {truth['right']}), tuner "
+          f"{[d['final_profile'] for d in decisions]}, old rule {[d['legacy_pick'] for d in decisions]}, "
+          f"{ended - started:.0f} s, load {sampler.between(started, ended)}", file=sys.stderr, flush=True)
+    return {"case": name, "kind": kind, "max_tokens": max_tokens, "temperature": temperature, "truth": truth,
+            "tuner": decisions, "truth_samples": truth_data,
+            "seconds": {"tuner": round(tuned - started), "truth": round(ended - tuned)},
             "load_1min": sampler.between(started, ended)}
 
 
@@ -246,120 +295,214 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = {p: float(np.exp(np.mean([np.log(c["truth"]["mean_ms"][p] / c["truth"]["mean_ms"][c["truth"]["best"]])
                                        for c in cases]))) for p in PROFILES}
     fastest = min(ratios, key=ratios.__getitem__)
-    rows: dict[str, list[dict[str, Any]]] = {"tuner": [], "always autoregressive": [], f"always {fastest}": []}
+    rows: dict[str, list[dict[str, Any]]] = {"tuner (paired, sequential)": [], "the rule before (same samples)": [],
+                                             "always autoregressive": []}
+    oracle = f"always {fastest}" if fastest != PLAIN else None  # the best single profile, when not plain itself
+    if oracle is not None:
+        rows[oracle] = []
+    outcomes: dict[str, int] = {}
     for case in cases:
         truth = case["truth"]
-        rows["tuner"].extend(score(d["final_profile"], truth) for d in case["tuner"])
-        rows["always autoregressive"].append(score(PLAIN, truth))
-        rows[f"always {fastest}"].append(score(fastest, truth))
+        for d in case["tuner"]:
+            rows["tuner (paired, sequential)"].append(score(d["final_profile"], truth))
+            rows["the rule before (same samples)"].append(score(d["legacy_pick"], truth))
+            rows["always autoregressive"].append(score(PLAIN, truth))
+            if oracle is not None:
+                rows[oracle].append(score(fastest, truth))
+            outcomes[d["outcome"]] = outcomes.get(d["outcome"], 0) + 1
     table = {who: {"right": sum(s["right"] for s in scored), "of": len(scored),
                    "mean_regret": float(np.mean([s["regret"] for s in scored])),
-                   "max_regret": float(max(s["regret"] for s in scored))} for who, scored in rows.items()}
-    return {"fastest_on_average": fastest, "geomean_ratio_to_best": ratios, "scores": table,
-            "ties": sum(len(c["truth"]["tied_with_best"]) > 1 for c in cases)}
+                   "max_regret": float(max(s["regret"] for s in scored)),
+                   "switches_on_tie": sum(s["switch_on_tie"] for s in scored),
+                   "switches": sum(s["pick"] != PLAIN for s in scored)} for who, scored in rows.items()}
+    return {"fastest_on_average": fastest, "geomean_ratio_to_best": ratios, "scores": table, "outcomes": outcomes,
+            "truth_tied_cases": sum(c["truth"]["plain_tied_with_best"] for c in cases),
+            "truth_plain_behind_cases": sum(c["truth"]["plain_more_than_margin_behind"] for c in cases)}
 
 
 def markdown(result: dict[str, Any]) -> str:
     meta, summary = result["meta"], result["summary"]
+    load = meta["load_1min"]
     lines = [
-        "# Tuner accuracy on the real tiny llama-server, scored against a held-out truth",
+        (f"# Tuner accuracy on the real tiny llama-server ({meta['set']} cases, {meta['label']} box), "
+        "scored against a held-out truth"),
         "",
         f"- command: `{meta['command']}`",
-        (f"- machine: {meta['machine']}; shared with other jobs: 1-min load average over the run "
-        f"{meta['load_1min']['min']:.2f}-{meta['load_1min']['max']:.2f} (mean {meta['load_1min']['mean']:.2f}), "
-        "per case below"),
+        (f"- machine: {meta['machine']}; {meta['load_note']}; 1-min load average over the run "
+         f"{load['min']:.2f}-{load['max']:.2f} (mean {load['mean']:.2f}), CPU pressure (share of time a task waited "
+         f"for a CPU, 10 s average) mean {load['pressure_mean']:.0%}; per case below"),
         f"- date: {meta['date']}, specd {meta['commit']}, {meta['minutes']:.0f} minutes",
         ("- server: llama-server (llama.cpp from the llama-cpp-python 0.3.36 sdist, CPU), Gemma 3 270M Q4_K_M "
-        "(a base model: text completions on /v1/completions), the profiles of profiles/tiny, one resident "
-        f"server per profile, every profile at --threads {meta['threads']} (profiles/tiny says 2: on this "
-        "shared, loaded 2-core box two spinning threads per server collapse decode)"),
-        (f"- truth: every profile on {meta['heldout']} HELD-OUT prompts per case x {meta['reps']} repetitions, "
-        "interleaved request by request; truth = mean wall clock; profiles whose paired bootstrap 95% "
-        "interval of (mean / best's mean) over the held-out prompts reaches 1.0 are counted as TIED with the best"),
+         "(a base model: text completions on /v1/completions), the profiles of profiles/tiny, one resident "
+         f"server per profile, every profile at --threads {meta['threads']}"),
+        f"- requests: {meta['sampling']}",
+        (f"- truth: every profile on {meta['heldout']} HELD-OUT prompts per case x {meta['seeds']} seeds (draft: "
+         f"the first {meta['draft_heldout']} prompts), interleaved request by request; truth = mean wall clock. A "
+         "pick is RIGHT when the truth's paired bootstrap 95% interval of (pick's mean / best's mean) over the "
+         f"held-out prompts reaches {1 / (1 - meta['tuner_margin']):.4f} (not shown to be more than the "
+         "margin slower than the best). The truth says plain is TIED with the best when plain is the best or "
+         "its interval lies below that; PLAIN BEHIND when it lies above"),
         (f"- tuner: specd.tune.tuner.tune with the [tuner] defaults (n = {meta['tuner_n']}, margin = "
-        f"{meta['tuner_margin']}), early stopping, starting on autoregressive, on {meta['tuner_n']} other "
-        "prompts from the same generator (disjoint from the held-out ones); a right pick = a profile tied "
-        "with the best"),
-        "- raw: [tuner-accuracy-real.json](tuner-accuracy-real.json)",
+         f"{meta['tuner_margin']}; cap {meta['cap']} requests per profile), starting on autoregressive, on "
+         f"{meta['tuner_n']} other prompts from the same generator (disjoint from the held-out ones), "
+         f"{meta['tuner_runs']} run(s) per case. The rule before issue 31 (benchmarks/legacy_rule.py) is scored on "
+         "the same bench samples: each profile's first n requests (fewer where the new rule dropped it early)"),
+        f"- raw: [{meta['stem']}.json]({meta['stem']}.json)",
         "",
-        "| who picks | right picks | mean regret | worst regret |",
-        "|---|---|---|---|",
+        (f"Cases where the truth says plain is tied with the best: {summary['truth_tied_cases']} of "
+         f"{len(result['cases'])}; where plain is more than the margin behind: "
+         f"{summary['truth_plain_behind_cases']}."),
+        "",
+        "| who picks | right picks | mean regret | worst regret | switches | switches where the truth says tied |",
+        "|---|---|---|---|---|---|",
     ]
     for who, row in summary["scores"].items():
         lines.append(f"| {who} | {row['right']}/{row['of']} ({row['right'] / row['of']:.0%}) | "
-                     f"{row['mean_regret']:+.1%} | {row['max_regret']:+.1%} |")
+                     f"{row['mean_regret']:+.1%} | {row['max_regret']:+.1%} | {row['switches']} | "
+                     f"{row['switches_on_tie']} |")
+    outcomes = summary["outcomes"]
     lines += [
         "",
-        (f"`always {summary['fastest_on_average']}` is the profile with the lowest geometric-mean ratio to the "
-        "best over all cases, chosen with the truth itself (an oracle's advantage for that baseline). "
-        f"Cases whose best is a tie: {summary['ties']} of {len(result['cases'])}."),
+        (f"Tuner outcomes: switched {outcomes.get('switch', 0)}, kept (tied) {outcomes.get('tied', 0)}, kept (not "
+         f"enough evidence within the budget) {outcomes.get('unsure', 0)}, kept (no candidate faster) "
+         f"{outcomes.get('kept', 0)}."),
         "",
-        ("| case | truth: mean wall ms per profile | best | tied with best | tuner's pick (requests per profile) "
-        "| load 1-min |"),
-        "|---|---|---|---|---|---|",
+        (f"`always {summary['fastest_on_average']}` is the profile with the lowest geometric-mean ratio to the "
+         "best over the set's cases, chosen with the truth itself (an oracle's advantage for that baseline; one "
+         "row with always autoregressive when that is the one)."),
+        "",
+        ("| case | truth: mean wall ms per profile | best | right picks | tuner: pick, outcome (requests per "
+         "profile) | rule before | load 1-min |"),
+        "|---|---|---|---|---|---|---|",
     ]
     for case in result["cases"]:
         truth = case["truth"]
         means = ", ".join(f"{p} {truth['mean_ms'][p]:.0f}" for p in PROFILES)
-        picks = "; ".join(f"{d['final_profile']} "
-                          f"({', '.join(str(d['requests_per_profile'].get(p, 0)) for p in PROFILES)})"
-                          for d in case["tuner"])
+        picks = "; ".join(f"{d['final_profile']}, {d['outcome']} "
+                          f"({', '.join(str(d['samples'].get(p, 0)) for p in PROFILES)})" for d in case["tuner"])
+        old = "; ".join(d["legacy_pick"] for d in case["tuner"])
         load = case["load_1min"]
-        lines.append(f"| {case['case']} | {means} | {truth['best']} | {', '.join(truth['tied_with_best'])} | "
-                     f"{picks} | {load['min']:.1f}-{load['max']:.1f} |")
-    lines += ["", "Tuner reasons:", ""]
-    lines += [f"- {case['case']}: {d['reason']}" for case in result["cases"] for d in case["tuner"]]
-    lines += ["", "Output tokens (median over held-out prompts, autoregressive): " + ", ".join(
-        f"{c['case']} {int(np.median(c['truth_samples']['output_tokens'][PLAIN]))}" for c in result["cases"]), ""]
+        lines.append(f"| {case['case']} | {means} | {truth['best']} | {', '.join(truth['right'])} | {picks} | {old} | "
+                     f"{load['min']:.1f}-{load['max']:.1f} |")
+    lines += ["", "Tuner reasons (and what it said of the box's noise):", ""]
+    for case in result["cases"]:
+        for d in case["tuner"]:
+            lines.append(f"- {case['case']}: {d['reason']}; stopped: {d['stopped']}")
+            lines += [f"  - {note}" for note in d["notes"]]
+    lines += ["", "The rule before, on the same samples:", ""]
+    lines += [f"- {case['case']}: {d['legacy_reason']}" for case in result["cases"] for d in case["tuner"]]
+    lines += ["", "Output tokens (median over held-out prompts and seeds, autoregressive): " + ", ".join(
+        f"{c['case']} {int(np.median([t for ts in c['truth_samples']['output_tokens'][PLAIN] for t in ts]))}"
+        for c in result["cases"]), ""]
     return "\n".join(lines)
+
+
+def merge(paths: Sequence[Path], out: Path, label: str) -> None:
+    """One result file from runs of the same set that ran side by side (each on some of the cases)."""
+    parts = [json.loads(path.read_text()) for path in paths]
+    sets = {part["meta"]["set"] for part in parts}
+    if len(sets) != 1:
+        raise SystemExit(f"runs of different case sets: {sorted(sets)}")
+    cases = [case for part in parts for case in part["cases"]]
+    meta = dict(parts[0]["meta"])
+    loads = [part["meta"]["load_1min"] for part in parts]
+    meta.update(label=label, stem=f"tuner-accuracy-real-{meta['set']}-{label}",
+                command=" ; ".join(part["meta"]["command"] for part in parts) + " (side by side; merged with "
+                        f"`--merge {' '.join(p.name for p in paths)}`)",
+                minutes=max(part["meta"]["minutes"] for part in parts),
+                load_1min={"min": min(x["min"] for x in loads), "max": max(x["max"] for x in loads),
+                           "mean": round(sum(x["mean"] for x in loads) / len(loads), 2),
+                           "pressure_mean": round(sum(x["pressure_mean"] for x in loads) / len(loads), 3)})
+    result = {"meta": meta, "summary": summarise(cases), "cases": cases}
+    (out / f"{meta['stem']}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{meta['stem']}.md").write_text(markdown(result))
+    print(markdown(result))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=sorted(SETS), default="today")
+    parser.add_argument("--label", default="loaded", help="names the result files: idle or loaded")
     parser.add_argument("--heldout", type=int, default=6, help="held-out prompts per case")
-    parser.add_argument("--reps", type=int, default=2, help="repetitions of each held-out prompt per profile")
-    parser.add_argument("--tuner-runs", type=int, default=1)
-    parser.add_argument("--short", type=int, default=32)
-    parser.add_argument("--long", type=int, default=128)
-    parser.add_argument("--kinds", nargs="*", default=list(GENERATORS))
+    parser.add_argument("--seeds", type=int, default=2, help="draws (seeds) of each held-out prompt per profile")
+    parser.add_argument("--draft-heldout", type=int, default=3, help="held-out prompts the slow draft profile runs")
+    parser.add_argument("--tuner-runs", type=int, default=0, help="tuner runs per case (default: the set's)")
+    parser.add_argument("--lengths", type=int, nargs="*", default=[32, 128])
+    parser.add_argument("--kinds", nargs="*", default=None, help="default: the set's")
     parser.add_argument("--threads", type=int, default=1,
                         help="llama-server threads for every profile (profiles/tiny says 2; see the module doc)")
+    parser.add_argument("--hog", action="store_true", help="run benchmarks/cpu_hog.py for the whole run")
+    parser.add_argument("--max-n", type=int, default=None, help="the tuner's sample cap per profile (default 4 x n)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--merge", type=Path, nargs="*", help="merge these result JSON files (runs side by side)")
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out, args.label)
+        return
     tuner = TunerConfig()
+    kinds = args.kinds or SETS[args.set]["kinds"]
     root = Path(tempfile.mkdtemp(prefix="specd-tuner-truth-"))
     sampler = LoadSampler().start()
     started = time.time()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
+    hog = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "cpu_hog.py")]) if args.hog else None
     ports, processes = start_servers(root, args.threads)
     try:
         target = ServerSetTarget(ports, PLAIN)
         for profile in PROFILES:  # first requests pay page faults: keep them out of every measurement
             target.activate(profile)
             target.complete({"messages": [{"content": "Warm-up."}], "max_tokens": 8, "temperature": 0})
-        cases = [run_case(target, sampler, kind, length, args, tuner)
-                 for kind in args.kinds for length in (args.short, args.long)]
+        cases: list[dict[str, Any]] = []
+        for kind in kinds:
+            for length in args.lengths:
+                cases.append(run_case(target, sampler, kind, length, args, tuner))
+                write_results(args, tuner, cases, sampler, started, partial=True)  # a cut-short run keeps its cases
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=30)
+        if hog is not None:
+            hog.terminate()
+            hog.wait(timeout=30)
         sampler.stop()
         shutil.rmtree(root, ignore_errors=True)
+    write_results(args, tuner, cases, sampler, started, partial=False)
+
+
+def head_commit() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False).stdout.strip()
+
+
+COMMIT_AT_START = head_commit()  # the code this run imported, whatever is committed while it runs
+
+
+def write_results(args: argparse.Namespace, tuner: TunerConfig, cases: list[dict[str, Any]], sampler: LoadSampler,
+                  started: float, *, partial: bool) -> None:
     ended = time.time()
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
+    commit = COMMIT_AT_START
+    stem = f"tuner-accuracy-real-{args.set}-{args.label}"
+    temperature = SETS[args.set]["temperature"]
     meta = {"command": " ".join([".venv/bin/python", "benchmarks/tuner_accuracy_real.py", *sys.argv[1:]]),
-            "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
-            "date": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": commit, "minutes": (ended - started) / 60, "heldout": args.heldout, "reps": args.reps,
+            "machine": f"{platform.platform()}, {os.cpu_count()} CPUs", "label": args.label, "set": args.set,
+            "load_note": ("benchmarks/cpu_hog.py ran throughout (half of one core), on top of the other jobs "
+                          "sharing the box" if args.hog else "no load added by the run"),
+            "sampling": ("no temperature in the bodies: llama-server's default sampling (temperature 0.8), a seed "
+                         "per request" if temperature is None else f"temperature {temperature} in every body") +
+                        "; the tuner draws a fresh seed each time it replays a prompt again, the truth one per draw",
+            "date": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "stem": stem,
+            "commit": commit, "minutes": (ended - started) / 60, "heldout": args.heldout, "seeds": args.seeds,
+            "draft_heldout": args.draft_heldout, "tuner_runs": args.tuner_runs or SETS[args.set]["tuner_runs"],
             "tuner_n": tuner.n, "tuner_margin": tuner.margin, "threads": args.threads,
+            "cap": args.max_n or 4 * tuner.n, "partial": partial,
             "load_1min": sampler.between(started, ended)}
     result = {"meta": meta, "summary": summarise(cases), "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tuner-accuracy-real.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "tuner-accuracy-real.md").write_text(markdown(result))
-    print(markdown(result))
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(result))
+    if not partial:
+        print(markdown(result))
 
 
 if __name__ == "__main__":

@@ -2,16 +2,15 @@
 
 Library code (`specd.deploy`, `specd.daemon`, `specd.tune`) takes a `Seams` (state paths, history,
 systemd client, clock, HTTP, GPU access) and never builds its own; the CLI, the daemon and the
-tuner get them here. The systemd client built here drains the daemon's proxy before a restart or
-stop (the drain is the caller's concern, not the transaction's), and the proxy link lets a
-blue-green switch tell the daemon's proxy to follow the slot that serves.
+tuner get them here. The proxy link is the daemon's proxy as the transaction sees it: a restart
+step runs inside its drain, and a blue-green switch tells it to follow the slot that serves.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from specd.daemon.control import DaemonProxyLink, DrainingSystemd, StepRelay
+from specd.daemon.control import DaemonProxyLink, StepRelay
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import History, Trigger
 from specd.deploy.plan import StepHook
@@ -31,8 +30,8 @@ def state_dir() -> StateDir:
 
 
 def systemd_for(deployment: Deployment) -> SystemdClient:
-    """The systemd client for a deployment; its restarts and stops drain the daemon's proxy."""
-    return DrainingSystemd(connect_systemd(deployment.scope), state_dir())
+    """The systemd client for a deployment (the proxy's drain is the transaction's step, not its)."""
+    return connect_systemd(deployment.scope)
 
 
 def seams_for(deployment: Deployment, *, history: History | None = None,

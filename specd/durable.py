@@ -3,6 +3,8 @@
 Writes go temp file in the same directory -> fsync -> rename -> fsync the directory, so after a
 crash the target is the old or the new content in full, never a mix or an empty file. The lowest
 layer: the unit, its backups, the intent record and imported profiles are all written this way.
+A file keeps the mode it had (a new one gets 0644, or the mode asked for), and one whose content
+holds a key (specd.secrets) is written without the group and other bits, whatever was asked.
 
 `SPECD_FAULT=step1,step2` makes specd kill itself with SIGKILL when it reaches one of those
 steps (`checkpoint`) — a power cut or `kill -9` at that exact moment. `step:INT` or `step:TERM`
@@ -16,9 +18,11 @@ import errno
 import hashlib
 import os
 import signal
+import stat
 from pathlib import Path
 
 from specd.errors import PreflightError, SpecdError
+from specd.secrets import private_mode
 
 TMP_INFIX = ".specd-tmp-"
 BACKUP_INFIX = ".pre-"
@@ -47,13 +51,26 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, fault_name: str = "file") -> None:
-    """Replace `path` with `data` atomically and durably; the old file stays whole on any error."""
+def mode_of(path: Path, default: int = 0o644) -> int:
+    """The permission bits of `path` (`default` when it does not exist)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return default
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fault_name: str = "file") -> None:
+    """Replace `path` with `data` atomically and durably; the old file stays whole on any error.
+
+    `mode`: the new file's permissions (default: what `path` has now, else 0644); never readable
+    by others when `data` holds a key."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}{TMP_INFIX}{os.getpid()}")
+    wanted = private_mode(mode_of(path) if mode is None else mode, data)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, wanted)
         try:
+            os.fchmod(fd, wanted & stat.S_IMODE(os.fstat(fd).st_mode))  # a leftover temp file kept its mode
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)

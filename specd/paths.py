@@ -59,6 +59,10 @@ class StateDir:
         """The record of a switch or rollback in progress."""
         return self.root / "intents" / f"{unit}.json"
 
+    def candidate_intent(self, unit: str) -> Path:
+        """The record of a shadow bench's candidate running in the free slot (specd.deploy.candidate)."""
+        return self.root / "intents" / f"{unit}.candidate.json"
+
     def slot_pointer(self, unit: str) -> Path:
         """Which slot (blue: the unit itself, green: its companion) serves; no file means blue."""
         return self.root / "slots" / f"{unit}.json"

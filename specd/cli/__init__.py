@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from specd.errors import SpecdError
 
@@ -104,7 +105,8 @@ def main() -> None:
         command()(prog_name="specd")
     except SpecdError as exc:
         log.debug("command failed", exc_info=True)
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+        # escaped: a message naming a table ("[vllm] max_model_len") is text, not rich markup
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

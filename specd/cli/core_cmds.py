@@ -33,6 +33,7 @@ from specd.deploy.switch import Outcome
 from specd.errors import SpecdError, StateDbError
 from specd.profiles.config import Deployment
 from specd.profiles.load import list_profiles, load_profile
+from specd.secrets import mask, mask_argv
 from specd.tune.activity import profile_problems as speculation_problems
 from specd.tune.verify import unverified_warning
 
@@ -159,10 +160,12 @@ def recover(config: ConfigOption = None, unit: UnitOption = None) -> None:
     """Finish an interrupted switch or rollback by reverting it (any switch or rollback does this too)."""
     _, deployment = deployment_of(config, unit)
     switcher = switcher_for(deployment)
-    if switcher.pending_intent() is None:
+    pending = switcher.pending_intent()
+    done = switcher.recover()  # a switch's or rollback's intent, or a killed shadow bench's candidate
+    if pending is None and done is None:
         console.print(f"nothing to recover: no interrupted operation on {deployment.unit}")
         return
-    console.print(switcher.recover() or f"recovered: {deployment.unit} is back on its previous unit")
+    console.print(done or f"recovered: {deployment.unit} is back on its previous unit")
 
 
 @app.command()
@@ -208,10 +211,10 @@ def show(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
             raise typer.Exit(2)
         return
     pre = run_preflight(deployment, profile, current_main_pid=main_pid)
-    if json_out:
-        print_json({"profile": profile, "argv": pre.argv, "unit": pre.unit_text, "notes": pre.notes})
+    if json_out:  # a key in the unit (in args or env) is shown as `…`: the file itself is written 0600
+        print_json({"profile": profile, "argv": mask_argv(pre.argv), "unit": mask(pre.unit_text), "notes": pre.notes})
         return
-    typer.echo(pre.unit_text, nl=False)
+    typer.echo(mask(pre.unit_text), nl=False)
     for note in pre.notes:
         typer.echo(f"# note: {note}", err=True)
 
@@ -229,7 +232,7 @@ def diff(profile: str, config: ConfigOption = None, unit: UnitOption = None, jso
     rendered = installed if installed_text and same_but_port(installed_text, pre.unit_text) else pre.unit_text
     lines = difflib.unified_diff(installed.splitlines(keepends=True), rendered.splitlines(keepends=True),
                                  fromfile=str(serving_path), tofile=f"{profile} (rendered)")
-    text = "".join(lines)
+    text = mask("".join(lines))
     if json_out:
         print_json({"profile": profile, "unit": deployment.unit, "unit_path": str(serving_path),
                     "installed": installed_text is not None, "differs": installed_text != rendered,

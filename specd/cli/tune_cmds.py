@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,31 +16,25 @@ from rich.table import Table
 from specd.cli import app as cli_app
 from specd.cli import console, err_console
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.context import seams_for, switcher_for
+from specd.context import seams_for
 from specd.deploy.history import now_iso
-from specd.errors import FidelityError, PreflightError, ProfileError, UsageError
+from specd.errors import PreflightError, ProfileError, SpecdError, UsageError
 from specd.profiles.axes import parse_axis
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.setup.box import box_identity
 from specd.tune import activity
-from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, restoring, run_bench
+from specd.tune.bench import DeploymentTarget, Report, Settings, bench_profiles, run_bench
 from specd.tune.bench import Progress as ProgressFn
 from specd.tune.benchstore import save_report
-from specd.tune.fleet import TUNE_SCHEMA, load_rows
-from specd.tune.recent import captured_bodies, resolve_workload
-from specd.tune.shadow import ShadowTarget, clean_only, load_notes
+from specd.tune.fleet import TUNE_SCHEMA
+from specd.tune.recent import resolve_workload
+from specd.tune.shadow import ShadowTarget, clean_only, load_notes, make_winner_live
 from specd.tune.sweep import SweepResult, sweep_deployment, sweep_json, sweep_sentence
 from specd.tune.tuner import Decision, candidate_profiles, tune_deployment
 from specd.tune.verify import (
-    BUILTIN_PROBES,
     fingerprint,
     needs_verification,
-    reference_profile,
-    save_verification,
-    traffic_probes,
-    verify_plain,
-    verify_profiles,
 )
 from specd.tune.workloads import Period, Workload
 
@@ -62,10 +57,28 @@ ShadowOption = Annotated[bool, typer.Option(
     "--shadow", help="bench in the free slot beside the live server, which keeps serving (both must fit)")]
 
 
+def progress_lines(started: float | None = None) -> ProgressFn:
+    """Progress as plain lines on stderr (a log, a pipe): one when a profile starts, one per block measured."""
+    begin = time.monotonic() if started is None else started
+
+    def line(profile: str, done: int, planned: int) -> None:
+        at = f"[{time.monotonic() - begin:4.0f} s]"
+        if done == 0:
+            err_console.print(f"{at} {profile}: switching in and warming up", highlight=False)
+        else:
+            err_console.print(f"{at} {profile}: {done} requests measured (at most {planned})", highlight=False)
+
+    return line
+
+
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
+    """A live bar on a terminal; plain lines otherwise, so a log shows progress from the start."""
     if not enabled:
         yield None
+        return
+    if not err_console.is_terminal:
+        yield progress_lines()
         return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, transient=True)
@@ -80,25 +93,26 @@ def progress_bar(enabled: bool) -> Iterator[ProgressFn | None]:
         yield update
 
 
-def _fmt_ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 1000.0:.2f} s"
 
 
 def _bench_table(report: Report) -> Table:
     data = report.as_json()["cells"]
-    table = Table("profile", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s", "accept",
-                  "reasoning tok", "VRAM peak", "")
+    table = Table("profile", "engine", "n", "wall median [95% CI]", "prefill (no reuse)", "cache_n", "decode tok/s",
+                  "accept", "reasoning tok", "VRAM peak", "")
     for name, cell in data.items():
         wall = cell["wall_ms"]
         lo, hi = wall["ci95"]
         vram = cell["vram_peak_bytes"]
         flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
                                                                      else [])
-        table.add_row(name, str(cell["n"]), f"{_fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
-                      f"{_fmt_ms(cell['prefill_ms_median'])} ({_fmt_ms(cell['prefill_ms_no_reuse_median'])})",
+        table.add_row(name, cell["engine"], str(cell["n"]),
+                      f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
+                      f"{fmt_ms(cell['prefill_ms_median'])} ({fmt_ms(cell['prefill_ms_no_reuse_median'])})",
                       f"{cell['cache_n_median']:.0f}",
                       "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
-                      "n/a" if cell["acceptance_median"] is None else f"{cell['acceptance_median']:.0%}",
+                      _acceptance(cell),
                       "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}",
                       vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
     return table
@@ -184,20 +198,95 @@ def traffic_line(traffic: dict[str, Any]) -> str:
             f"({traffic['follow_ups']} follow-up turns), sampling {sampling}")
 
 
-def _decision_table(decision: Decision) -> Table:
-    table = Table("profile", "n", "wall median", "95% CI", "model (mix)", "")
+def _acceptance(cell: dict[str, Any]) -> str:
+    """Per-request acceptance (llama-server's timings), else the server's counters over the bench (vLLM)."""
+    if cell["acceptance_median"] is not None:
+        return f"{cell['acceptance_median']:.0%}"
+    counters = cell.get("spec_counters")
+    if counters and counters["drafted"]:
+        return f"{counters['accepted'] / counters['drafted']:.0%} (/metrics)"
+    return "n/a"
+
+
+def engines_of(deployment: Deployment, names: Iterable[str]) -> dict[str, str]:
+    """Each profile's engine, as its file says now ("?" for one that no longer loads)."""
+    engines: dict[str, str] = {}
+    for name in names:
+        try:
+            engines[name] = load_profile(deployment.profiles_dir, name).engine
+        except ProfileError:
+            engines[name] = "?"
+    return engines
+
+
+def _ratio_cell(lo: float | None, ratio: float | None, hi: float | None) -> str:
+    if ratio is None:
+        return "1 (active)"
+    top = "inf" if hi is None or hi == float("inf") else f"{hi:.2f}"
+    return f"{ratio:.2f} [{(lo or 0.0):.2f}-{top}]"
+
+
+def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
+    level = f"{decision.level:.1%}" if decision.level else "95%"
+    table = Table("profile", "engine", "n", "wall median", "95% CI",
+                  f"time vs {decision.active or 'reference'} [{level}]", "verdict", "model (mix)", "")
     for est in decision.estimates:
         mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
-        table.add_row(est.profile, str(est.n), _fmt_ms(est.median_ms),
-                      f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s", _fmt_ms(est.model_wall_ms),
+        verdict = (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")
+        table.add_row(est.profile, engines.get(est.profile, "?"), str(est.n), fmt_ms(est.median_ms),
+                      f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s",
+                      _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi), verdict, fmt_ms(est.model_wall_ms),
                       mark + (" (noisy)" if est.high_variance else ""))
     return table
+
+
+def _bench_target(deployment: Deployment, shadow: bool, dry_run: bool, names: list[str],
+                  announce: bool) -> tuple[ShadowTarget | None, list[str]]:
+    """Where to bench, and what to say first (on stderr at once, so a log shows it). A dry run benches in the
+    free slot when every profile fits there beside the live server; otherwise it switches the live server,
+    and says so before it starts."""
+    target, said = _where(deployment, shadow, dry_run, names)
+    if announce:
+        for line in said:
+            err_console.print(line, highlight=False)
+        err_console.print(f"tune: benching on {'the free slot' if target is not None else deployment.unit}; "
+                          "progress follows", highlight=False)
+    return target, said
+
+
+def _where(deployment: Deployment, shadow: bool, dry_run: bool,
+           names: list[str]) -> tuple[ShadowTarget | None, list[str]]:
+    if shadow or not dry_run:
+        return (ShadowTarget(seams_for(deployment)) if shadow else None), []
+    why_not = ""
+    try:
+        target: ShadowTarget | None = ShadowTarget(seams_for(deployment))
+    except SpecdError as exc:
+        target, why_not = None, str(exc).splitlines()[0]
+    try:
+        live = [target.live_profile] if target is not None and target.live_profile else []
+        for name in dict.fromkeys([*live, *names]):
+            if target is not None:
+                target.check(name)
+    except SpecdError as exc:
+        assert target is not None
+        target.close()
+        target, why_not = None, str(exc).splitlines()[0]
+    if target is not None:
+        return target, [("dry run: benched in the free slot beside the live server, which kept serving; "
+                        "nothing was switched")]
+    return None, [(f"dry run: the free slot cannot hold the bench ({why_not}); the bench SWITCHES the live server "
+                  "to each candidate and back: clients see restarts, and `specd history` lists the bench's "
+                  "generations (trigger bench; `specd rollback` passes over them)")]
 
 
 @cli_app.command()
 def tune(
     workload: WorkloadOption = None,
     n: NOption = None,
+    max_n: Annotated[int | None, typer.Option(
+        "--max-n", min=1, help="the most requests per profile while the evidence is undecided (default 4 x n)")]
+    = None,
     max_tokens: MaxTokensOption = None,
     concurrency: ConcurrencyOption = None,
     cache_reuse: CacheReuseOption = None,
@@ -228,8 +317,9 @@ def tune(
         raise UsageError("--sweep varies one profile: give at most one --profile (the base)")
     for candidate in candidates or ():
         load_profile(deployment.profiles_dir, candidate)
-    shadow_target = ShadowTarget(seams_for(deployment)) if shadow else None
-    options: dict[str, Any] = {"workload": workload, "n": n, "margin": margin, "trigger": "tuner",
+    shadow_target, said = _bench_target(deployment, shadow, dry_run and not axes,
+                                        candidate_profiles(cfg, deployment, candidates or ()), announce=not json_out)
+    options: dict[str, Any] = {"workload": workload, "n": n, "max_n": max_n, "margin": margin, "trigger": "tuner",
                                "max_tokens": max_tokens, "concurrency": concurrency, "cache_reuse": cache_reuse,
                                "temperature": temperature, "period": period, "verify": verify}
     swept: SweepResult | None = None
@@ -248,26 +338,29 @@ def tune(
     finally:
         if shadow_target is not None:
             shadow_target.close()
-    decision = result.decision
     if shadow_target is not None:  # the live server never left: make the winner live now
-        decision = replace(decision, notes=(*decision.notes, *load_notes(result.report, shadow_target.marks)))
-        if decision.switch and decision.best:
-            switcher_for(deployment, trigger="tuner").switch(decision.best)
-        result.final_profile = switcher_for(deployment).active_profile()
+        result = make_winner_live(result, shadow_target)
+    decision = replace(result.decision, notes=(*said, *result.decision.notes))
     if json_out:
         document = tune_document(deployment, decision.as_json(), result.final_profile, result.report.run_id)
         if swept is not None:
             document["sweep"] = sweep_json(swept)
         print_json(document)
         return
-    console.print(_decision_table(decision))
+    _print_decision(decision, result.final_profile, engines_of(deployment, [e.profile for e in decision.estimates]))
+    if swept is not None:
+        console.print(sweep_sentence(swept), highlight=False)
+
+
+def _print_decision(decision: Decision, final_profile: str | None, engines: dict[str, str]) -> None:
+    console.print(_decision_table(decision, engines))
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(f"[dim]note:[/] {sentence}", highlight=False)
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
-    console.print(f"[bold]{decision.reason}[/] (bench {decision.bench_s:.0f} s; now on "
-                  f"{result.final_profile or 'nothing'})", highlight=False)
-    if swept is not None:
-        console.print(sweep_sentence(swept), highlight=False)
+    spent = ", ".join(f"{name} {count}" for name, count in decision.samples.items())
+    console.print(f"requests per profile: {spent}; stopped: {decision.stopped or 'n/a'}", highlight=False)
+    console.print(f"[bold]{decision.reason}[/] (outcome: {decision.outcome}; bench {decision.bench_s:.0f} s; now on "
+                  f"{final_profile or 'nothing'})", highlight=False)
 
 
 def tune_document(deployment: Deployment, decision: dict[str, Any], final_profile: str | None,
@@ -281,83 +374,9 @@ def tune_document(deployment: Deployment, decision: dict[str, Any], final_profil
             model = None
         models[name] = Path(model).name if model else None
     return {"schema": TUNE_SCHEMA, "at": now_iso(), "box": box_identity().as_json(),
-            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models, **decision,
+            "deployment": {"name": deployment.name, "unit": deployment.unit}, "models": models,
+            "engines": engines_of(deployment, models), **decision,
             "final_profile": final_profile, "bench_run": bench_run}
 
 
-@cli_app.command("tune-table")
-def tune_table(
-    files: Annotated[list[Path], typer.Argument(help="`specd tune --json` outputs, one per box")],
-    json_out: JsonOption = False,
-) -> None:
-    """Tuner verdicts from several boxes side by side: one row per box and profile."""
-    rows = load_rows(files)
-    if json_out:
-        print_json([asdict(row) for row in rows])
-        return
-    table = Table("box", "hardware", "unit", "workload", "profile", "model", "n", "wall median", "95% CI", "")
-    for row in rows:
-        mark = ", ".join(m for m, on in (("best", row.best), ("active", row.active_after)) if on)
-        if row.median_ms is None or row.ci_lo_ms is None or row.ci_hi_ms is None:
-            table.add_row(row.box, row.hardware, row.deployment, row.workload, row.profile, row.model or "", "",
-                          "", row.verdict, mark)
-            continue
-        table.add_row(row.box, row.hardware, row.deployment, row.workload, row.profile, row.model or "", str(row.n),
-                      _fmt_ms(row.median_ms), f"{row.ci_lo_ms / 1000:.2f}-{row.ci_hi_ms / 1000:.2f} s", mark)
-    console.print(table)
-
-
-@cli_app.command("verify")
-def verify_cmd(
-    profile: Annotated[str, typer.Argument(help="the profile to check")],
-    against: Annotated[str | None, typer.Option("--against", help="the reference (default: autoregressive)")]
-    = None,
-    config: ConfigOption = None,
-    unit: UnitOption = None,
-    json_out: JsonOption = False,
-) -> None:
-    """Compare PROFILE's answers with the reference's at temperature 0: tool calls, JSON, one-token, prose.
-
-    Greedy on purpose, unlike bench and tune (which sample as the traffic does): at temperature 0 a
-    faithful speculative profile answers exactly as the reference does.
-    """
-    _, deployment = deployment_of(config, unit)
-    reference = against or reference_profile(deployment)
-    if reference is None:
-        raise UsageError("no reference profile: none is named autoregressive and all of them speculate",
-                         hint="pass --against PROFILE")
-    for name in (profile, reference):
-        load_profile(deployment.profiles_dir, name)
-    plain = [name for name in (profile, reference) if not needs_verification(deployment, name)]
-    probes = (*BUILTIN_PROBES, *traffic_probes(captured_bodies(deployment)))
-    target = DeploymentTarget(deployment, seams=seams_for, trigger="verify")
-    try:
-        with restoring(target):
-            if profile == reference and profile in plain:  # type = "none" is its own reference: no drafts, then
-                result = verify_plain(target, profile, probes)
-            else:
-                result = verify_profiles(target, profile, reference, probes, plain=plain)
-    finally:
-        target.close()
-    save_verification(deployment, result)
-    if json_out:
-        print_json(result.as_json())
-    else:
-        table = Table("probe", "kind", "exact", "structure", "edit distance", "detail")
-        for check in result.checks:
-            verdict = {None: "-", True: "ok", False: "[red]FAIL[/]"}[check.structured_ok]
-            table.add_row(check.probe, check.kind, "yes" if check.exact else "no", verdict, str(check.distance),
-                          check.detail)
-        console.print(table)
-        for note in result.notes:
-            console.print(f"[dim]note:[/] {note}", highlight=False)
-        console.print(f"[bold]{result.summary()}[/]", highlight=False)
-    if result.draft_problems:
-        raise FidelityError("; ".join(result.draft_problems),
-                            hint="run `specd switch` to it again: specd renders the flag that turns this build's "
-                                 "default speculation off (read from its --help)")
-    if not result.structured_ok:
-        names = ", ".join(c.probe for c in result.failures)
-        raise FidelityError(f"{profile} fails the structured checks against {reference}: {names}",
-                            hint="the tuner will not switch to it; `specd switch` warns before using it")
-
+from specd.cli import verify_cmds as _verify_cmds  # noqa: F401 - registers tune-table and verify

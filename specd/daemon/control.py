@@ -4,9 +4,11 @@ A restart kills llama-server's in-flight streams. To make a switch cost clients 
 errors, whoever restarts the unit first asks the daemon to *drain* that unit's proxy: new
 requests are held at the gate and the call returns once in-flight ones finished (or a timeout
 passed); after the restart the proxy holds requests until the new server answers /health.
-`DrainingSystemd` wraps any `SystemdClient` so that `restart`/`stop` do this by themselves;
-with no daemon (or no proxy for the unit) it is a plain pass-through. A unit of the deployment's
-slot that does not serve (specd.deploy.slots) is not drained: the proxy sends it nothing.
+`DaemonProxyLink.drained` is that drain as the deploy layer's seam (specd.deploy.seams.ProxyLink):
+the restart step of a switch runs inside it, and so does the daemon's own restart of a server
+that stopped answering; with no daemon (or no proxy for the unit) it is a plain block. A unit of
+the deployment's slot that does not serve (specd.deploy.slots) is not drained: the proxy sends it
+nothing.
 
 A blue-green switch does not drain at all: it starts the new server in the free slot, moves the
 slot pointer, and asks the daemon to *retarget* (`DaemonProxyLink`): the proxy re-reads its
@@ -23,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Self
 
 import httpx
@@ -33,7 +35,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specd.deploy.systemd import SystemdClient, UnitState
 from specd.paths import StateDir
 from specd.proxy.warmup import WARM_BUDGET_S
 
@@ -139,6 +140,9 @@ class DaemonProxyLink:
                           RETARGET_TIMEOUT_S + WARM_BUDGET_S + 5)  # the daemon warms the new server first
         return None if answer is None else bool(answer.get("retargeted"))
 
+    def drained(self, unit: str) -> AbstractContextManager[object]:
+        return drained(self.state, unit)
+
     def reroute(self, unit: str, timeout_s: float) -> bool | None:
         answer = _request(self.state, "POST", "/reroute", {"unit": unit, "timeout": timeout_s}, timeout_s + 10)
         return None if answer is None else bool(answer.get("idle"))
@@ -189,45 +193,6 @@ def drained(state: StateDir, unit: str, timeout_s: float = DRAIN_TIMEOUT_S,
             yield answer
     finally:
         resume(state, unit)
-
-
-class DrainingSystemd:
-    """A SystemdClient whose restart and stop drain the daemon's proxy for the unit first."""
-
-    def __init__(self, inner: SystemdClient, state: StateDir, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        self.inner = inner
-        self.state = state
-        self.scope = inner.scope
-        self.timeout_s = timeout_s
-
-    def reload(self) -> None:
-        self.inner.reload()
-
-    def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
-        with drained(self.state, unit, self.timeout_s):
-            return self.inner.restart(unit, timeout_s=timeout_s)
-
-    def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
-        with drained(self.state, unit, self.timeout_s):
-            return self.inner.stop(unit, timeout_s=timeout_s)
-
-    def reset_failed(self, unit: str) -> None:
-        self.inner.reset_failed(unit)
-
-    def kill(self, unit: str, signum: int) -> None:
-        self.inner.kill(unit, signum)
-
-    def unit_state(self, unit: str) -> UnitState:
-        return self.inner.unit_state(unit)
-
-    def exec_start_argv(self, unit: str) -> list[list[str]]:
-        return self.inner.exec_start_argv(unit)
-
-    def is_enabled(self, unit: str) -> bool:
-        return self.inner.is_enabled(unit)
-
-    def set_enabled(self, unit: str, enabled: bool) -> None:
-        self.inner.set_enabled(unit, enabled)
 
 
 # ---- the server side (run by the daemon) --------------------------------------------------------

@@ -252,7 +252,8 @@ class HealthMonitor:
             if self.systemd.unit_state(serving.unit).running:
                 self.systemd.kill(serving.unit, signal.SIGKILL)  # it does not answer: don't wait out its stop timeout
             self.systemd.reset_failed(serving.unit)
-            self.systemd.restart(serving.unit)
+            with self.seams.proxy.drained(serving.unit):  # clients wait at the proxy's gate, not fail
+                self.systemd.restart(serving.unit)
             try:
                 health = wait_healthy(command.base_url, command.alias, api_key=command.api_key,
                                       timeout_s=DEFAULT_GATE_TIMEOUT_S, stability_s=2.0,

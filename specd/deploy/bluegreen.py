@@ -1,17 +1,15 @@
 """The blue-green switch: the new server starts in the free slot beside the old one, passes the
 full health gate there, then the proxy flips to it; the old one finishes its streams and stops.
 
-Steps after the intent, each a named fault point (`SPECD_FAULT=<step>`), recorded in the intent:
-backup -> write (the free slot's unit) -> reload -> start (the free slot) -> gate (the new
-server, on its own port) -> flip (the slot pointer, then the daemon's proxy) -> drain (the old
-server's requests finish) -> stop-old -> enable (boot start moves with the service) -> commit.
+Its plan (specd.deploy.plans): backup -> write (the free slot's unit) -> reload -> start (the
+free slot, at a lowered CPU priority) -> gate (the new server, on its own port) -> flip (the slot
+pointer, then the daemon's proxy) -> drain (the old server's requests finish) -> stop-old ->
+enable (boot start moves with the service). The last four steps are this module's.
 
-Revert (any exception after the intent, or recovery after a kill) makes the old slot serve
-again without a gap: the old server is started and gated first if it is no longer running, the
-pointer and the proxy go back to it, and only then is the new server stopped and the free
-slot's file put back as it was. Each part checks before it acts, so a revert killed half-way is
-finished by the next one (`revert-start-old`, `revert-gate-old`, `revert-flip`,
-`revert-stop-new`, `revert-slot-file` are its fault points).
+Reverted backwards (specd.deploy.transaction), the old slot serves again without a gap: the old
+server is started and gated first if it was stopped (`revert-start-old`, `revert-gate-old`), the
+pointer and the proxy go back to it (`revert-flip`), and only then is the new server stopped
+(`revert-stop-new`) and the free slot's file put back as it was (`revert-write`, `revert-reload`).
 
 `choose` decides `--strategy auto`: blue-green only when clients come through the daemon's proxy,
 a server runs now, the new one fits beside it (`specd.deploy.capacity`) and its port is free;
@@ -22,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
-from specd.deploy import intent as intents
 from specd.deploy.capacity import Capacity
-from specd.deploy.health import HealthResult
 from specd.deploy.load import wait_until_idle
-from specd.deploy.plan import FaultHook, HealthGate, Target, target_from_text
+from specd.deploy.plan import Target, target_from_text
 from specd.deploy.preflight import port_holders
 from specd.deploy.priority import Lowered
 from specd.deploy.seams import Seams
@@ -41,14 +38,11 @@ from specd.deploy.slots import (
     with_port,
     write_pointer,
 )
-from specd.deploy.unitfiles import atomic_write, read_text, sha256_text
+from specd.deploy.steps import restart_from_file
+from specd.deploy.transaction import Run, Step
+from specd.deploy.unitfiles import read_text, sha256_text
 from specd.errors import PreflightError, SpecdError, UsageError
 
-BLUE_GREEN_STEPS = ("preflight", "intent", "backup", "write", "reload", "start", "gate", "flip", "drain",
-                    "stop-old", "enable", "commit")
-BLUE_GREEN_REVERT_STEPS = ("revert-start-old", "revert-gate-old", "revert-flip", "revert-stop-new",
-                           "revert-slot-file")
-FREE_SLOT_UNTOUCHED_STEPS = ("intent", "backup")
 OLD_STREAMS_TIMEOUT_S = 300.0  # the old server's streams get this long to finish after the flip
 STRATEGY_NOTE = "strategy: "
 
@@ -121,148 +115,146 @@ def stop_stray_free_slot(seams: Seams) -> str | None:
     return f"stopped a server in the free {free.name} slot ({free.unit}: a shadow bench's, or a leftover)"
 
 
-class BlueGreen:
-    """Runs and reverts the blue-green steps for a Switcher (which owns the intent and the history)."""
+# ---- the steps after the gate -------------------------------------------------------------------
 
-    def __init__(self, seams: Seams, *, gate: HealthGate, fault: FaultHook,
-                 reached: Callable[[intents.Intent, str], None]) -> None:
-        self.seams = seams
-        self._gate = gate
-        self._fault = fault
-        self._reached = reached
 
-    def _slots(self, intent: intents.Intent) -> tuple[Slot, Slot]:
-        return slot(self.seams.deployment, intent.old_slot), slot(self.seams.deployment, intent.slot)
+def _flip(run: Run) -> str:
+    seams = run.seams
+    run.notes.append(_priority_note(seams, run.lowered))  # back to full priority before it gets a request
+    write_pointer(seams.state, seams.deployment, run.new.name)
+    run.notes.append(_flip_note(run.new, seams.proxy.retarget(seams.deployment.unit)))
+    return run.notes[-1]
 
-    def apply(self, intent: intents.Intent, target: Target, current: str | None,
-              backup_write: Callable[[], None]) -> tuple[float, HealthResult, tuple[str, ...]]:
-        """The steps after the intent; raises on any failure (the Switcher then reverts)."""
-        old, new = self._slots(intent)
-        systemd, clock = self.seams.systemd, self.seams.clock
-        backup_write()
-        self._reached(intent, "backup")
-        for secret, content in target.secrets:
-            atomic_write(secret, content.encode("utf-8"), mode=0o600)
-        atomic_write(new.unit_path, target.text.encode("utf-8"), fault_name="unit")
-        self._reached(intent, "write")
-        started = clock.monotonic()
-        systemd.reset_failed(new.unit)
-        systemd.reload()
-        self._reached(intent, "reload")
-        started_state = systemd.restart(new.unit)
-        start_s = clock.monotonic() - started
-        lowered = self.seams.priority.lower(started_state.main_pid) if started_state.main_pid > 0 else None
-        self._reached(intent, "start")
-        health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s, stability_s=target.stability_s,
-                            unit_state=lambda: systemd.unit_state(new.unit), api_key=target.api_key)
-        self._reached(intent, "gate")
-        notes = [self._priority_note(lowered)]  # back to full priority before it gets a request
-        write_pointer(self.seams.state, self.seams.deployment, new.name)
-        notes.append(self._flip_note(new, self.seams.proxy.retarget(self.seams.deployment.unit)))
-        self._reached(intent, "flip")
-        notes.append(self._drain_old(current, old))
-        self._reached(intent, "drain")
-        systemd.stop(old.unit)
-        self._reached(intent, "stop-old")
-        if intent.old_enabled:
-            systemd.set_enabled(new.unit, True)
-            systemd.set_enabled(old.unit, False)
-            notes.append(f"{new.unit} is now the one enabled at boot (was {old.unit})")
-        self._reached(intent, "enable")
-        return start_s, health, tuple(notes)
 
-    def _priority_note(self, lowered: Lowered | str | None) -> str:
-        if lowered is None:
-            return "the new server had no process to lower the priority of while it loaded"
-        if isinstance(lowered, str):
-            return f"the new server loaded beside the live one at its own priority: {lowered}"
-        failed = self.seams.priority.restore(lowered)
-        if failed is not None:
-            return f"the new server loaded at nice {lowered.loading_nice}; {failed}"
-        return (f"the new server loaded and was gated at nice {lowered.loading_nice} (the live server kept "
-                f"its CPU), then went back to nice {lowered.nice}")
+def _undo_flip(run: Run) -> bool:
+    seams = run.seams
+    write_pointer(seams.state, seams.deployment, run.old.name)
+    seams.proxy.retarget(seams.deployment.unit)
+    run.passed("revert-flip", f"the proxy sends to the {run.old.name} slot again")
+    return True
 
-    def _flip_note(self, new: Slot, told: bool | None) -> str:
-        if told is None:
-            return (f"the {new.name} slot serves now; the specd daemon is not running, so its proxy will send "
-                    "there when it starts")
-        if told is False:
-            return (f"the {new.name} slot serves now; the proxy did not confirm in time "
-                    "(it follows within its next check)")
-        return (f"the proxy sends new requests to the {new.name} slot ({new.unit}); "
-                "streams in flight finish where they are")
 
-    def _drain_old(self, current: str | None, old: Slot) -> str:
-        if current is None:
-            return "no old server to drain"
-        old_target = target_from_text(current, None, where=str(old.unit_path))
-        with self.seams.http(5.0) as client:
-            drained = wait_until_idle(client, old_target.base_url, api_key=old_target.api_key,
-                                      timeout_s=OLD_STREAMS_TIMEOUT_S, clock=self.seams.clock.monotonic,
-                                      sleep=self.seams.clock.sleep)
-        if drained.idle is None:
-            return (f"the old server in {old.unit} cannot report its requests (/slots and /metrics are off): "
-                    "it was stopped without waiting for its streams")
-        if drained.idle is False:
-            return (f"the old server still had requests after {drained.waited_s:.0f} s: stopped anyway "
-                    "(their clients see the stream end)")
-        if drained.busy_at_start:
-            return (f"the old server finished its {drained.busy_at_start} request(s) in flight in "
-                    f"{drained.waited_s:.1f} s")
-        return "the old server had no request in flight"
+def _drain(run: Run) -> str:
+    run.notes.append(_drain_old(run.seams, run.current, run.old))
+    return run.notes[-1]
 
-    # -- revert ------------------------------------------------------------------------------
 
-    def restore(self, intent: intents.Intent) -> str:
-        """Make the old slot serve again; stop the new server and put the free slot's file back.
-        Returns the sentence on the state reached; idempotent, so recovery can run it again."""
-        old, new = self._slots(intent)
-        systemd = self.seams.systemd
-        if intent.step in FREE_SLOT_UNTOUCHED_STEPS and self._slot_file_as_before(intent, new):
-            return f"nothing was changed: {old.unit} kept serving"
-        now = systemd.unit_state(old.unit)
-        kept = bool(intent.old_main_pid) and now.running and now.main_pid == intent.old_main_pid
-        if not kept:
-            self._restart_old(intent, old)
-        write_pointer(self.seams.state, self.seams.deployment, old.name)
-        self.seams.proxy.retarget(self.seams.deployment.unit)
-        self._fault("revert-flip")
-        if intent.old_enabled:
-            systemd.set_enabled(old.unit, True)
-            systemd.set_enabled(new.unit, False)
-        systemd.stop(new.unit)
-        self._fault("revert-stop-new")
-        self._put_back_slot_file(intent, new)
-        systemd.reload()
-        self._fault("revert-slot-file")
-        profile = intent.old_profile or "the previous unit"
-        if kept:
-            return (f"{profile} kept serving in the {old.name} slot ({old.unit}, PID {now.main_pid}); "
-                    f"the new server in {new.unit} was stopped")
+def _save_old_server(run: Run) -> dict[str, Any]:
+    state = run.seams.systemd.unit_state(run.old.unit) if run.current is not None else None
+    return {"main_pid": state.main_pid if state is not None and state.running else 0,
+            "sha256": sha256_text(run.current) if run.current is not None else None}
+
+
+def _stop_old(run: Run) -> str:
+    run.seams.systemd.stop(run.old.unit)  # the proxy sends it nothing since the flip: nothing to drain
+    return f"{run.old.unit} stopped"
+
+
+def _old_kept(run: Run) -> bool:
+    main_pid = run.intent.value("stop-old", "main_pid")
+    now = run.seams.systemd.unit_state(run.old.unit)
+    return bool(main_pid) and now.running and now.main_pid == main_pid
+
+
+def _bring_back_old(run: Run) -> None:
+    text = read_text(run.old.unit_path)
+    if text is None or sha256_text(text) != run.intent.value("stop-old", "sha256"):
+        raise SpecdError(f"cannot bring back {run.old.unit}: its unit file is not the one that served")
+    restart_from_file(run, run.old, points=("revert-start-old", "revert-gate-old"))
+
+
+def _undo_stop_old(run: Run) -> bool:
+    if _old_kept(run):
+        return False  # it was never stopped
+    _bring_back_old(run)
+    return True
+
+
+def _save_enabled(run: Run) -> dict[str, Any]:
+    return {"enabled": run.current is not None and run.seams.systemd.is_enabled(run.old.unit)}
+
+
+def _enable(run: Run) -> str:
+    if not run.intent.value("enable", "enabled"):
+        return f"{run.old.unit} was not enabled at boot: nothing to move"
+    run.seams.systemd.set_enabled(run.new.unit, True)
+    run.seams.systemd.set_enabled(run.old.unit, False)
+    run.notes.append(f"{run.new.unit} is now the one enabled at boot (was {run.old.unit})")
+    return run.notes[-1]
+
+
+def _undo_enable(run: Run) -> bool:
+    if not run.intent.value("enable", "enabled"):
+        return False
+    run.seams.systemd.set_enabled(run.old.unit, True)
+    run.seams.systemd.set_enabled(run.new.unit, False)
+    return True
+
+
+AFTER_GATE = (
+    Step("flip", ("slot pointer", "proxy"), _flip, undo=_undo_flip, undo_points=("revert-flip",)),
+    Step("drain", ("nothing",), _drain),
+    Step("stop-old", ("server",), _stop_old, undo=_undo_stop_old, save=_save_old_server,
+         undo_points=("revert-start-old", "revert-gate-old")),
+    Step("enable", ("boot enablement",), _enable, undo=_undo_enable, save=_save_enabled),
+)
+
+
+def settled(run: Run) -> str:
+    """After the undos: the old server serves (brought back if it died on its own meanwhile)."""
+    old, new, profile = run.old, run.new, run.intent.old_profile or "the previous unit"
+    if not run.acted:
+        return f"nothing was changed: {old.unit} kept serving"
+    if not run.restarted and not _old_kept(run) and run.intent.value("stop-old", "main_pid"):
+        _bring_back_old(run)
+    if run.restarted:
         return f"{profile} serves again in the {old.name} slot ({old.unit}), healthy; {new.unit} was stopped"
+    pid = run.seams.systemd.unit_state(old.unit).main_pid
+    return (f"{profile} kept serving in the {old.name} slot ({old.unit}, PID {pid}); "
+            f"the new server in {new.unit} was stopped")
 
-    def _restart_old(self, intent: intents.Intent, old: Slot) -> None:
-        text = read_text(old.unit_path)
-        if text is None or sha256_text(text) != intent.old_sha256:
-            raise SpecdError(f"cannot bring back {old.unit}: its unit file is not the one that served")
-        systemd = self.seams.systemd
-        systemd.reset_failed(old.unit)
-        systemd.restart(old.unit)
-        self._fault("revert-start-old")
-        target = target_from_text(text, intent.old_profile, where=str(old.unit_path))
-        self._gate(target.base_url, target.alias, timeout_s=target.timeout_s, stability_s=min(target.stability_s, 2.0),
-                   unit_state=lambda: systemd.unit_state(old.unit), api_key=target.api_key)
-        self._fault("revert-gate-old")
 
-    def _slot_file_as_before(self, intent: intents.Intent, new: Slot) -> bool:
-        text = read_text(new.unit_path)
-        return (sha256_text(text) if text is not None else None) == intent.slot_old_sha256
+# ---- what the steps say --------------------------------------------------------------------------
 
-    def _put_back_slot_file(self, intent: intents.Intent, new: Slot) -> None:
-        if self._slot_file_as_before(intent, new):
-            return
-        before = self.seams.units.get(intent.slot_old_sha256) if intent.slot_old_sha256 else None
-        if before is None:
-            new.unit_path.unlink(missing_ok=True)
-        else:
-            atomic_write(new.unit_path, before.encode("utf-8"), fault_name="revert-unit")
+
+def _priority_note(seams: Seams, lowered: Lowered | str | None) -> str:
+    if lowered is None:
+        return "the new server had no process to lower the priority of while it loaded"
+    if isinstance(lowered, str):
+        return f"the new server loaded beside the live one at its own priority: {lowered}"
+    failed = seams.priority.restore(lowered)
+    if failed is not None:
+        return f"the new server loaded at nice {lowered.loading_nice}; {failed}"
+    return (f"the new server loaded and was gated at nice {lowered.loading_nice} (the live server kept "
+            f"its CPU), then went back to nice {lowered.nice}")
+
+
+def _flip_note(new: Slot, told: bool | None) -> str:
+    if told is None:
+        return (f"the {new.name} slot serves now; the specd daemon is not running, so its proxy will send "
+                "there when it starts")
+    if told is False:
+        return (f"the {new.name} slot serves now; the proxy did not confirm in time "
+                "(it follows within its next check)")
+    return (f"the proxy sends new requests to the {new.name} slot ({new.unit}); "
+            "streams in flight finish where they are")
+
+
+def _drain_old(seams: Seams, current: str | None, old: Slot) -> str:
+    if current is None:
+        return "no old server to drain"
+    old_target = target_from_text(current, None, where=str(old.unit_path))
+    with seams.http(5.0) as client:
+        drained = wait_until_idle(client, old_target.base_url, api_key=old_target.api_key,
+                                  timeout_s=OLD_STREAMS_TIMEOUT_S, clock=seams.clock.monotonic,
+                                  sleep=seams.clock.sleep)
+    if drained.idle is None:
+        return (f"the old server in {old.unit} cannot report its requests (/slots and /metrics are off): "
+                "it was stopped without waiting for its streams")
+    if drained.idle is False:
+        return (f"the old server still had requests after {drained.waited_s:.0f} s: stopped anyway "
+                "(their clients see the stream end)")
+    if drained.busy_at_start:
+        return (f"the old server finished its {drained.busy_at_start} request(s) in flight in "
+                f"{drained.waited_s:.1f} s")
+    return "the old server had no request in flight"

@@ -1,45 +1,48 @@
-"""The intent record: what a switch or rollback in progress is doing, so a crash can be undone.
+"""The intent record: what a transaction in progress is doing, so a crash can be undone.
 
-Written (atomically) before the backup and the unit are touched, removed once the generation is
-committed or reverted. Whoever takes the lock next and finds one reverts: finished or reverted,
-never half.
+Written (atomically, 0600) before the first step touches anything, rewritten after each step with
+the steps done, removed once the operation is committed or reverted. Before anything changes, each
+step saves what its undo will need (`saved`, by step name: the text a unit file held, the PID of
+the server that ran, whether it was enabled), as tuned saves each value before it changes it.
+Whoever takes the lock next and finds a record reverts it: finished or reverted, never half.
+
+A record written by specd before the transaction engine (one flat record with `step` only) is read
+into this form, so an upgrade in the middle of a crashed switch can still undo it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from specd.deploy.unitfiles import atomic_write
 
-OperationKind = Literal["switch", "rollback"]
+SwitchKind = Literal["switch", "rollback"]  # an operation with a history row
+OperationKind = Literal["switch", "rollback", "shadow"]
+PlanName = Literal["restart", "blue-green", "shadow"]
+SlotName = Literal["blue", "green"]
 
 
 @dataclass
 class Intent:
-    unit: str
-    unit_path: str
-    generation_id: int
-    profile: str | None
+    unit: str  # the deployment's unit: intents, history, locks and backups are keyed by it
     kind: OperationKind
-    old_existed: bool
-    old_active: bool
-    old_sha256: str | None
-    old_profile: str | None
-    backup_path: str | None
-    new_sha256: str
-    step: str = "intent"
-    old_main_pid: int = 0  # the server running when the switch began: still it means never restarted
-    # Where the new unit goes (specd.deploy.slots). A restart replaces the serving slot's unit in place
-    # (slot == old_slot); a blue-green switch writes the free slot, starts it beside the old server and
-    # flips the slot pointer. Intents written before slots existed read as a restart of the blue slot.
-    strategy: Literal["blue-green", "restart"] = "restart"
-    slot: Literal["blue", "green"] = "blue"
-    old_slot: Literal["blue", "green"] = "blue"
-    slot_old_sha256: str | None = None  # blue-green: what the free slot's file held (None: no file)
-    old_enabled: bool = False  # blue-green: the old slot's unit was enabled (the new one takes it over)
+    strategy: PlanName  # which plan of steps runs (specd.deploy.steps.PLANS)
+    profile: str | None  # what is being installed
+    old_profile: str | None  # what served when it began
+    old_slot: SlotName  # the slot that served when it began
+    slot: SlotName  # the slot the new unit goes into (the same one for a restart)
+    generation_id: int | None = None  # its history row (a shadow bench's candidate has none)
+    backup_path: str | None = None
+    saved: dict[str, dict[str, Any]] = field(default_factory=dict)  # step -> what its undo needs
+    done: list[str] = field(default_factory=list)  # the steps done, in order
+    step: str = "intent"  # the last step done ("intent": none yet), for status and crash tests
+
+    def value(self, step: str, key: str) -> Any:
+        """What `step` saved under `key` before it acted (None when it saved nothing)."""
+        return self.saved.get(step, {}).get(key)
 
 
 def save(intent: Intent, path: Path) -> None:
@@ -48,13 +51,39 @@ def save(intent: Intent, path: Path) -> None:
 
 def load(path: Path) -> Intent | None:
     try:
-        return Intent(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        return Intent(**(data if "done" in data else _from_flat(data)))
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         path.rename(path.with_suffix(".corrupt"))
         return None
 
 
 def clear(path: Path) -> None:
     path.unlink(missing_ok=True)
+
+
+# The steps as the flat record named them (frozen: only records written before the engine use them).
+_FLAT_STEPS = {"restart": ("backup", "write", "reload", "restart", "gate"),
+               "blue-green": ("backup", "write", "reload", "start", "gate", "flip", "drain", "stop-old", "enable")}
+
+
+def _from_flat(data: dict[str, Any]) -> dict[str, Any]:
+    """A flat record of an older specd, in this form: the same facts, saved under the step that needs them."""
+    strategy = data.get("strategy", "restart")
+    steps = _FLAT_STEPS[strategy]
+    step = data.get("step", "intent")
+    blue_green = strategy == "blue-green"
+    old_server = {"main_pid": data.get("old_main_pid", 0), "active": data["old_active"],
+                  "sha256": data["old_sha256"], "existed": data["old_existed"]}
+    return {
+        "unit": data["unit"], "kind": data["kind"], "strategy": strategy, "profile": data["profile"],
+        "old_profile": data["old_profile"], "old_slot": data.get("old_slot", "blue"), "slot": data.get("slot", "blue"),
+        "generation_id": data["generation_id"], "backup_path": data["backup_path"],
+        "saved": {"write": {"path": data["unit_path"],
+                            "before": data.get("slot_old_sha256") if blue_green else data["old_sha256"]},
+                  "stop-old" if blue_green else "restart": old_server,
+                  "enable": {"enabled": data.get("old_enabled", False)}},
+        "done": list(steps[:steps.index(step) + 1]) if step in steps else [], "step": step,
+    }

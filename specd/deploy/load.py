@@ -6,7 +6,8 @@ which sees every client (the proxy's and anyone talking to the port directly). l
 reports it two ways: `/slots` (on by default; `--no-slots` turns it off) lists each slot with
 `is_processing`, and `/metrics` (with `--metrics`) has `llamacpp:requests_processing` and
 `llamacpp:requests_deferred` (accepted, waiting for a slot). The count is the processing slots
-plus the deferred requests, from whichever endpoints answer; None when neither does.
+plus the deferred requests, from whichever endpoints answer; None when neither does. vLLM has no
+`/slots`: its `vllm:num_requests_running` and `vllm:num_requests_waiting` count (specd.engines.facts).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+
+from specd.engines.facts import VLLM
+from specd.engines.metrics import in_progress
 
 _DEFERRED = "llamacpp:requests_deferred"
 _PROCESSING = "llamacpp:requests_processing"
@@ -48,6 +52,8 @@ def requests_in_progress(client: httpx.Client, base_url: str, api_key: str | Non
             deferred = _metric(metrics.text, _DEFERRED) or 0
             if processing is None:
                 processing = _metric(metrics.text, _PROCESSING)
+            if processing is None:  # vLLM: no /slots; its gauges count running and waiting requests
+                processing = in_progress(metrics.text, VLLM)
     except httpx.HTTPError:
         pass
     return None if processing is None else processing + deferred

@@ -1,5 +1,6 @@
-"""What a switch, rollback or revert installs and how it is checked: the named steps, the target
-(unit text, where and how to health-gate it) and the outcome. Data only; `switch` runs it."""
+"""What a switch, rollback or revert installs and how it is checked: the target (unit text, where
+and how to health-gate it), the outcome and the seams' signatures. Data only; the steps that install
+it are specd.deploy.steps, run by specd.deploy.transaction."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from specd.deploy.preflight import Preflight
 from specd.profiles.keys import BY_NAME
 from specd.unit.parse import parse_unit
 
-STEPS = ("preflight", "intent", "backup", "write", "reload", "restart", "gate", "commit")
-REVERT_STEPS = ("revert-write", "revert-reload", "revert-restart", "revert-gate")
+# The fault points inside each atomic write of the backup and the unit (specd.durable.atomic_write).
 WRITE_STEPS = tuple(f"{target}-{moment}" for target in ("backup", "unit")
                     for moment in ("before-fsync", "before-rename", "before-dirsync"))
 DEFAULT_GATE_TIMEOUT_S: float = BY_NAME["health_timeout_s"].default  # for a unit specd did not render
@@ -25,8 +25,6 @@ JournalReader = Callable[[str, str], str]
 FaultHook = Callable[[str], None]
 StepHook = Callable[[str, str], None]  # (step, detail): a step of a switch, rollback or revert passed
 PreflightRunner = Callable[..., Preflight]  # (deployment, profile name, *, current_main_pid) -> Preflight
-UNIT_UNTOUCHED_STEPS = ("intent", "backup")  # the unit file has not been replaced yet
-NOT_RESTARTED_STEPS = ("write", "reload")  # replaced, but the restart (and its drain) had not finished
 
 
 @dataclass(frozen=True)

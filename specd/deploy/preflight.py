@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from specd.engines.vllm_flags import vllm_flags
+from specd.engines.vllm_render import build_vllm_argv, model_problems
 from specd.errors import PreflightError
 from specd.gpu.gguf import GgufInfo, read_gguf_info
 from specd.gpu.nvml import process_tree
@@ -90,6 +92,8 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     profile = load_profile(deployment.profiles_dir, name)
     if deployment.scope == "system":
         check_strict_modes((profile.path, *profile.files))
+    if profile.engine == "vllm":
+        return vllm_preflight(deployment, profile, current_main_pid, started)
     flags = binary_flags(profile.binary, profile.launcher)
     model_info = read_gguf_info(profile.model) if profile.model and not profile.launcher else None
     draft_info = (read_gguf_info(profile.speculative.draft_model)
@@ -106,20 +110,50 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
     vram = (vram_note(profile, model_info, draft_info, current_main_pid, argv, flags) if model_info else
             f"VRAM check skipped: {model_source_note(profile)}")
     notes = [vram, hub_note(profile), *settings]
+    unit_text = _unit_text(deployment, profile, argv)
+    return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
+                     time.monotonic() - started, secret_files(profile), vram)
+
+
+def _unit_text(deployment: Deployment, profile: Profile, argv: list[str]) -> str:
     template = default_template_path()
     try:
         template_text = template.read_text(encoding="utf-8")
     except OSError as exc:
         raise PreflightError(f"unit template {template}: {exc.strerror}") from exc
-    unit_text = render_unit(profile, argv, scope=deployment.scope, template=template_text)
-    return Preflight(profile, argv, unit_text, model_info, draft_info, [n for n in notes if n],
-                     time.monotonic() - started, secret_files(profile), vram)
+    return render_unit(profile, argv, scope=deployment.scope, template=template_text)
+
+
+def vllm_preflight(deployment: Deployment, profile: Profile, current_main_pid: int, started: float) -> Preflight:
+    """A vLLM profile's preflight: its environment has a working vllm (asked for its flags), the model
+    is a Hugging Face directory, the speculative method and keys are ones this vLLM knows, the port is
+    free. No VRAM estimate: vLLM sizes its KV cache itself from gpu_memory_utilization."""
+    problems = [] if profile.launcher else model_problems(profile)
+    if problems:
+        raise PreflightError(f"profile '{profile.name}': " + "; ".join(problems))
+    argv = build_vllm_argv(profile, vllm_flags(profile.binary, profile.launcher))
+    check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
+    unit_text = _unit_text(deployment, profile, argv)
+    vram = "VRAM check skipped: vLLM sizes its own KV cache (gpu_memory_utilization)"
+    notes = [vram]
+    if profile.hf_repo:  # vLLM downloads into the Hugging Face cache, one of those hub_cache_hit looks in
+        hit = hub_cache_hit(profile.hf_repo)
+        notes.append(f"{profile.hf_repo}: in the Hugging Face cache ({hit})" if hit else
+                     f"{profile.hf_repo} is not in the Hugging Face cache here: the first start downloads it; the "
+                     f"health gate waits up to {profile.health_timeout_s:.0f} s (health_timeout_s)")
+    return Preflight(profile, argv, unit_text, None, None, notes, time.monotonic() - started, (), vram)
 
 
 def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:
     """The checks `specd profiles` runs for every profile: cheap, read-only, no --help, no GGUF read."""
     problems: list[str] = []
-    if not profile.launcher:
+    if profile.engine == "vllm" and not profile.launcher:
+        try:
+            check_executable(resolve_binary(profile.binary))
+        except PreflightError as exc:
+            problems.append(f"{exc.message}: the profile's environment has no vllm")
+        problems += model_problems(profile)
+    elif not profile.launcher:
         try:
             check_executable(resolve_binary(profile.binary))
         except PreflightError as exc:

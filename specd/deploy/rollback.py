@@ -1,14 +1,29 @@
 """What `specd rollback` goes back to: the generation before the active one (or `--to GEN`), its
 unit text from the content store, or — without history — the newest `.pre-*` backup that differs
-from the installed unit. Read-only; the Switcher installs what this finds."""
+from the installed unit. Read-only; the Switcher installs what this finds.
+
+Walking back passes over the generations a bench or a verify run made on its way (trigger "bench" or
+"verify": steps, not choices; a bench that was killed before it could put the original back leaves
+them as the newest), so a rollback lands on what the owner or the tuner chose last."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specd.deploy.history import Generation, History
+from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.unitfiles import ContentStore, list_backups, read_text
 from specd.errors import UsageError
+
+PASSED_OVER: frozenset[Trigger] = frozenset({"bench", "verify"})
+
+
+def _before_steps(history: History, generation: Generation) -> Generation | None:
+    """The newest generation before `generation` that a bench or verify run did not make (the oldest step
+    when every one before it is a step)."""
+    previous = history.get(generation.previous_id) if generation.previous_id is not None else None
+    while previous is not None and previous.trigger in PASSED_OVER and previous.previous_id is not None:
+        previous = history.get(previous.previous_id)
+    return previous
 
 
 def newest_backup_text(unit: str, unit_path: Path, installed: str | None) -> str:
@@ -36,9 +51,13 @@ def rollback_target(history: History, store: ContentStore, unit: str, unit_path:
         if active is None:
             return None, newest_backup_text(unit, unit_path, installed)
         base = history.get(active.content_id) or active
+        if base.trigger in PASSED_OVER:  # a bench that ended where it began: that generation is where we are
+            began = _before_steps(history, base)
+            if began is not None and began.unit_sha256 == base.unit_sha256:
+                base = history.get(began.content_id) or began
         if base.previous_id is None:
             raise UsageError(f"nothing to roll back to: generation {base.id} created {unit}")
-        previous = history.get(base.previous_id)
+        previous = _before_steps(history, base)
         if previous is None:
             return None, newest_backup_text(unit, unit_path, installed)
         content = history.get(previous.content_id) or previous

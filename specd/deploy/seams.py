@@ -1,5 +1,6 @@
 """The seams one deployment's operations run over: where its state lives, its history, the
-service manager, HTTP, GPU access, the clock and the daemon's proxy.
+service manager, HTTP, GPU access, the clock and the daemon's proxy (its drain around a restart,
+its retarget after a blue-green flip).
 
 `specd.context` (the composition root) builds the real ones once and passes them down; nothing
 below it reaches for a global path, opens its own database or connects its own bus. Tests build
@@ -9,7 +10,7 @@ one over a tmp dir and fakes (`Seams(..., connect=lambda: FakeSystemdClient())`)
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,7 +35,7 @@ def default_http(timeout_s: float) -> httpx.Client:
 
 
 class ProxyLink(Protocol):
-    """The daemon's proxy as a blue-green switch sees it (`specd.daemon.control.DaemonProxyLink`)."""
+    """The daemon's proxy as a switch sees it (`specd.daemon.control.DaemonProxyLink`)."""
 
     def serving(self, unit: str) -> bool:
         """Does a running daemon proxy clients to this deployment?"""
@@ -43,6 +44,13 @@ class ProxyLink(Protocol):
     def retarget(self, unit: str) -> bool | None:
         """Make the proxy send new requests to the slot the pointer names now (streams in flight stay
         where they are). True once it does, False when it did not within its timeout, None: no daemon."""
+        ...
+
+    def drained(self, unit: str) -> AbstractContextManager[object]:
+        """The drain around a restart or stop of `unit`: new requests wait at the proxy's gate and the
+        block begins once those in flight finished (or a timeout passed); traffic resumes when it
+        ends, whatever happened inside. A unit the proxy sends nothing to (a slot that does not serve)
+        is not held; with no daemon it is a plain block."""
         ...
 
     def reroute(self, unit: str, timeout_s: float) -> bool | None:
@@ -60,6 +68,9 @@ class NoProxy:
 
     def retarget(self, unit: str) -> bool | None:
         return None
+
+    def drained(self, unit: str) -> AbstractContextManager[object]:
+        return nullcontext()
 
     def reroute(self, unit: str, timeout_s: float) -> bool | None:
         return None

@@ -1,16 +1,17 @@
-"""The switch transaction and its inverse, rollback.
+"""Switch, rollback and recovery: what to install, then the transaction that installs it.
 
-Steps, each a named checkpoint (`SPECD_FAULT=<step>` kills the process there, for crash tests):
-preflight -> intent -> backup -> write -> reload -> restart -> gate -> commit. The intent record
-is rewritten with the step reached after each one. That is the *restart* strategy, in the slot
-that serves (specd.deploy.slots); the *blue-green* strategy starts the new server in the free
-slot and flips the proxy to it instead (specd.deploy.bluegreen, its own steps and revert), and
-`--strategy auto` picks it when clients come through the daemon's proxy and both servers fit.
-Any exception after `intent` (a health or
-systemd failure, a disk error, a bug, Ctrl-C) reverts: when the unit file was not yet replaced
-nothing is restarted; otherwise the previous unit is put back, restarted and health-gated, and
-SwitchFailed says why. A kill anywhere is undone by the next *mutating* specd command or the
-daemon (`recover`); read-only commands only report a pending intent.
+preflight -> intent -> the plan's steps -> commit, each a named checkpoint (`SPECD_FAULT=<step>`
+kills the process there, for crash tests). The steps are a plan run by the transaction engine
+(specd.deploy.transaction, specd.deploy.plans): *restart* replaces the server in the slot that
+serves (specd.deploy.slots), *blue-green* starts the new one in the free slot and flips the proxy
+to it, and `--strategy auto` picks blue-green when clients come through the daemon's proxy and
+both servers fit (specd.deploy.bluegreen.choose). Any exception after `intent` (a health or
+systemd failure, a disk error, a bug, Ctrl-C) reverts the steps begun, last first: when the unit
+file was not yet replaced nothing is restarted; otherwise the previous unit is put back,
+restarted and health-gated, and SwitchFailed says why. A kill anywhere is undone by the next
+*mutating* specd command or the daemon (`recover`) from the intent on disk; read-only commands
+only report a pending intent. This module keeps the history: a generation per operation, its
+outcome when it commits or reverts.
 
 The seams (`Seams`: state paths, history, systemd client, clock; plus the health gate, journal
 reader, fault hook, preflight and step hook) are passed in; `specd.context` builds the real ones,
@@ -23,17 +24,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from specd.deploy import intent as intents
-from specd.deploy.bluegreen import BlueGreen, SlotPlan, choose, stop_stray_free_slot
+from specd.deploy.bluegreen import SlotPlan, choose, stop_stray_free_slot
+from specd.deploy.candidate import recover_candidate
 from specd.deploy.capacity import Capacity, CapacityCheck, capacity_check
 from specd.deploy.companions import companion_commands
-from specd.deploy.health import HealthResult, wait_healthy
+from specd.deploy.health import wait_healthy
 from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.plan import (
-    REVERT_STEPS,
-    STEPS,
     WRITE_STEPS,
     FaultHook,
     HealthGate,
@@ -44,14 +43,14 @@ from specd.deploy.plan import (
     Target,
     target_from_text,
 )
+from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS, PLANS, REVERT_STEPS, STEPS
 from specd.deploy.preflight import Preflight, port_holders, run_preflight
-from specd.deploy.restore import restore_previous_unit
 from specd.deploy.rollback import rollback_target
 from specd.deploy.seams import Seams
 from specd.deploy.slots import Slot, StrategyRequest, same_but_port, slot, slots_of
 from specd.deploy.systemd import SystemdClient, journal_tail
+from specd.deploy.transaction import Run, Transaction
 from specd.deploy.unitfiles import (
-    atomic_write,
     backup_name,
     disk_free,
     prune_backups,
@@ -69,14 +68,15 @@ from specd.unit.render import profile_of_unit
 
 log = logging.getLogger("specd.deploy.switch")
 JOURNAL_EVENT = "revert-journal"  # the unit's journal when a switch was reverted: "generation N\n<lines>"
-__all__ = ["REVERT_STEPS", "STEPS", "WRITE_STEPS", "Outcome", "Switcher", "Target", "target_from_text"]
+__all__ = ["BLUE_GREEN_REVERT_STEPS", "BLUE_GREEN_STEPS", "REVERT_STEPS", "STEPS", "WRITE_STEPS", "Outcome", "Switcher",
+           "Target", "target_from_text"]
 
 
 class Switcher:
     """Switch, rollback and recovery for one deployment over the seams it is given.
 
-    `specd.context.switcher_for` passes real seams whose systemd client drains the daemon's proxy
-    around restarts; tests pass a `Seams` over a tmp dir and fakes.
+    `specd.context.switcher_for` passes real seams (the daemon's proxy among them: the restart step
+    drains it); tests pass a `Seams` over a tmp dir and fakes.
     """
 
     def __init__(self, seams: Seams, *, trigger: Trigger = "cli", gate: HealthGate = wait_healthy,
@@ -98,7 +98,6 @@ class Switcher:
         self._capacity: CapacityCheck = capacity or capacity_check(
             seams.nvml, beside=lambda: companion_commands(seams.deployment))
         self._ports_in_use = ports_in_use
-        self._blue_green = BlueGreen(seams, gate=gate, fault=fault, reached=self._reached)
 
     @property
     def systemd(self) -> SystemdClient:
@@ -190,7 +189,8 @@ class Switcher:
                                  preflight_s=0.0, started=started, notes=(plan.note,))
 
     def recover(self, *, wait: bool = True) -> str | None:
-        """Undo an interrupted operation, if any. With wait=False, skip when the lock is busy."""
+        """Undo an interrupted operation, if any: a switch or rollback, or a killed shadow bench's
+        candidate; returns what was done. With wait=False, skip when the lock is busy."""
         if not wait and intents.load(self._intent_path) is None:
             return None
         try:
@@ -228,59 +228,50 @@ class Switcher:
 
     # -- the transaction ---------------------------------------------------------------------
 
-    def _install(self, plan: SlotPlan, *, kind: intents.OperationKind, restores_id: int | None, preflight_s: float,
+    def _install(self, plan: SlotPlan, *, kind: intents.SwitchKind, restores_id: int | None, preflight_s: float,
                  started: float, notes: tuple[str, ...]) -> Outcome:
         target, old_slot, new_slot = plan.target, plan.old, plan.new
         current = read_text(old_slot.unit_path)
-        old_state = self.systemd.unit_state(old_slot.unit) if current is not None else None
         previous = self.history.active(self.unit)
         old_profile = profile_of_unit(current) if current else None
         backup = backup_name(self.deployment.unit_path, old_profile) if current is not None else None
         if current is not None and disk_free(new_slot.unit_path.parent) < 2 * len(current.encode()) + 8192:
             raise SwitchFailed(f"{new_slot.unit_path.parent}: not enough free disk space for a backup; "
                                "nothing was changed")
-        blue_green = plan.strategy == "blue-green"
-        slot_before = read_text(new_slot.unit_path) if blue_green else None
-        new_sha = self.store.put(target.text)
         generation_id = self.history.add(
-            self.unit, kind=kind, profile=target.profile, unit_sha256=new_sha, backup_path=backup,
+            self.unit, kind=kind, profile=target.profile, unit_sha256=self.store.put(target.text), backup_path=backup,
             previous_id=previous.id if previous else None, trigger=self.trigger, restores_id=restores_id,
             slot=new_slot.name, strategy=plan.strategy,
         )
-        intent = intents.Intent(
-            unit=self.unit, unit_path=str(new_slot.unit_path), generation_id=generation_id, profile=target.profile,
-            kind=kind, old_existed=current is not None,
-            old_active=bool(old_state and old_state.active_state == "active"),
-            old_sha256=sha256_text(current) if current is not None else None, old_profile=old_profile,
-            backup_path=str(backup) if backup else None, new_sha256=new_sha,
-            old_main_pid=old_state.main_pid if old_state is not None and old_state.running else 0,
-            strategy=plan.strategy, slot=new_slot.name, old_slot=old_slot.name,
-            slot_old_sha256=self.store.put(slot_before) if slot_before is not None else None,
-            old_enabled=blue_green and self.systemd.is_enabled(old_slot.unit),
-        )
-        intents.save(intent, self._intent_path)
+        intent = intents.Intent(self.unit, kind, plan.strategy, target.profile, old_profile, old_slot.name,
+                                new_slot.name, generation_id, str(backup) if backup else None)
+        transaction = self._transaction(intent, target=target, current=current)
+        transaction.begin()
         try:
             # inside the try: Ctrl-C right after the intent reverts ("nothing was changed")
             self._passed("intent", f"generation {generation_id}: {kind} to {target.profile or 'the previous unit'}")
-            if blue_green:
-                restart_s, health, done = self._blue_green.apply(intent, target, current,
-                                                                 lambda: self._write_backup(current, backup))
-            else:
-                restart_s, health = self._apply(intent, target, current, backup)
-                done = ()
+            transaction.apply()
         except (Exception, KeyboardInterrupt) as failure:  # bugs and Ctrl-C revert too; a kill is recovered later
-            self._revert(intent, reason=_reason(failure))
+            self._revert(transaction, reason=_reason(failure))
             raise AssertionError("unreachable: _revert raises") from failure  # pragma: no cover
+        run = transaction.run
+        assert run.health is not None  # every plan ends with the gate
         # What the switch itself found worth keeping; "no GPU: VRAM check skipped" on every row is not.
-        kept = [note for note in (*notes, *done) if "VRAM check skipped" not in note]
+        kept = [note for note in (*notes, *run.notes) if "VRAM check skipped" not in note]
         self.history.finish(generation_id, outcome="ok", detail=" ".join(kept), preflight_s=preflight_s,
-                            restart_s=restart_s, health_s=health.total_s, total_s=self._clock.monotonic() - started)
-        intents.clear(self._intent_path)
+                            restart_s=run.restart_s, health_s=run.health.total_s,
+                            total_s=self._clock.monotonic() - started)
+        transaction.clear()
         self._passed("commit", f"generation {generation_id} is active")
         prune_backups(self.deployment.unit_path, self.deployment.backups_keep)
         generation = self.history.get(generation_id)
         assert generation is not None
-        return Outcome(generation, health, (*notes, *done))
+        return Outcome(generation, run.health, (*notes, *run.notes))
+
+    def _transaction(self, intent: intents.Intent, *, target: Target | None = None,
+                     current: str | None = None) -> Transaction:
+        run = Run(self.seams, intent, self._gate, self._passed, target=target, current=current)
+        return Transaction(PLANS[intent.strategy], run, self._intent_path)
 
     def _passed(self, step: str, detail: str = "") -> None:
         """Pass the step's fault point, then tell the step hook."""
@@ -295,66 +286,27 @@ class Switcher:
         except Exception:  # a listener's bug must not change the transaction's course
             log.exception("step hook failed at %s", step)
 
-    def _reached(self, intent: intents.Intent, step: str, detail: str = "") -> None:
-        """Record in the intent that `step` is done, then pass the step's fault point."""
-        intent.step = step
-        intents.save(intent, self._intent_path)
-        self._passed(step, detail)
-
-    def _write_backup(self, current: str | None, backup: Path | None) -> None:
-        if current is not None and backup is not None:
-            self.store.put(current)
-            atomic_write(backup, current.encode("utf-8"), fault_name="backup")
-
-    def _apply(self, intent: intents.Intent, target: Target, current: str | None,
-               backup: Path | None) -> tuple[float, HealthResult]:
-        """The restart steps after the intent: backup, write, reload, restart, gate. Raises on any failure."""
-        unit_path, unit = Path(intent.unit_path), slot(self.deployment, intent.slot).unit
-        self._write_backup(current, backup)
-        self._reached(intent, "backup", f"old unit kept as {backup.name}" if backup else "no unit before")
-        for secret, content in target.secrets:
-            atomic_write(secret, content.encode("utf-8"), mode=0o600)
-        atomic_write(unit_path, target.text.encode("utf-8"), fault_name="unit")
-        self._reached(intent, "write", f"new unit written to {unit_path}")
-        t_restart = self._clock.monotonic()
-        self.systemd.reset_failed(unit)
-        self.systemd.reload()
-        self._reached(intent, "reload", "systemd reloaded its units")
-        self.systemd.restart(unit)
-        restart_s = self._clock.monotonic() - t_restart
-        self._reached(intent, "restart", f"{self.unit} restarted in {restart_s:.1f} s")
-        health = self._gate(target.base_url, target.alias, timeout_s=target.timeout_s,
-                            stability_s=target.stability_s, unit_state=lambda: self.systemd.unit_state(unit),
-                            api_key=target.api_key)
-        self._reached(intent, "gate", f"healthy after {health.total_s:.1f} s")
-        return restart_s, health
-
-    def _restore_old(self, intent: intents.Intent) -> str:
-        """Put the previous unit back and bring it up; returns a sentence on the state reached."""
-        if intent.strategy == "blue-green":
-            return self._blue_green.restore(intent)
-        return restore_previous_unit(self.seams, intent, gate=self._gate, passed=self._passed)
-
-    def _revert(self, intent: intents.Intent, *, reason: str) -> None:
+    def _revert(self, transaction: Transaction, *, reason: str) -> None:
+        intent = transaction.intent
         failed_unit = slot(self.deployment, intent.slot).unit
         journal = self._journal(failed_unit, self.deployment.scope)
         self._tell("revert", reason)
-        what = f"switch to {intent.profile}" if intent.kind == "switch" else f"{intent.kind} to {intent.profile}"
+        what = f"{intent.kind} to {intent.profile}"
+        generation_id = intent.generation_id or 0
         try:
-            state = self._restore_old(intent)
+            state = transaction.revert()
         except Exception as revert_failure:  # the unit is whatever the last atomic write left: whole
-            self.history.finish(intent.generation_id, outcome="failed",
-                                detail=f"{reason}; revert failed: {revert_failure}")
-            intents.clear(self._intent_path)
+            self.history.finish(generation_id, outcome="failed", detail=f"{reason}; revert failed: {revert_failure}")
+            transaction.clear()
             raise SwitchFailed(
                 f"{what} failed: {reason}\nthe revert failed too: {revert_failure}\n"
                 f"the unit file is the previous one; check `specd status`\n--- journal ---\n{journal}",
                 generation_id=intent.generation_id, revert_outcome="failed",
                 revert_state=f"the revert failed too: {revert_failure}", journal=journal,
             ) from revert_failure
-        self.history.event(self.unit, JOURNAL_EVENT, f"generation {intent.generation_id}\n{journal}")
-        self.history.finish(intent.generation_id, outcome="reverted", detail=reason)
-        intents.clear(self._intent_path)
+        self.history.event(self.unit, JOURNAL_EVENT, f"generation {generation_id}\n{journal}")
+        self.history.finish(generation_id, outcome="reverted", detail=reason)
+        transaction.clear()
         raise SwitchFailed(f"{what} failed: {reason}\n{state}\n--- last lines of {failed_unit}'s journal ---\n"
                            f"{journal}",
                            generation_id=intent.generation_id, revert_outcome="reverted", revert_state=state,
@@ -363,15 +315,19 @@ class Switcher:
     def _recover_locked(self) -> str | None:
         for each in slots_of(self.deployment):
             remove_stale_temp_files(each.unit_path)
+        candidate = recover_candidate(self.seams, gate=self._gate, fault=self._fault)  # a killed shadow bench's
+        if candidate:
+            log.warning("%s: %s", self.unit, candidate)
         pending = intents.load(self._intent_path)
         if pending is None:
             stray = stop_stray_free_slot(self.seams)
             if stray:
                 log.warning("%s: %s", self.unit, stray)
-            return None
+            return candidate
         log.warning("found an interrupted %s of %s at step %s; reverting", pending.kind, self.unit, pending.step)
         try:
-            self._revert(pending, reason="interrupted (specd was killed mid-operation); recovered by reverting")
+            self._revert(self._transaction(pending),
+                         reason="interrupted (specd was killed mid-operation); recovered by reverting")
         except SwitchFailed as done:
             message = str(done).splitlines()[0:2]
             self.history.event(self.unit, "recover", " / ".join(message))

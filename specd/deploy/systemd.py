@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from specd.engines.journal import READ_LINES, condense
 from specd.errors import SystemdError
 from specd.paths import StateDir
 
@@ -205,7 +206,7 @@ def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path
     if not journal_socket.exists():
         return ("(no systemd-journald runs on this box, so llama-server's output was not kept: run its "
                 "ExecStart= by hand to see why it fails)")
-    command = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
+    command = ["journalctl", "--no-pager", "-o", "cat", "-n", str(max(lines, READ_LINES)), "-u", unit]
     if scope == "user":
         command.insert(1, "--user")
     try:
@@ -215,7 +216,7 @@ def journal_tail(unit: str, scope: str, lines: int = 15, *, journal_socket: Path
     text = result.stdout.strip()
     if not text or text.startswith("-- No entries --"):
         return "(the journal has no lines for this unit)"
-    return text
+    return condense(text, keep=lines)  # vLLM's cause sits far above its last lines (specd.engines.journal)
 
 
 def _no_bus_hint() -> str:

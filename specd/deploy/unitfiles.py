@@ -14,14 +14,15 @@ from specd.durable import (
     TMP_INFIX,
     atomic_write,
     fsync_dir,
+    mode_of,
     read_text,
     remove_stale_temp_files,
     sha256_text,
 )
 
 __all__ = ["BACKUP_INFIX", "TMP_INFIX", "Backup", "ContentStore", "atomic_write", "backup_name", "disk_free",
-           "fsync_dir", "list_backups", "prune_backups", "read_text", "remove_stale_temp_files", "sha256_text",
-           "write_backup"]
+           "fsync_dir", "list_backups", "mode_of", "prune_backups", "read_text", "remove_stale_temp_files",
+           "sha256_text", "write_backup"]
 _BACKUP_RE = re.compile(r"\.pre-(\d{8}T\d{6}(?:\.\d+)?Z)-(.+)$")
 
 
@@ -37,10 +38,11 @@ def backup_name(unit_path: Path, profile: str | None, now: datetime | None = Non
     return unit_path.with_name(f"{unit_path.name}{BACKUP_INFIX}{moment}-{profile or 'unmanaged'}")
 
 
-def write_backup(unit_path: Path, text: str, profile: str | None) -> Path:
-    """Copy the current unit beside itself; refused (nothing touched) when the disk is full."""
-    target = backup_name(unit_path, profile)
-    atomic_write(target, text.encode("utf-8"))
+def write_backup(unit_path: Path, text: str, profile: str | None, target: Path | None = None) -> Path:
+    """Copy the current unit beside itself (at `target`, default a new name), with the unit file's own
+    mode (0600 when it holds a key); refused (nothing touched) when the disk is full."""
+    target = target or backup_name(unit_path, profile)
+    atomic_write(target, text.encode("utf-8"), mode=mode_of(unit_path), fault_name="backup")
     return target
 
 

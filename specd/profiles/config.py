@@ -111,6 +111,7 @@ RoutingMode = Literal["auto", "servers", "per-request"]
 
 @dataclass(frozen=True)
 class RoutingConfig:
+    configured: bool = False  # specd.toml has a [routing] table: the night learns the routing table
     profiles: tuple[str, ...] = ()  # () : the profiles the routing table names
     mode: RoutingMode = "auto"
     busy_at: int = 4
@@ -231,7 +232,7 @@ def _routing(raw: Mapping[str, Any] | None) -> RoutingConfig:
     values = dict(raw)
     if "profiles" in values:
         values["profiles"] = tuple(str(p) for p in values["profiles"])
-    return RoutingConfig(**values)
+    return RoutingConfig(configured=True, **values)
 
 
 def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: ProxyConfig | None,

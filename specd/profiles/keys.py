@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specd.profiles.engine_keys import DEFAULT_ENGINE, ENGINE_KEY, VLLM_SCHEMA
 from specd.profiles.schema import Check, Key, Table, in_range, list_of_strings, matches
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
@@ -65,6 +66,8 @@ KEYS: tuple[ProfileKey, ...] = (
     ProfileKey("inherits", str, "a profile in the same directory whose keys this one starts from",
                matches(NAME_PATTERN, "a profile name")),
     ProfileKey("abstract", bool, "a base for others; never switched to", default=False),
+    ProfileKey("engine", str, "the server: llama-server, or vllm (`vllm serve`, its options in [vllm]; "
+               "see the README's vLLM section)", ENGINE_KEY.check, default=DEFAULT_ENGINE),
     ProfileKey("binary", str, "llama-server (a fork's too): absolute path or a name in systemd's PATH", _BINARY,
                path=True),
     ProfileKey("launcher", list, "words run in front of the binary: toolbox run -c BOX, numactl ...",
@@ -164,6 +167,7 @@ PROFILE_SCHEMA = Table(
         "speculative": SPECULATIVE_SCHEMA,
         "env": Table(keys={}, free_form=Key(str, doc="environment variables of the server (LLAMA_ARG_* are settings)")),
         "systemd": SYSTEMD_SCHEMA,
+        "vllm": VLLM_SCHEMA,  # specd.profiles.engine_keys
     },
 )
 REQUIRED = ("binary", "port")

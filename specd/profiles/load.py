@@ -19,6 +19,7 @@ import tomlkit.exceptions
 
 from specd import paths
 from specd.errors import ProfileError
+from specd.profiles.engine_keys import VllmSettings, engine_problems, vllm_settings
 from specd.profiles.keys import (
     MODEL_SOURCES,
     NAME_PATTERN,
@@ -107,6 +108,8 @@ class Profile:
     # Path keys as written (after ~ and ${SPECD_CACHE}): the argv gets these bytes, not Path's
     # normalised form (`/a//b` stays `/a//b`), so a rendered unit passes what the profile says.
     written_paths: tuple[tuple[str, str], ...] = ()
+    engine: str = "llama-server"  # specd.profiles.engine_keys.ENGINES
+    vllm: VllmSettings | None = None  # a vLLM profile's [vllm] table; its speculative method is speculative.type
 
     @property
     def base_url(self) -> str:
@@ -241,9 +244,14 @@ def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False)
             f"{top.path}: profile '{name}' needs {', '.join(repr(k) for k in missing)}"
             + (f" (not set here nor in {', '.join(s.name for s in chain[1:])})" if len(chain) > 1 else "")
         )
+    problems = engine_problems(data, top.path, name)
+    if problems:
+        raise ProfileError("\n".join(problems))
     _check_model_source(data, top.path, name)
-    spec = data.get("speculative", {})
-    if spec.get("type") in ("draft", "dflash", "eagle3") and not {"draft_model", "draft_hf_repo"} & set(spec):
+    vllm = vllm_settings(data, _expanded_text)
+    spec = data.get("speculative", {}) if vllm is None else {"type": vllm.method}
+    if vllm is None and spec.get("type") in ("draft", "dflash", "eagle3") and not {"draft_model",
+                                                                                  "draft_hf_repo"} & set(spec):
         raise ProfileError(f"{top.path}: [speculative] type '{spec['type']}' needs draft_model (or draft_hf_repo)")
     return Profile(
         name=name,
@@ -256,6 +264,7 @@ def load_profile(profiles_dir: Path, name: str, *, allow_abstract: bool = False)
         written_paths=tuple((f"{prefix}{key.name}", _expanded_text(str(table[key.name])))
                             for prefix, table, keys in (("", data, TOP_KEYS), ("speculative.", spec, SPECULATIVE_KEYS))
                             for key in keys if key.path and key.name in table),
+        vllm=vllm,
     )
 
 

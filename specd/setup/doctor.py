@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from specd import paths
+from specd.durable import mode_of
 from specd.errors import SpecdError
-from specd.profiles.config import load_config
-from specd.profiles.load import list_profiles, load_profile
+from specd.profiles.config import Deployment, load_config
+from specd.profiles.load import Profile, list_profiles, load_profile
+from specd.secrets import holds_secret, readable_by_others
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ def _profiles(config_path: Path | None) -> list[Finding]:
     findings = [Finding("config", True, str(config.path))]
     for deployment in config.deployments:
         findings.append(_systemd(deployment.scope))
+        findings.append(keys_readable(deployment))
         if not deployment.profiles_dir.is_dir():
             findings.append(Finding(f"{deployment.unit} profiles", False,
                                     f"{deployment.profiles_dir} is not a directory",
@@ -98,17 +102,56 @@ def _profiles(config_path: Path | None) -> list[Finding]:
             if item.error:
                 findings.append(Finding(label, False, item.error, "fix the file"))
                 continue
+            profile = load_profile(deployment.profiles_dir, item.name)
             try:
                 pre = run_preflight(deployment, item.name, current_main_pid=main_pid)
                 seen = profile_problems(deployment, item.name)
-                ready = "ready to switch to" + (f"; VRAM: {pre.vram}" if pre.vram else "")
+                ready = ("ready to switch to" + (vllm_environment(profile) if profile.engine == "vllm" else "")
+                         + (f"; VRAM: {pre.vram}" if pre.vram and profile.engine != "vllm" else ""))
                 findings.append(Finding(label, not seen, "; ".join(seen) or ready,
                                         _SPECULATION_FIX if seen else ""))
             except SpecdError as exc:
-                profile = load_profile(deployment.profiles_dir, item.name)
-                fix = exc.hint or _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type))
+                fix = exc.hint or (_vllm_fix(exc.message) if profile.engine == "vllm" else
+                                   _fix_for(exc.message, engine_of(str(profile.binary), profile.speculative.type)))
                 findings.append(Finding(label, False, exc.message, fix))
     return findings
+
+
+def _files_with_keys(deployment: Deployment) -> list[Path]:
+    """The files of a deployment that hold a key: profiles and units (with their `.pre-*` backups)
+    that name one, and every key file a profile points at (`api_key_file`)."""
+    from specd.deploy.slots import slots_of
+
+    candidates = sorted(deployment.profiles_dir.glob("*.toml"))
+    for each in slots_of(deployment):
+        candidates += [each.unit_path, *sorted(each.unit_path.parent.glob(f"{each.unit_path.name}.pre-*"))]
+    found = []
+    for path in candidates:
+        try:
+            if holds_secret(path.read_bytes()):
+                found.append(path)
+        except OSError:
+            continue
+    for profile in sorted(deployment.profiles_dir.glob("*.toml")):  # read as written: a bad profile may hold one too
+        try:
+            key_file = tomllib.loads(profile.read_text(encoding="utf-8")).get("api_key_file")
+        except (OSError, ValueError):
+            continue
+        if isinstance(key_file, str) and Path(key_file).is_file():
+            found.append(Path(key_file))
+    return found
+
+
+def keys_readable(deployment: Deployment) -> Finding:
+    """A key others can read: in a profile or unit, a backup of one, or a key file."""
+    exposed = [path for path in _files_with_keys(deployment) if readable_by_others(mode_of(path))]
+    label = f"{deployment.unit} keys"
+    if not exposed:
+        return Finding(label, True, "no file that holds an API key is readable by other users")
+    listed = ", ".join(f"{path} (mode {mode_of(path):04o})" for path in exposed)
+    return Finding(label, False, f"other users can read an API key in {listed}",
+                   "chmod 600 " + " ".join(str(path) for path in exposed)
+                   + "; or keep the key in a 0600 file and name it with api_key_file")
 
 
 _SPECULATION_FIX = ("its last bench saw speculation not doing what the profile says: pick another speculative type or "
@@ -154,3 +197,32 @@ def _fix_for(message: str, engine: Engine) -> str:
 
 def run_doctor(config_path: Path | None) -> list[Finding]:
     return [_bindings(), *_cache(), _gpu(), _linger(), *_profiles(config_path)]
+
+
+def vllm_environment(profile: Profile) -> str:
+    """What doctor says of a vLLM profile's environment once preflight passed (the answers are cached)."""
+    from specd.engines.vllm_flags import vllm_flags
+
+    flags = vllm_flags(profile.binary, profile.launcher)
+    offered = flags.speculative_methods
+    known = [m for m in ("mtp", "eagle3", "dflash", "draft_model", "ngram", "suffix") if m in offered]
+    methods = f"{len(offered)} speculative methods ({', '.join(known)} among them)" if offered else \
+        "speculative methods not listed (vLLM judges them at start)"
+    keys = "read" if flags.speculative_keys is not None else "not readable (vLLM judges them at start)"
+    version = flags.version or "of unknown version"
+    return f" (vLLM {version} at {flags.binary}; {methods}; SpeculativeConfig keys {keys})"
+
+
+def _vllm_fix(message: str) -> str:
+    from specd.engines.facts import VLLM
+
+    if "no vllm" in message or "no such binary" in message or "exited with status" in message:
+        return VLLM.install_fix
+    if "config.json" in message or "model directory" in message:
+        return "point `model` (or the drafter) at a Hugging Face model directory: config.json, weights, tokenizer"
+    if "not offered by the installed vLLM" in message or "not known to the installed vLLM" in message \
+            or "serve does not accept" in message:
+        return "upgrade vLLM in the profile's environment, or change [vllm.speculative_config]"
+    if "port" in message:
+        return "stop what holds the port or change `port`"
+    return "fix the profile (see the message)"

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from specd import store
+from specd.engines.metrics import SpecCounters
 from specd.profiles.config import Deployment
 from specd.tune.bench import Report, Result
 from specd.tune.verify import fingerprint
@@ -65,7 +66,8 @@ class Activity:
     def sentence(self) -> str:
         counts = f"{self.draft_n} tokens drafted in {self.requests} requests"
         if self.verdict == "inactive":
-            return (f"{self.profile}: {INACTIVE}: no request drafted a token (timings.draft_n) in {self.requests} "
+            return (f"{self.profile}: {INACTIVE}: no request drafted a token (timings.draft_n, or the server's "
+                    f"spec_decode counters) in {self.requests} "
                     "requests; an n-gram type also drafts nothing on traffic that never repeats itself")
         if self.verdict == "drafting-plain":
             return f"{self.profile}: {DRAFTING_PLAIN}: {counts}"
@@ -76,11 +78,16 @@ class Activity:
         return f"{self.profile}: {counts}{accepted}"
 
 
-def judge(profile: str, speculative: bool, results: Sequence[Result]) -> Activity:
-    """The pure rule. Only answers with `timings` and MIN_OUTPUT_TOKENS+ tokens count; none: unknown."""
+def judge(profile: str, speculative: bool, results: Sequence[Result], counters: SpecCounters | None = None) -> Activity:
+    """The pure rule. Only answers with `timings` and MIN_OUTPUT_TOKENS+ tokens count; none: unknown.
+    Answers without `timings` (vLLM's) are judged by the server's own counters over the same requests
+    (`counters`, from /metrics), when the bench could read them."""
     counted = [r for r in results if r.has_timings and r.output_tokens >= MIN_OUTPUT_TOKENS]
     drafted = sum(r.draft_n or 0 for r in counted)
     accepted = sum(r.draft_accepted or 0 for r in counted)
+    if not counted and counters is not None:
+        counted = [r for r in results if r.output_tokens >= MIN_OUTPUT_TOKENS]
+        drafted, accepted = counters.drafted, counters.accepted
     verdict: Verdict
     if not counted:
         verdict = "unknown"
@@ -92,7 +99,8 @@ def judge(profile: str, speculative: bool, results: Sequence[Result]) -> Activit
 
 
 def judge_report(report: Report, speculative: Callable[[str], bool]) -> dict[str, Activity]:
-    return {name: judge(name, speculative(name), report.results[name]) for name in report.benched()}
+    return {name: judge(name, speculative(name), report.results[name], report.counters.get(name))
+            for name in report.benched()}
 
 
 def notes(activities: Iterable[Activity]) -> list[str]:

@@ -11,9 +11,18 @@ across rounds pays its own prefill.
 
 Sampling (seed 002: single runs misled by 1.5x-4x): profiles are interleaved round by round
 (A B | B A | A B, see specd.tune.replay), so a machine-load drift between blocks cannot flip the pick;
-every profile replays the same requests in the same order at the same concurrency. After each
-round, a profile whose median wall clock (over the requests all profiles share) has a 95% CI
-separated from every rival's, with at least `min_n` requests, leaves the rotation.
+every profile replays the same requests in the same order at the same concurrency, each result
+keeping its position in the plan and its round so the tuner can pair them (specd.tune.paired).
+After each round a rule (specd.tune.sequential) says who leaves the rotation and whether to stop:
+`specd bench`'s drops a profile whose median's 95% CI is apart from every rival's; the tuner's
+compares each candidate with the incumbent at a schedule of looks and keeps sampling the undecided
+ones, up to a cap. A request repeated in a later cycle of the workload gets a fresh seed (the same
+on every profile), so sampled requests are drawn again rather than replayed.
+
+Noise is recorded, not suffered: each sample carries the box's CPU pressure while it ran
+(specd.tune.noise) and, on a shadow bench, the live server's load. A step that fails (a switch, a
+warm-up, a request) is retried once after waiting for a quieter box; a profile that still fails
+leaves the bench with a note naming the step and the error.
 """
 
 from __future__ import annotations
@@ -22,24 +31,23 @@ import json
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
-from specd.errors import Interrupted, SpecdError, UsageError
-from specd.traffic.taskclass import TaskClass
-from specd.tune.perfmodel import Sample
-from specd.tune.replay import Done, plan_rounds, replay_round
-from specd.tune.stats import Summary, cis_separated, summarize
-from specd.tune.targets import DeploymentTarget, ModelTarget, Reply, Target
+from specd.engines.metrics import SpecCounters
+from specd.errors import BadInput, Interrupted, SpecdError, UsageError
+from specd.tune.noise import BoxLoad
+from specd.tune.replay import Done, Item, plan_rounds, replay_round
+from specd.tune.results import SEED, Report, Result, measure
+from specd.tune.sequential import Rule, SeparationRule
+from specd.tune.targets import DeploymentTarget, ModelTarget, Reply, Settles, Target
 from specd.tune.workloads import Workload, WorkloadRequest
 
 __all__ = ["DeploymentTarget", "ModelTarget", "Reply", "Report", "Result", "Settings", "Target", "bench_profiles",
            "bench_traffic", "measure", "request_body", "restoring", "run_bench"]
 
-SEED = 42
-CHARS_PER_TOKEN = 4
 WARMUP_NOTE = {"role": "system", "content": "Warm-up request; ignore."}
 
 
@@ -56,133 +64,44 @@ class Settings:
     per_round: int | None = None  # requests per profile per round; default: see round_size
     cache_reuse: bool | None = None  # cache_prompt on; default: when the traffic continues conversations
     temperature: float | None = None  # forced on every request; default: each request's own sampling
+    max_n: int | None = None  # the tuner's sample cap per profile (sequential sampling); default 4 x n
+    retries: int = 1  # a failed switch or round is tried again this often, after waiting for a quieter box
+    quiet_wait_s: float = 60.0  # the longest wait for a quieter box before a retry
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise UsageError(f"--n must be at least 1, not {self.n}")
+        if self.max_n is not None and self.max_n < self.n:
+            raise UsageError(f"--max-n must be at least --n ({self.n}), not {self.max_n}")
         if self.concurrency is not None and self.concurrency < 1:
             raise UsageError(f"--concurrency must be at least 1, not {self.concurrency}")
         if self.temperature is not None and not 0.0 <= self.temperature <= 10.0:
             raise UsageError(f"--temperature must be between 0 and 10, not {self.temperature}")
 
-    def reuses_cache(self, workload: Workload) -> bool:
-        return self.cache_reuse if self.cache_reuse is not None else workload.follow_ups > 0
         if self.per_round is not None and self.per_round < 1:
             raise UsageError(f"--per-round must be at least 1, not {self.per_round}")
+
+    def reuses_cache(self, workload: Workload) -> bool:
+        return self.cache_reuse if self.cache_reuse is not None else workload.follow_ups > 0
 
     @property
     def floor(self) -> int:
         return min(self.n, self.min_n if self.min_n is not None else max(3, self.n // 2))
 
-    def round_size(self, concurrency: int) -> int:
-        """Few switches, yet at least two rounds when n allows; a concurrent round holds `concurrency` at least."""
+    @property
+    def cap(self) -> int:
+        """The most requests per profile a sequential bench may spend (n when early stopping is off)."""
+        return self.n if not self.early_stop else (self.max_n or 4 * self.n)
+
+    def round_size(self, concurrency: int, cheap_switches: bool = False) -> int:
+        """Few switches, yet at least two rounds when n allows; a concurrent round holds `concurrency` at least.
+        Where a switch costs nothing (an in-process model, resident servers) a round is one request per
+        profile: the pairs are then next to each other in time."""
         if self.per_round is not None:
             return self.per_round
+        if cheap_switches:
+            return concurrency
         return max(concurrency, 2, math.ceil(self.n / 4))
-
-
-@dataclass(frozen=True)
-class Result:
-    """One measured request. prefill_ms doubles as TTFT (non-streamed)."""
-
-    profile: str
-    request_index: int
-    task_class: TaskClass
-    prompt_tokens: int  # evaluated, i.e. not counting cache_n
-    output_tokens: int  # reasoning tokens included
-    prefill_ms: float
-    decode_ms: float
-    wall_ms: float
-    draft_n: int | None = None
-    draft_accepted: int | None = None
-    vram_bytes: int | None = None
-    concurrency: int = 1  # requests in flight when it started, itself included
-    cache_n: int = 0  # prompt tokens reused from the prompt cache
-    reasoning_tokens: int | None = None  # where the server reports reasoning apart from the answer
-    has_timings: bool = True  # the answer carried llama-server's `timings` (draft_n is only read from there)
-
-    @property
-    def decode_tok_s(self) -> float | None:
-        return 1000.0 * self.output_tokens / self.decode_ms if self.decode_ms > 0 else None
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.draft_accepted / self.draft_n if self.draft_n and self.draft_accepted is not None else None
-
-    @property
-    def prefill_no_reuse_ms(self) -> float:
-        """Estimated prefill had nothing been reused: the measured per-token rate over the whole prompt."""
-        if self.cache_n == 0 or self.prompt_tokens == 0:
-            return self.prefill_ms
-        return self.prefill_ms * (self.prompt_tokens + self.cache_n) / self.prompt_tokens
-
-    def as_sample(self) -> Sample:
-        return Sample(profile=self.profile, task_class=self.task_class,
-                      prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                      prefill_ms=self.prefill_ms, decode_ms=self.decode_ms, wall_ms=self.wall_ms,
-                      draft_n=self.draft_n, draft_accepted=self.draft_accepted, concurrency=self.concurrency)
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return summarize(values).median if values else None
-
-
-@dataclass
-class Report:
-    workload: str
-    profiles: list[str]
-    results: dict[str, list[Result]] = field(default_factory=dict)
-    stopped_early: dict[str, bool] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
-    run_id: int | None = None
-    concurrency: int = 1
-    cache_reuse: bool = False
-    rounds: int = 0
-    switches: int = 0
-    traffic: dict[str, Any] = field(default_factory=dict)  # bench_traffic: what was replayed, and how
-
-    def walls(self, profile: str, k: int | None = None) -> list[float]:
-        return [r.wall_ms for r in self.results.get(profile, [])[:k]]
-
-    def summary(self, profile: str, k: int | None = None) -> Summary:
-        return summarize(self.walls(profile, k), seed=SEED)
-
-    def common_n(self) -> int:
-        """Requests every benched profile has run: comparisons use this shared prefix."""
-        counts = [len(v) for v in self.results.values() if v]
-        return min(counts) if counts else 0
-
-    def benched(self) -> list[str]:
-        return [p for p in self.profiles if self.results.get(p)]
-
-    def samples(self) -> list[Sample]:
-        return [r.as_sample() for p in self.benched() for r in self.results[p]]
-
-    def as_json(self) -> dict[str, Any]:
-        cells: dict[str, Any] = {}
-        for name in self.benched():
-            own = self.summary(name)
-            rows = self.results[name]
-            reasoning = [float(r.reasoning_tokens) for r in rows if r.reasoning_tokens is not None]
-            vram = [r.vram_bytes for r in rows if r.vram_bytes is not None]
-            cells[name] = {
-                "n": own.n, "wall_ms": {"median": own.median, "ci95": [own.ci_lo, own.ci_hi]},
-                "high_variance": own.high_variance, "stopped_early": self.stopped_early.get(name, False),
-                "prefill_ms_median": _median([r.prefill_ms for r in rows]),
-                "prefill_ms_no_reuse_median": _median([r.prefill_no_reuse_ms for r in rows]),
-                "cache_n_median": _median([float(r.cache_n) for r in rows]),
-                "decode_tok_s_median": _median([x for r in rows if (x := r.decode_tok_s) is not None]),
-                "acceptance_median": _median([x for r in rows if (x := r.acceptance) is not None]),
-                "reasoning_tokens_median": _median(reasoning),
-                "concurrency_median": _median([float(r.concurrency) for r in rows]),
-                "vram_peak_bytes": max(vram) if vram else "n/a",
-                "requests": [asdict(r) for r in rows],
-            }
-        return {"run_id": self.run_id, "workload": self.workload, "traffic": self.traffic,
-                "profiles": self.benched(), "elapsed_s": self.elapsed_s, "concurrency": self.concurrency,
-                "cache_reuse": self.cache_reuse, "rounds": self.rounds, "switches": self.switches, "notes": self.notes,
-                "cells": cells}
 
 
 def bench_traffic(workload: Workload, settings: Settings) -> dict[str, Any]:
@@ -207,14 +126,16 @@ def request_seed(request: WorkloadRequest, base: int = SEED) -> int:
     return (base * 1_000_003 + digest) % 2**31
 
 
-def request_body(request: WorkloadRequest, settings: Settings, cache_reuse: bool = False) -> dict[str, Any]:
-    """The body as production sent it (sampling included), non-streamed, with its fixed seed."""
+def request_body(request: WorkloadRequest, settings: Settings, cache_reuse: bool = False,
+                 cycle: int = 0) -> dict[str, Any]:
+    """The body as production sent it (sampling included), non-streamed, with its fixed seed: the
+    `cycle`-th replay of a request within a bench draws with another seed (a client's own seed stays)."""
     body = dict(request.body)
     if settings.max_tokens is not None:
         body["max_tokens"] = min(int(body["max_tokens"]), settings.max_tokens)
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
-    body.update(seed=request_seed(request, settings.seed), stream=False, cache_prompt=cache_reuse)
+    body.update(seed=request_seed(request, settings.seed + cycle), stream=False, cache_prompt=cache_reuse)
     body.pop("stream_options", None)  # only valid with stream=true
     return body
 
@@ -225,143 +146,215 @@ def warmup_body(request: WorkloadRequest, settings: Settings) -> dict[str, Any]:
     return {**body, "messages": [WARMUP_NOTE, *body["messages"]], "max_tokens": 16, "cache_prompt": False}
 
 
-def _reasoning_tokens(payload: Any) -> int | None:
-    usage = payload.get("usage") or {}
-    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-    if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
-        return int(details["reasoning_tokens"])
-    choices = payload.get("choices")
-    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(
-        choices[0], dict) else None
-    thought = message.get("reasoning_content") if isinstance(message, dict) else None
-    return max(1, len(thought) // CHARS_PER_TOKEN) if isinstance(thought, str) and thought else None
+Progress = Callable[[str, int, int], None]  # profile, requests done, planned (0 done: it is starting)
 
 
-def measure(profile: str, index: int, request: WorkloadRequest, reply: Reply, vram: int | None,
-            in_flight: int = 1) -> Result:
-    """Turn one answer into a Result; every llama-server field is treated as optional."""
-    timings = reply.payload.get("timings") or {}
-    usage = reply.payload.get("usage") or {}
-    cache_n = int(timings.get("cache_n") or 0)
-    prompt_n = int(timings.get("prompt_n") or max(int(usage.get("prompt_tokens") or 0) - cache_n, 0)
-                   or request.prompt_tokens)
-    output_n = int(timings.get("predicted_n") or usage.get("completion_tokens") or 0)
-    prefill = float(timings.get("prompt_ms") or 0.0)
-    decode = float(timings.get("predicted_ms") or max(reply.wall_ms - prefill, 0.0))
-    draft_n = timings.get("draft_n")
-    accepted = timings.get("draft_n_accepted")
-    return Result(profile=profile, request_index=index, task_class=request.task_class, prompt_tokens=prompt_n,
-                  output_tokens=output_n, prefill_ms=prefill, decode_ms=decode, wall_ms=reply.wall_ms,
-                  draft_n=int(draft_n) if draft_n is not None else None,
-                  draft_accepted=int(accepted) if accepted is not None else None, vram_bytes=vram,
-                  concurrency=in_flight, cache_n=cache_n, reasoning_tokens=_reasoning_tokens(reply.payload),
-                  has_timings=isinstance(reply.payload.get("timings"), dict))
+class _Metered:
+    """The target, each reply marked with the box's CPU pressure while it ran."""
+
+    def __init__(self, inner: Target, meter: BoxLoad) -> None:
+        self.inner, self.meter = inner, meter
+        self.concurrent = inner.concurrent
+
+    def active(self) -> str | None:
+        return self.inner.active()
+
+    def activate(self, profile: str) -> None:
+        self.inner.activate(profile)
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        start = self.meter.read()
+        reply = self.inner.complete(body, in_flight)
+        return replace(reply, box_load=self.meter.span(start, self.meter.read()))
+
+    def vram_bytes(self) -> int | None:
+        return self.inner.vram_bytes()
+
+    def spec_counters(self) -> SpecCounters | None:
+        """The active server's speculative counters, for targets that can read them (a real server)."""
+        reader = getattr(self.inner, "spec_counters", None)
+        return reader() if callable(reader) else None
+
+    def count(self, report: Report, profile: str, before: SpecCounters | None) -> None:
+        """Add what the server counted over one round of `profile`'s measured requests, and name its engine."""
+        engine = getattr(self.inner, "engine", None)
+        if isinstance(engine, str):
+            report.engines[profile] = engine
+        after = self.spec_counters()
+        if before is not None and after is not None:
+            report.counters[profile] = report.counters.get(profile, SpecCounters(0, 0)) + (after - before)
 
 
-Progress = Callable[[str, int, int], None]  # profile, requests done, planned
+class _StepFailed(SpecdError):
+    """A bench step failed after its retries: `step` names it."""
+
+    def __init__(self, step: str, cause: SpecdError) -> None:
+        super().__init__(f"{step} failed: {str(cause).splitlines()[0]}")
+        self.step = step
 
 
-def _leavers(report: Report, rotation: Sequence[str], floor: int) -> list[str]:
-    """Profiles in the rotation whose CI, over the requests shared with each rival, is apart from every rival's."""
-    leaving = []
-    for profile in rotation:
-        rivals = [p for p in report.benched() if p != profile]
-        if not rivals:
-            continue
-        apart = True
-        for rival in rivals:
-            k = min(len(report.results[profile]), len(report.results[rival]))
-            if k < floor or not cis_separated(report.summary(profile, k), report.summary(rival, k)):
-                apart = False
+class _Loop:
+    """One bench: rounds of blocks (a profile replaying the round's requests), rule-driven (see the module doc)."""
+
+    def __init__(self, target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
+                 progress: Progress | None, rule: Rule, meter: BoxLoad) -> None:
+        self.target, self.workload, self.settings, self.progress, self.rule = target, workload, settings, progress, rule
+        self.meter = meter
+        self.metered = _Metered(target, meter)
+        traffic = bench_traffic(workload, settings)
+        self.concurrency, cache_reuse = int(traffic["concurrency"]), bool(traffic["cache_reuse"])
+        self.arrivals = settings.concurrency is None and workload.has_arrivals
+        self.cheap = bool(getattr(target, "cheap_switches", False))
+        self.report = Report(workload=workload.name, profiles=list(profiles), concurrency=self.concurrency,
+                             cache_reuse=cache_reuse, traffic=traffic, box_load_seen=meter.available)
+        self.current: str | None = None
+        self.warmed: set[str] = set()
+        self.slowest_switch_s = 0.0  # kept in reserve twice: the caller's way back (or on to a winner) must fit
+        self.slowest_block_s = 0.0
+
+    @property
+    def deadline(self) -> float | None:
+        """The deadline for starting requests: the budget's end less the time to switch back and on."""
+        if self.settings.deadline is None:
+            return None
+        return self.settings.deadline - 2.0 * self.slowest_switch_s
+
+    def spent(self, ahead_s: float = 0.0) -> bool:
+        return self.deadline is not None and time.monotonic() + ahead_s > self.deadline
+
+    def body_of(self, item: Item) -> dict[str, Any]:
+        return request_body(item.request, self.settings, self.report.cache_reuse, item.cycle)
+
+    def _switch_to(self, profile: str) -> None:
+        if profile == self.current:
+            return
+        self.current = None
+        if self.progress is not None:
+            self.progress(profile, len(self.report.results.get(profile, [])), self.rule.cap)
+        started = time.monotonic()
+        self.target.activate(profile)
+        self.slowest_switch_s = max(self.slowest_switch_s, time.monotonic() - started)
+        self.current = profile
+        self.report.switches += 1
+        if self.cheap and profile in self.warmed:
+            return
+        for index in range(self.settings.warmup):
+            request = self.workload.requests[index % len(self.workload.requests)]
+            self.target.complete(warmup_body(request, self.settings))
+        self.warmed.add(profile)
+
+    def block(self, profile: str, items: Sequence[Item], number: int) -> list[Done]:
+        """One profile's run of a round, each step tried again (after a quieter moment) when it fails."""
+        attempt = 0
+        while True:
+            step = f"switch to {profile}" if profile != self.current else f"round {number + 1}"
+            try:
+                self._switch_to(profile)
+                step = f"round {number + 1} ({len(items)} requests)"
+                started = time.monotonic()
+                before = self.metered.spec_counters()
+                done = replay_round(self.metered, items, self.body_of, self.settings.concurrency,
+                                    arrivals=self.arrivals, deadline=self.deadline)
+                self.metered.count(self.report, profile, before)
+                self.slowest_block_s = max(self.slowest_block_s, time.monotonic() - started)
+                return done
+            except Interrupted:
+                raise
+            except SpecdError as exc:
+                attempt += 1
+                if isinstance(exc, BadInput) or attempt > self.settings.retries or self.spent():
+                    raise _StepFailed(step, exc) from exc
+                left = (self.deadline - time.monotonic()) if self.deadline is not None else None
+                waited = self.meter.wait_quiet(min(self.settings.quiet_wait_s, left if left is not None else 1e9))
+                self.current = None  # switch in again: a server stopped from outside comes back healthy first
+                self.report.notes.append(f"{profile}: {step} failed ({str(exc).splitlines()[0]}); tried again "
+                                         f"after {waited:.0f} s waiting for a quieter box")
+
+    def round(self, number: int, items: Sequence[Item], first_position: int, rotation: list[str]) -> bool:
+        """Every profile in the rotation replays the round (ABBA order); True when the budget cut it short."""
+        report, cut = self.report, False
+        for profile in rotation if number % 2 == 0 else list(reversed(rotation)):
+            if self.spent(self.slowest_block_s):  # a block that cannot finish in time is not started
+                return True
+            try:
+                done = self.block(profile, items, number)
+            except _StepFailed as exc:
+                report.results.pop(profile, None)
+                report.failed[profile] = str(exc)
+                report.notes.append(f"{profile}: not benched: {exc}")
+                rotation.remove(profile)
+                continue
+            cut = cut or len(done) < len(items)
+            rows = report.results.setdefault(profile, [])
+            vram = self.target.vram_bytes()
+            rows.extend(measure(profile, d.item.index, d.item.request, d.reply, vram, d.in_flight,
+                                first_position + items.index(d.item), number) for d in done)
+            if self.progress is not None:
+                self.progress(profile, len(rows), self.rule.cap)
+        return cut
+
+    def run(self) -> Report:
+        report, settings = self.report, self.settings
+        started = time.monotonic()
+        rounds = plan_rounds(self.workload, self.rule.cap, settings.round_size(self.concurrency, self.cheap))
+        rotation = list(report.profiles)
+        first = 0
+        for number, items in enumerate(rounds):
+            if not rotation:
                 break
-        if apart:
-            leaving.append(profile)
-    return leaving
+            if self.spent():
+                report.stop_reason = f"the time budget was spent before round {number + 1}"
+                break
+            cut = self.round(number, items, first, rotation)
+            first += len(items)
+            report.rounds = number + 1
+            if cut or (self.spent() and number + 1 < len(rounds)):
+                report.stop_reason = f"the time budget was spent in round {number + 1} of {len(rounds)}"
+                report.notes.append(report.stop_reason)
+                break
+            leaving, stop = self.rule.after_round(report, rotation, number + 1 == len(rounds))
+            for profile in leaving:
+                report.stopped_early[profile] = True
+                rotation.remove(profile)
+            if stop is not None:
+                report.stop_reason = stop
+                break
+        if not report.stop_reason:
+            report.stop_reason = f"the planned {self.rule.cap} requests per profile were run"
+        for profile in report.profiles:
+            if profile not in report.results and profile not in report.failed:
+                report.notes.append(f"{profile}: not benched, the time budget was spent")
+        report.elapsed_s = time.monotonic() - started
+        return report
 
 
-def _results(profile: str, done: Sequence[Done], target: Target) -> list[Result]:
-    vram = target.vram_bytes()
-    return [measure(profile, d.item.index, d.item.request, d.reply, vram, d.in_flight) for d in done]
-
-
-def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,  # noqa: C901 - predates the complexity gate
-                   progress: Progress | None = None) -> Report:
-    """Bench without restoring, profiles interleaved round by round; the caller decides where the box ends up."""
+def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
+                   progress: Progress | None = None, rule: Rule | None = None,
+                   meter: BoxLoad | None = None) -> Report:
+    """Bench without restoring, profiles interleaved round by round; the caller decides where the box ends up.
+    `rule` (default: specd bench's SeparationRule) says who leaves and when to stop."""
     if not profiles:
         raise UsageError("nothing to bench: no profiles given")
     if len(set(profiles)) != len(profiles):
         raise UsageError(f"a profile is listed twice: {', '.join(profiles)}")
-    started = time.monotonic()
-    traffic = bench_traffic(workload, settings)
-    concurrency, cache_reuse = int(traffic["concurrency"]), bool(traffic["cache_reuse"])
-    arrivals = settings.concurrency is None and workload.has_arrivals
-    report = Report(workload=workload.name, profiles=list(profiles), concurrency=concurrency,
-                    cache_reuse=cache_reuse, traffic=traffic)
-    rounds = plan_rounds(workload, settings.n, settings.round_size(concurrency))
-    rotation = list(profiles)
-    current: str | None = None
-
-    def body_of(request: WorkloadRequest) -> dict[str, Any]:
-        return request_body(request, settings, cache_reuse)
-
-    def spent() -> bool:
-        return settings.deadline is not None and time.monotonic() > settings.deadline
-
-    cut = False  # a round the deadline ended before all its requests ran
-
-    for number, items in enumerate(rounds):
-        if not rotation or spent():
-            break
-        for profile in rotation if number % 2 == 0 else list(reversed(rotation)):
-            if spent():
-                break
-            try:
-                if profile != current:
-                    current = None
-                    target.activate(profile)
-                    current = profile
-                    report.switches += 1
-                    for index in range(settings.warmup):
-                        target.complete(warmup_body(workload.requests[index % len(workload.requests)], settings))
-                done = replay_round(target, items, body_of, settings.concurrency, arrivals=arrivals,
-                                    deadline=settings.deadline)
-                cut = cut or len(done) < len(items)
-            except Interrupted:
-                raise
-            except SpecdError as exc:
-                report.results.pop(profile, None)
-                report.notes.append(f"{profile}: not benched: {str(exc).splitlines()[0]}")
-                rotation.remove(profile)
-                continue
-            rows = report.results.setdefault(profile, [])
-            rows.extend(_results(profile, done, target))
-            if progress is not None:
-                progress(profile, len(rows), settings.n)
-        report.rounds = number + 1
-        if spent() and (cut or number + 1 < len(rounds)):
-            report.notes.append(f"time budget spent in round {number + 1} of {len(rounds)}")
-            break
-        if settings.early_stop and number + 1 < len(rounds):
-            for profile in _leavers(report, rotation, settings.floor):
-                report.stopped_early[profile] = True
-                rotation.remove(profile)
-    for profile in profiles:
-        if profile not in report.results and not any(n.startswith(f"{profile}:") for n in report.notes):
-            report.notes.append(f"{profile}: not benched, the time budget was spent")
-    report.elapsed_s = time.monotonic() - started
-    return report
+    chosen = rule or SeparationRule(settings.n, settings.floor, settings.early_stop)
+    return _Loop(target, profiles, workload, settings, progress, chosen, meter or BoxLoad()).run()
 
 
 @contextmanager
 def restoring(target: Target, keep: Callable[[], str | None] = lambda: None) -> Iterator[str | None]:
-    """Yield the active profile; on the way out (also on Ctrl-C or failure) put back keep() or it."""
+    """Yield the active profile; on the way out (also on Ctrl-C or failure) put back keep() or it
+    (a target that `Settles` ends its own way: specd.tune.targets)."""
     original = target.active()
     try:
         yield original
     finally:
         wanted = keep() or original
-        if wanted is not None and target.active() != wanted:
-            target.activate(wanted)
+        if wanted is not None:
+            if isinstance(target, Settles):
+                target.settle(wanted)
+            elif target.active() != wanted:
+                target.activate(wanted)
 
 
 def run_bench(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,

@@ -33,6 +33,7 @@ class Item:
     index: int
     request: WorkloadRequest
     after: int | None = None
+    cycle: int = 0  # how many times the plan went through the workload before this one (a fresh seed each)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,9 @@ def plan_rounds(workload: Workload, n: int, per_round: int) -> list[list[Item]]:
     groups = conversations(workload)
     rounds: list[list[Item]] = [[]]
     total = 0
+    cycle = -1
     while total < n:
+        cycle += 1
         for group in groups:
             if total >= n:
                 break
@@ -76,7 +79,7 @@ def plan_rounds(workload: Workload, n: int, per_round: int) -> list[list[Item]]:
                 rounds.append([])
             previous: int | None = None
             for index in group[: n - total]:
-                rounds[-1].append(Item(index, workload.requests[index], previous))
+                rounds[-1].append(Item(index, workload.requests[index], previous, cycle))
                 previous = len(rounds[-1]) - 1
                 total += 1
     return rounds
@@ -120,7 +123,7 @@ def _levels(items: Sequence[Item], concurrency: int | None, arrivals: bool) -> l
     return [MAX_OPEN_LOOP_WORKERS if arrivals else max(1, i.request.concurrency) for i in items]
 
 
-def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[WorkloadRequest], dict[str, Any]],
+def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[Item], dict[str, Any]],
                  concurrency: int | None = None, *, arrivals: bool = False,
                  deadline: float | None = None) -> list[Done]:
     """Send one round; results come back in the round's order. The first error propagates once the
@@ -139,7 +142,7 @@ def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[Workl
         for position, item in enumerate(items):
             if deadline is not None and time.monotonic() > deadline:
                 break
-            reply = target.complete(_live_history(body_of(item.request), answers), in_flight=levels[position])
+            reply = target.complete(_live_history(body_of(item), answers), in_flight=levels[position])
             _remember(items, position, reply, answers)
             done.append(Done(item, reply, levels[position]))
         return done
@@ -155,7 +158,7 @@ def _remember(items: Sequence[Item], position: int, reply: Reply, answers: dict[
 class _Dispatcher:
     """One round against a concurrent target: the calling thread starts requests, a pool sends them."""
 
-    def __init__(self, target: Target, items: Sequence[Item], body_of: Callable[[WorkloadRequest], dict[str, Any]],
+    def __init__(self, target: Target, items: Sequence[Item], body_of: Callable[[Item], dict[str, Any]],
                  levels: Sequence[int], arrivals: bool, deadline: float | None) -> None:
         self.target, self.items, self.body_of, self.levels = target, items, body_of, levels
         self.deadline = deadline
@@ -191,7 +194,7 @@ class _Dispatcher:
                     continue
                 waiting.remove(head)
                 self.running += 1
-                body = _live_history(self.body_of(self.items[head].request), self.answers)
+                body = _live_history(self.body_of(self.items[head]), self.answers)
                 pool.submit(self._send, head, body, self.running)
             while self.running:
                 self.cond.wait()

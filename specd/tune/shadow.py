@@ -17,9 +17,11 @@ contaminated, and `clean_only` drops them when every profile keeps enough clean 
 contaminated samples are never compared without saying so.
 
 Activation is lazy: `activate` only names the profile, the first request starts it. So the
-bench's closing "put the original back" costs nothing here (the live server never left).
-Outside a shadow bench the free slot is stopped: `close` stops it and puts its unit file back,
-and any mutating specd command stops a stray one (a killed bench) before it acts.
+bench's closing "put the original back" costs nothing here (the live server never left). Each
+candidate is a transaction of the deploy layer's shadow plan (specd.deploy.candidate): outside a
+shadow bench the free slot is stopped, `close` stops it and puts its unit file back, and any
+mutating specd command undoes the candidate of a killed bench from its intent record before it
+acts. `make_winner_live` then switches the live server to the bench's winner.
 """
 
 from __future__ import annotations
@@ -33,19 +35,22 @@ from typing import Any, Self
 
 import httpx
 
+from specd.deploy.candidate import Candidate, start_candidate
 from specd.deploy.capacity import CapacityCheck, capacity_check
 from specd.deploy.companions import companion_commands
 from specd.deploy.health import wait_healthy
 from specd.deploy.load import requests_in_progress
-from specd.deploy.plan import HealthGate, PreflightRunner
+from specd.deploy.plan import HealthGate, PreflightRunner, Target
 from specd.deploy.preflight import port_holders, run_preflight
 from specd.deploy.seams import Seams
 from specd.deploy.slots import Slot, other, port_beside, port_of, slot, with_port
-from specd.deploy.unitfiles import atomic_write, read_text
+from specd.deploy.switch import Switcher
+from specd.deploy.unitfiles import read_text
 from specd.errors import HealthError, PreflightError, UsageError
 from specd.gpu import nvml as gpu
 from specd.tune.bench import Report, Result
 from specd.tune.targets import REQUEST_TIMEOUT_S, Reply
+from specd.tune.tuner import TuneResult
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
@@ -130,8 +135,7 @@ class ShadowTarget:
         self._running: str | None = None
         self._start_lock = threading.Lock()
         self._url, self._alias, self._main_pid = "", "", 0
-        self._free: Slot | None = None
-        self._free_before: str | None = None
+        self._candidate: Candidate | None = None
         self._http = seams.http(REQUEST_TIMEOUT_S)
         self._probe = seams.http(2.0)
         live = self._live()
@@ -181,7 +185,7 @@ class ShadowTarget:
                 raise HealthError(f"shadow request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
             if live == 0 or attempt > self.retries:
                 self.marks.append(LoadMark(profile, wall_ms, live, round(waited, 3), attempt))
-                return Reply(answer.json(), wall_ms)
+                return Reply(answer.json(), wall_ms, live_load=live)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def vram_bytes(self) -> int | None:
@@ -189,6 +193,16 @@ class ShadowTarget:
         return used.used_bytes if isinstance(used, gpu.ProcessVram) else None
 
     # -- the free slot -----------------------------------------------------------------------
+
+    def check(self, profile: str) -> None:
+        """Refuse (PreflightError) a profile the free slot cannot hold beside the live server; starts nothing."""
+        serving, live_text = self._live()
+        pre = self._preflight(self.seams.deployment, profile,
+                              current_main_pid=self.seams.systemd.unit_state(serving.unit).main_pid)
+        fit = self._capacity(pre, parse_unit(live_text, str(serving.unit_path)))
+        if not fit.fits:
+            raise PreflightError(f"shadow bench: {profile} does not fit beside the live server: {fit.reason}",
+                                 hint="bench without --shadow (it switches the live server)")
 
     def _ensure_started(self) -> str:
         with self._start_lock:
@@ -205,6 +219,7 @@ class ShadowTarget:
         seams, systemd = self.seams, self.seams.systemd
         with seams.lock(f"shadow bench: start {profile} in the free slot"):
             serving, live_text = self._live()
+            self._stop_candidate()  # the previous one
             free = slot(seams.deployment, other(serving.name))
             pre = self._preflight(seams.deployment, profile,
                                   current_main_pid=systemd.unit_state(serving.unit).main_pid)
@@ -214,42 +229,46 @@ class ShadowTarget:
             if not fit.fits:
                 raise PreflightError(f"shadow bench: {profile} does not fit beside the live server: {fit.reason}",
                                      hint="bench without --shadow (it switches the live server)")
-            if self._free is None:
-                self._free, self._free_before = free, read_text(free.unit_path)
-            systemd.stop(free.unit)  # the previous candidate
+            if systemd.unit_state(free.unit).running:
+                systemd.stop(free.unit)  # a stray server holding the port (a killed bench's, before recovery)
             holders = port_holders(port)
             if holders:
                 raise PreflightError(f"shadow bench: port {port} is in use "
                                      f"(pid {', '.join(map(str, sorted(holders)))})",
                                      hint="set [proxy] spare_port to a free port")
-            for secret, content in pre.secrets:
-                atomic_write(secret, content.encode("utf-8"), mode=0o600)
-            atomic_write(free.unit_path, text.encode("utf-8"))
-            systemd.reset_failed(free.unit)
-            systemd.reload()
-            systemd.restart(free.unit)
-        command = parse_unit(text, str(free.unit_path))
-        self._gate(command.base_url, command.alias, timeout_s=pre.profile.health_timeout_s,
-                   stability_s=min(pre.profile.stability_s, 1.0), unit_state=lambda: systemd.unit_state(free.unit),
-                   api_key=pre.profile.api_key)
+            command = parse_unit(text, str(free.unit_path))
+            target = Target(text, profile, pre.profile.alias, command.base_url, pre.profile.health_timeout_s,
+                            min(pre.profile.stability_s, 1.0), pre.profile.api_key, pre.secrets)
+            self._candidate = start_candidate(seams, target, gate=self._gate)
         self._url, self._alias = command.base_url, pre.profile.alias or ""
-        self._main_pid = systemd.unit_state(free.unit).main_pid
+        self._main_pid = self._candidate.main_pid
+
+    def _stop_candidate(self) -> None:
+        if self._candidate is not None:
+            self._candidate.stop()
+            self._candidate = None
 
     def close(self) -> None:
         """Stop the candidate, put the free slot's unit file back as it was, stop sampling."""
         self.load.stop()
         self._http.close()
         self._probe.close()
-        if self._free is None:
+        if self._candidate is None:
             return
         with self.seams.lock("shadow bench: stop the free slot"):
-            self.seams.systemd.stop(self._free.unit)
-            if self._free_before is None:
-                self._free.unit_path.unlink(missing_ok=True)
-            else:
-                atomic_write(self._free.unit_path, self._free_before.encode("utf-8"))
-            self.seams.systemd.reload()
-        self._free = None
+            self._stop_candidate()
+
+
+def make_winner_live(result: TuneResult, target: ShadowTarget) -> TuneResult:
+    """After a shadow bench the live server never left: switch it to the winner now (health-gated,
+    as any switch) when the decision says so, and note how clean each profile's samples were."""
+    decision = replace(result.decision, notes=(*result.decision.notes, *load_notes(result.report, target.marks)))
+    switcher = Switcher(target.seams, trigger="tuner")
+    if decision.switch and decision.best:
+        switcher.switch(decision.best)
+    result.decision = decision
+    result.final_profile = switcher.active_profile()
+    return result
 
 
 # ---- reading the marks ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import tomlkit
 from tomlkit.items import Table
 
 from specd.deploy.seams import SeamsFactory
+from specd.durable import atomic_write
 from specd.errors import SpecdError, UsageError
 from specd.profiles.axes import SWEEPABLE, Axis, Value
 from specd.profiles.config import Config, Deployment
@@ -166,7 +167,8 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
             return best  # the base (or another profile) won: nothing to write
         name = winner_name(deployment.profiles_dir, variant)
         path = deployment.profiles_dir / f"{name}.toml"
-        path.write_text(variant_text(base_text, variant, f"{base} with {variant.describe()} (specd tune --sweep)"))
+        text = variant_text(base_text, variant, f"{base} with {variant.describe()} (specd tune --sweep)")
+        atomic_write(path, text.encode("utf-8"))  # 0600 when the base profile holds a key
         written.append(path)
         sweep_facts["verification_carried"] = carry_verification(deployment, variant.name, name)
         sweep_facts["written"] = str(path)  # read by the history record, which is made after the switch
@@ -176,7 +178,7 @@ def sweep_deployment(config: Config, deployment: Deployment, axes: Sequence[Axis
     try:
         for variant in variants:
             text = variant_text(base_text, variant, f"sweep of {base}: {variant.describe()} (temporary)")
-            (deployment.profiles_dir / f"{variant.name}.toml").write_text(text)
+            atomic_write(deployment.profiles_dir / f"{variant.name}.toml", text.encode("utf-8"))
         extra = {**(tune_options.pop("extra", None) or {}), "sweep": sweep_facts}
         tuned = tune_deployment(config, deployment, seams=seams, candidates=[base, *by_name], target=target,
                                 dry_run=dry_run, on_winner=write_winner, extra=extra, **tune_options)

@@ -6,6 +6,12 @@ replay). `ModelTarget` answers from the emulator's performance model in-process 
 clock): it is told how many requests are in flight and models the batching penalty and a
 one-slot prompt cache, so concurrency and cache reuse can be reasoned about without a server.
 `Interruptible` wraps a target for the nightly run, which must stop when clients come back.
+
+A bench's switches are steps, not choices: `DeploymentTarget` records them with trigger "bench"
+(rollback's walk and the time-of-day schedule pass over those), and ends where its caller decided
+through `settle`: back on the original by a rollback to the generation it started on (so the
+history's active entry is that generation's content), or on a winner by a switch with the caller's
+own trigger ("tuner").
 """
 
 from __future__ import annotations
@@ -15,9 +21,9 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -25,6 +31,8 @@ from specd.deploy.history import Trigger
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.switch import Switcher
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
+from specd.engines.facts import facts_of
+from specd.engines.metrics import SpecCounters, read_counters
 from specd.errors import HealthError, Interrupted, SpecdError, UsageError
 from specd.gpu import nvml as gpu
 from specd.profiles.config import Deployment
@@ -39,6 +47,8 @@ REQUEST_TIMEOUT_S = 600.0
 class Reply:
     payload: Mapping[str, Any]
     wall_ms: float
+    box_load: float | None = None  # the box's CPU pressure while it ran (specd.tune.noise), when measured
+    live_load: int | None = None  # the most requests the live server had in progress meanwhile (shadow bench)
 
 
 class Target(Protocol):
@@ -53,11 +63,19 @@ class Target(Protocol):
     def vram_bytes(self) -> int | None: ...
 
 
+@runtime_checkable
+class Settles(Protocol):
+    """A target that ends a bench its own way (see the module docstring); others just `activate`."""
+
+    def settle(self, profile: str) -> None: ...
+
+
 class DeploymentTarget:
     """The real thing: health-gated switches of the unit, HTTP to its llama-server.
 
     Each activation uses fresh seams (and D-Bus connection): a bench outlives connections. `seams` is
     the composition root's factory (specd.context.seams_for), whose restarts drain the daemon's proxy.
+    `trigger` is what `settle` records a winner with; every bench step is recorded as "bench".
     """
 
     concurrent = True
@@ -71,24 +89,61 @@ class DeploymentTarget:
         self._url = ""
         self._alias = ""
         self._main_pid = 0
+        self._origin: tuple[str | None, int | None] | None = None  # (profile, its healthy generation) at the start
+        self.moved = False  # a bench step changed the unit
+        self.steps: Trigger = "verify" if trigger == "verify" else "bench"  # what each step is recorded as
+        self.engine = "llama-server"  # the active profile's (specd.engines.facts)
 
     def active(self) -> str | None:
         seams = self._seams(self.deployment)
         try:
-            return Switcher(seams, trigger=self.trigger).active_profile()
+            switcher = Switcher(seams, trigger=self.trigger)
+            profile = switcher.active_profile()
+            if self._origin is None:
+                generation = switcher.history.active(self.deployment.unit)
+                healthy = generation is not None and generation.outcome == "ok" and generation.profile == profile
+                self._origin = (profile, generation.id if healthy and generation is not None else None)
+            return profile
         finally:
             seams.close()
 
     def activate(self, profile: str) -> None:
+        """A bench step: switch (health-gated), recorded with trigger "bench" (a verify run's: "verify")."""
+        if self._origin is None:
+            self.active()
+        self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.steps)
+
+    def settle(self, profile: str) -> None:
+        """End on `profile`: the original by a rollback to its generation, a winner by a switch with
+        `trigger` (after going back first when a bench step left it running: that generation chose nothing)."""
+        origin, generation = self._origin or (None, None)
+        on = self.active()
+        if not self.moved or (profile == origin and on == origin):  # back where it began: nothing to restart
+            if on != profile:
+                self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.trigger)
+            return
+        if profile != origin and on == profile and origin is not None:
+            self.settle(origin)
+        if profile == origin and generation is not None:
+            self._move(lambda switcher: switcher.rollback(to=generation, strategy="auto").unchanged, profile,
+                       self.steps)
+        elif profile == origin:
+            self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.steps)
+        else:
+            self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.trigger)
+
+    def _move(self, step: Callable[[Switcher], bool], profile: str, trigger: Trigger) -> None:
         seams = self._seams(self.deployment)
         try:
-            switcher = Switcher(seams, trigger=self.trigger)
-            switcher.switch(profile)
+            switcher = Switcher(seams, trigger=trigger)
+            unchanged = step(switcher)
+            self.moved = self.moved or not unchanged
             loaded = load_profile(self.deployment.profiles_dir, profile)
             serving = switcher.serving()  # a blue-green switch may have moved the server to the spare port
             installed = switcher.installed_text()
             self._url = parse_unit(installed, str(serving.unit_path)).base_url if installed else loaded.base_url
             self._alias = loaded.alias or ""
+            self.engine = loaded.engine
             self._main_pid = switcher.systemd.unit_state(serving.unit).main_pid
         finally:
             seams.close()
@@ -103,6 +158,19 @@ class DeploymentTarget:
         if answer.status_code != 200:
             raise HealthError(f"request to {self._url} answered {answer.status_code}: {answer.text[:200]}")
         return Reply(answer.json(), wall_ms)
+
+    def spec_counters(self) -> SpecCounters | None:
+        """The active server's draft counters on /metrics; for vLLM (it registers them only with a
+        speculator) a page without them is zero drafted."""
+        facts = facts_of(self.engine)
+        counters = read_counters(self.http, self._url, facts) if self._url else None
+        if counters is None and self.engine == "vllm" and self._url:
+            try:
+                answered = self.http.get(f"{self._url}/metrics").status_code == 200
+            except httpx.HTTPError:
+                answered = False
+            return SpecCounters(0, 0) if answered else None
+        return counters
 
     def vram_bytes(self) -> int | None:
         used = gpu.process_vram(self._main_pid) if self._main_pid else None
@@ -122,6 +190,7 @@ class ModelTarget:
     """
 
     concurrent = False
+    cheap_switches = True  # nothing restarts: a round of one request per profile costs nothing extra
 
     def __init__(self, model: EmulatorModel, modes: Mapping[str, str], *, seed: int = 0,
                  active: str | None = None, draft_n_max: Mapping[str, int] | None = None) -> None:
@@ -197,6 +266,17 @@ class Interruptible:
             raise self._refuse()
         self.inner.activate(profile)
 
+    def settle(self, profile: str) -> None:
+        """As `activate`, through the inner target's own ending when it has one."""
+        if self.stop.is_set() and profile != self.live:
+            if self.live is not None:
+                self.settle(self.live)
+            raise self._refuse()
+        if isinstance(self.inner, Settles):
+            self.inner.settle(profile)
+        elif self.inner.active() != profile:
+            self.inner.activate(profile)
+
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
         if self.stop.is_set():
             raise self._refuse()
@@ -206,6 +286,14 @@ class Interruptible:
             if self.stop.is_set():
                 raise self._refuse() from exc
             raise
+
+    @property
+    def engine(self) -> str | None:
+        return getattr(self.inner, "engine", None)
+
+    def spec_counters(self) -> SpecCounters | None:
+        reader = getattr(self.inner, "spec_counters", None)
+        return reader() if callable(reader) else None
 
     def vram_bytes(self) -> int | None:
         return self.inner.vram_bytes()

@@ -1,12 +1,13 @@
-"""The tuner: bench the candidate profiles on a workload, pick the best wall clock, maybe switch.
+"""The tuner: bench the candidate profiles on a workload against the active one, maybe switch.
 
-`decide` is pure: medians and CIs in, a `Decision` out. It switches only when the winner beats
-the active profile by `margin` with 95% CIs that do not overlap (so two identical profiles never
-trigger a switch), never when the deployment is pinned, and always judges wall clock, never
-decode rate alone. `tune` runs a bench through a `Target` and leaves the box on the winner or on
-the original profile; `tune_deployment` resolves a deployment's candidates, workload and verify gate
-and records the decision in history with its numbers and the traffic it was measured on (the
-nightly job around it is specd.tune.night).
+`tune` benches through a `Target` with the paired sequential rule (specd.tune.sequential: each
+candidate against the incumbent on the same requests, sampled until decided, the cap or the time
+budget), decides (specd.tune.decision: switch only when a candidate's whole interval clears the
+margin; tied, not enough evidence, or kept otherwise; never when pinned), says what the box's
+noise did (specd.tune.paired.noise_notes), and leaves the box on the winner or on the original
+profile. `tune_deployment` resolves a deployment's candidates, workload and verify gate and
+records the decision in history with its numbers and the traffic it was measured on (the nightly
+job around it is specd.tune.night).
 """
 
 from __future__ import annotations
@@ -29,95 +30,20 @@ from specd.profiles.load import list_profiles
 from specd.tune import activity
 from specd.tune.bench import DeploymentTarget, Progress, Report, Settings, Target, bench_profiles, restoring
 from specd.tune.benchstore import save_report
+from specd.tune.decision import Decision, Estimate, decide
+from specd.tune.paired import Comparison, comparisons, noise_notes
 from specd.tune.perfmodel import MixItem, crossover_output_tokens, expected_wall_ms, fit_all
 from specd.tune.pins import pin_in_force
 from specd.tune.recent import captured_bodies, resolve_workload
-from specd.tune.stats import Summary, cis_separated
+from specd.tune.sequential import PairedRule
+from specd.tune.stats import Summary
 from specd.tune.targets import Interruptible
 from specd.tune.verify import Guard, fingerprint, needs_verification, tuner_guard
 from specd.tune.workloads import Period, Workload, period_note
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    profile: str
-    n: int
-    median_ms: float
-    ci_lo_ms: float
-    ci_hi_ms: float
-    high_variance: bool
-    model_wall_ms: float | None = None  # the fitted model's expected wall clock over the workload mix
-
-
-@dataclass(frozen=True)
-class Decision:
-    best: str | None
-    active: str | None
-    switch: bool
-    reason: str
-    margin: float
-    estimates: tuple[Estimate, ...] = ()
-    pinned: str | None = None
-    dry_run: bool = False
-    crossovers: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    bench_s: float = 0.0
-    workload: str = ""
-    traffic: Mapping[str, Any] = field(default_factory=dict)  # specd.tune.bench.bench_traffic
-    left_out: Mapping[str, str] = field(default_factory=dict)  # candidate -> why it has no estimate
-
-    def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["estimates"] = {e.profile: {k: v for k, v in asdict(e).items() if k != "profile"}
-                             for e in self.estimates}
-        return data
-
-
-def _pct(better: float, worse: float) -> float:
-    return 100.0 * (worse - better) / worse if worse > 0 else 0.0
-
-
-def decide(summaries: Mapping[str, Summary], active: str | None, *, margin: float = 0.05,
-           pinned: str | None = None, dry_run: bool = False) -> Decision:
-    """Rank by median wall clock; switch only past the margin with separated CIs, never when pinned."""
-    if not summaries:
-        return Decision(None, active, False, f"kept {active or 'nothing'}: no profile could be benched", margin,
-                        pinned=pinned, dry_run=dry_run)
-    ranked = sorted(summaries.items(), key=lambda item: (item[1].median, item[0]))
-    estimates = tuple(Estimate(name, s.n, s.median, s.ci_lo, s.ci_hi, s.high_variance) for name, s in ranked)
-    best, top = ranked[0]
-    would = "would switch" if dry_run else "switched"
-    noisy = [name for name, s in ranked if s.high_variance]
-    tail = f" (high variance: {', '.join(noisy)})" if noisy else ""
-
-    def result(switch: bool, reason: str) -> Decision:
-        return Decision(best, active, switch and not dry_run, reason + tail, margin, estimates, pinned, dry_run)
-
-    if active is None or active not in summaries:
-        why = "no profile was active" if active is None else f"the active {active} could not be benched"
-        if pinned is not None:
-            return result(False, f"kept {active or 'nothing'}: pinned to {pinned}; {best} is fastest")
-        return result(True, f"{would} to {best}: fastest ({top.median:.0f} ms median); {why}")
-    current = summaries[active]
-    if best == active:
-        if len(ranked) == 1:
-            return result(False, f"kept {active}: the only profile benched")
-        runner, second = ranked[1]
-        return result(False, f"kept {active}: fastest; {runner} is "
-                             f"{100.0 * (second.median / current.median - 1.0):.0f}% "
-                             f"slower ({current.median:.0f} vs {second.median:.0f} ms median)")
-    gain = _pct(top.median, current.median)
-    if pinned is not None:
-        return result(False, f"kept {active}: pinned to {pinned} ({best} {gain:.0f}% faster)")
-    if gain < 100.0 * margin:
-        return result(False, f"kept {active}: {best} {gain:.0f}% faster, below the {margin:.0%} margin")
-    if not cis_separated(top, current):
-        return result(False, f"kept {active}: {best} {gain:.0f}% faster but the 95% CIs overlap "
-                             f"({top.ci_lo:.0f}-{top.ci_hi:.0f} vs {current.ci_lo:.0f}-{current.ci_hi:.0f} ms)")
-    return result(True, f"{would} to {best}: {gain:.0f}% faster than {active} "
-                        f"({top.median:.0f} vs {current.median:.0f} ms median, CIs separated)")
+__all__ = ["Decision", "Estimate", "TuneResult", "candidate_profiles", "decide", "parse_record", "record", "tune",
+           "tune_deployment"]
 
 
 def model_insights(report: Report, best: str | None) -> tuple[dict[str, float], tuple[str, ...]]:
@@ -150,15 +76,17 @@ class TuneResult:
     activities: dict[str, activity.Activity] = field(default_factory=dict)  # speculation seen working, per profile
 
 
-def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard: Guard | None, *,
-                     margin: float, pinned: str | None, dry_run: bool) -> tuple[Decision, list[str]]:
+def guarded_decision(summaries: Mapping[str, Summary], found: Mapping[str, Comparison], active: str | None,
+                     guard: Guard | None, *, margin: float, pinned: str | None, dry_run: bool,
+                     failed: Mapping[str, str], level: float | None) -> tuple[Decision, list[str]]:
     """decide, then refuse any winner the guard (the fidelity gate) rejects and decide among the rest."""
-    remaining = dict(summaries)
+    remaining, rivals = dict(summaries), dict(found)
     refused: list[str] = []
     while True:
-        decision = decide(remaining, active, margin=margin, pinned=pinned, dry_run=dry_run)
+        decision = decide(remaining, rivals, active, margin=margin, pinned=pinned, dry_run=dry_run, failed=failed,
+                          level=level)
         best = decision.best
-        would_switch = decide(remaining, active, margin=margin, pinned=pinned).switch
+        would_switch = decision.outcome == "switch"
         if guard is None or best is None or best == active or not would_switch:
             return decision, refused
         reason = guard(best)
@@ -166,6 +94,7 @@ def guarded_decision(summaries: Mapping[str, Summary], active: str | None, guard
             return decision, refused
         refused.append(f"not switching to {best}: {reason}")
         del remaining[best]
+        rivals.pop(best, None)
 
 
 def left_out_of(order: Sequence[str], summaries: Mapping[str, Summary],
@@ -200,9 +129,9 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
     chosen: list[str | None] = [None]
     with restoring(target, keep=lambda: chosen[0]) as original:
         order = list(dict.fromkeys([*([original] if original else []), *candidates]))
-        report = bench_profiles(target, order, workload, settings, progress)
-        common = report.common_n()
-        summaries = {name: report.summary(name, common) for name in report.benched()} if common else {}
+        rule = PairedRule(original or order[0], settings.n, settings.floor, settings.cap, margin)
+        report = bench_profiles(target, order, workload, settings, progress, rule=rule)
+        rows = {name: report.results[name] for name in report.benched()}
         if speculative is not None:
             activities = activity.judge_report(report, speculative)
             report.notes.extend(activity.notes(activities.values()))
@@ -210,10 +139,17 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
                 if seen.excluded:
                     report.notes.append(activity.excluded_note(seen, original))
                     if name != original:
-                        summaries.pop(name, None)
-        decision, refused = guarded_decision(summaries, original, guard, margin=margin, pinned=pinned,
-                                             dry_run=dry_run)
+                        rows.pop(name, None)
+        summaries = {name: report.summary(name) for name in rows}
+        reference = original if original in rows else next(iter(rows), None)
+        found = comparisons(rows, reference, rule.level, margin) if reference is not None else {}
+        decision, refused = guarded_decision(summaries, found, original, guard, margin=margin, pinned=pinned,
+                                             dry_run=dry_run, failed=report.failed, level=rule.level)
         report.notes.extend(refused)
+        if reference is not None and found:
+            deciding = decision.best if decision.best in found else min(found, key=lambda p: found[p].interval.ratio)
+            report.notes.extend(noise_notes(rows, reference, found, deciding, rule.level, margin,
+                                            seen=report.box_load_seen))
         if report.concurrency > 1:
             report.notes.append(f"replayed at concurrency {report.concurrency} (-np as each profile sets it)")
         by_period = report.traffic.get("concurrency_by_period") or {}
@@ -225,7 +161,9 @@ def tune(target: Target, candidates: Sequence[str], workload: Workload, settings
         decision = Decision(**{**asdict(decision), "estimates": estimates, "crossovers": crossovers,
                                "notes": tuple(report.notes), "bench_s": report.elapsed_s,
                                "workload": workload.name, "traffic": report.traffic,
-                               "left_out": left_out_of(order, summaries, activities, report.notes)})
+                               "left_out": left_out_of(order, summaries, activities, report.notes),
+                               "samples": {p: len(report.results.get(p, [])) for p in order},
+                               "stopped": report.stop_reason})
         if decision.switch and decision.best is not None:
             chosen[0] = on_winner(decision.best) if on_winner is not None else decision.best
     return TuneResult(decision, report, final_profile=target.active(), activities=activities)
@@ -246,13 +184,22 @@ def candidate_profiles(config: Config, deployment: Deployment, explicit: Sequenc
     return listing
 
 
+def _finite(value: float | None) -> float | None:
+    return None if value is None or value == float("inf") else round(value, 4)
+
+
 def record(deployment: Deployment, decision: Decision, trigger: Trigger, extra: Mapping[str, Any] | None = None) -> str:
     """One history event per decision: the sentence, then the numbers (and the traffic they were
     measured on) as JSON."""
     numbers = {"best": decision.best, "active": decision.active, "switched": decision.switch, "margin": decision.margin,
-               "bench_s": round(decision.bench_s, 1), "workload": decision.workload, "trigger": trigger,
+               "outcome": decision.outcome, "bench_s": round(decision.bench_s, 1), "workload": decision.workload,
+               "trigger": trigger,
                "estimates": {e.profile: [round(e.median_ms, 1), round(e.ci_lo_ms, 1), round(e.ci_hi_ms, 1), e.n]
                              for e in decision.estimates},
+               "paired": {e.profile: [round(e.ratio, 4), round(e.ratio_lo or 0.0, 4), _finite(e.ratio_hi),
+                                      e.pairs, e.verdict, e.measure]
+                          for e in decision.estimates if e.ratio is not None},
+               "level": decision.level, "samples": dict(decision.samples), "stopped": decision.stopped,
                "notes": list(decision.notes), **(extra or {}), "traffic": dict(decision.traffic)}
     detail = f"{decision.reason} | {json.dumps(numbers, separators=(',', ':'))}"
     history = History(paths.db_path())
@@ -286,7 +233,8 @@ def _watched(guard: Guard, outcomes: dict[str, str]) -> Guard:
 
 def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFactory,
                     workload: str | Workload | None = None,
-                    n: int | None = None, margin: float | None = None, dry_run: bool = False,
+                    n: int | None = None, max_n: int | None = None, margin: float | None = None,
+                    dry_run: bool = False,
                     candidates: Sequence[str] = (), budget_s: float | None = None, deadline: float | None = None,
                     trigger: Trigger = "tuner", max_tokens: int | None = None, progress: Progress | None = None,
                     concurrency: int | None = None, cache_reuse: bool | None = None,
@@ -306,7 +254,7 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
     if deadline is None and budget_s is not None:
         deadline = time.monotonic() + budget_s
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
-                        cache_reuse=cache_reuse, temperature=temperature)
+                        cache_reuse=cache_reuse, temperature=temperature, max_n=max_n)
     pin = pin_in_force(deployment.unit, time.time())
     own: DeploymentTarget | None = None
     if target is None:

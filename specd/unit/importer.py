@@ -14,6 +14,7 @@ from typing import Any
 import tomlkit
 
 from specd.durable import atomic_write
+from specd.engines.facts import is_vllm_serve
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Scope
 from specd.profiles.flags import SPEC_TYPE_SPELLINGS, BinaryFlags, binary_flags, conventional_variable
@@ -23,6 +24,7 @@ from specd.profiles.schema import Table, validate
 from specd.unit.locate import drop_in_files
 from specd.unit.parse import ParsedUnit, read_unit
 from specd.unit.syntax import UnitContext, read_unit_text, resolve_name_specifiers
+from specd.unit.vllm_import import import_vllm_command
 from specd.unit.wrappers import is_llama_server, unwrap
 
 _BOOLEAN = {flag: key for flag, key in BY_FLAG.items() if key.kind is bool}
@@ -314,6 +316,9 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
     result = ImportResult({"description": description, "binary": argv[0]})
     for note in notes:
         result.row("unit", note)
+    if is_vllm_serve(argv):  # a vLLM unit becomes an engine = "vllm" profile (specd.unit.vllm_import)
+        import_vllm_command(argv, environment, description, result, where=where)
+        return result
     flags = _unit_binary_flags(argv[0])
     speculative: dict[str, Any] = {}
     rest = _map_flags(argv[1:], result, speculative, flags)

@@ -10,6 +10,7 @@ import glob
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
+from specd.engines.facts import command_facts
 from specd.errors import UsageError
 from specd.unit.syntax import (
     SPECIFIER_MEANINGS,
@@ -44,7 +45,11 @@ class UnitCommand:
     @property
     def alias(self) -> str | None:
         """The name clients ask for: --alias (the first of several), else what llama-server reports
-        itself (the model file's name, the Hub repo); None in router mode (it serves many)."""
+        itself (the model file's name, the Hub repo); None in router mode (it serves many). A `vllm
+        serve` command's is its --served-model-name, else its model as given (vLLM's default)."""
+        vllm = command_facts(self.argv)
+        if vllm is not None:
+            return vllm.served_name
         value = self.option("--alias", "-a")
         if value:
             return value.split(",")[0]
@@ -56,7 +61,8 @@ class UnitCommand:
     @property
     def api_key(self) -> str | None:
         """The key clients must send: --api-key (the first of several), --api-key-file, LLAMA_ARG_API_KEY."""
-        value = self.option("--api-key") or self.environment.get("LLAMA_ARG_API_KEY")
+        value = (self.option("--api-key") or self.environment.get("LLAMA_ARG_API_KEY")
+                 or self.environment.get("VLLM_API_KEY"))
         if value:
             return value.split(",")[0]
         key_file = self.option("--api-key-file") or self.environment.get("LLAMA_ARG_API_KEY_FILE")
@@ -71,7 +77,8 @@ class UnitCommand:
     @property
     def base_url(self) -> str:
         host = self.option("--host") or "127.0.0.1"
-        port = self.option("--port") or "8080"
+        vllm = command_facts(self.argv)
+        port = self.option("--port") or str(vllm.port if vllm is not None else 8080)
         return f"http://{host}:{port}"
 
 

@@ -151,6 +151,7 @@ def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str)
         "@PROFILE@": profile.name,
         "@PROFILE_FILE@": str(profile.path),
         "@ALIAS@": _escape_specifiers(profile.alias or "router"),
+        "@ENGINE@": profile.engine,
         "@ENVIRONMENT@": environment,
         "@EXEC_START@": exec_start_line(argv),
         "@WANTED_BY@": "default.target" if scope == "user" else "multi-user.target",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from specd.engines.facts import is_vllm_serve
 from specd.errors import UsageError
 from specd.profiles.load import profile_path
 from specd.unit.importer import ImportResult, profile_from_command, write_profile
@@ -43,6 +44,14 @@ def _profile(model: SwapModel, where: str) -> ImportResult:
         raise UsageError(f"no cmd: a remote endpoint behind llama-swap ({model.proxy}); specd runs a local "
                          "llama-server")
     unwrapped = unwrap(list(model.argv), dict(model.environment), where)
+    if is_vllm_serve(unwrapped.argv):  # a `vllm serve` cmd: becomes a vLLM profile, llama-swap's names its alias
+        vllm = profile_from_command(unwrapped.argv, {**dict(model.environment), **unwrapped.environment},
+                                    model.description or f"llama-swap model {model.name}", where=where,
+                                    notes=unwrapped.notes)
+        names = [*str(vllm.data["alias"]).split(","), model.name, *model.aliases]
+        vllm.data["alias"] = ",".join(dict.fromkeys(names))
+        vllm.row(f"models: {model.name}", f"alias = {vllm.data['alias']!r} (what clients asked llama-swap for)")
+        return vllm
     if not is_llama_server(unwrapped.argv[0]):
         raise UsageError(f"{unwrapped.argv[0]} is not llama-server (its cmd: {' '.join(model.argv)[:80]}); "
                          "import the llama-server command that script runs")

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from specd.engines.facts import is_vllm_serve
 from specd.errors import UsageError
 from specd.profiles.keys import BY_FLAG
 from specd.unit.shell import script_command
@@ -94,6 +95,8 @@ def unwrap(argv: list[str], environment: dict[str, str], where: str, *,
 def _server_command(argv: list[str], env: dict[str, str], notes: list[str], where: str) -> Unwrapped:
     """What is left after env and shells: a container (refused), a launcher around llama-server, or it."""
     program = PurePath(argv[0]).name
+    if is_vllm_serve(argv):  # vLLM's own command line, a launcher in front kept (specd.unit.vllm_import)
+        return Unwrapped(argv, env, tuple(notes))
     if program in CONTAINERS:
         raise UsageError(f"{where}: it runs llama-server in a container ({program} "
                          f"{argv[1] if len(argv) > 1 else ''}): specd manages a native llama-server process and "

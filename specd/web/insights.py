@@ -138,6 +138,9 @@ def _estimate(deployment: Deployment, name: str, free: int | None, held_by_unit:
     entry: dict[str, Any] = {"unit": deployment.unit, "profile": name, "needed_bytes": None, "fits": None}
     try:
         profile = load_profile(deployment.profiles_dir, name)
+        if profile.engine == "vllm":
+            entry["note"] = "vLLM sizes its own memory (gpu_memory_utilization); no GGUF to estimate from"
+            return entry
         if profile.model is None or profile.launcher:
             entry["note"] = "no local model file to read"
             return entry

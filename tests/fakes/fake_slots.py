@@ -80,11 +80,14 @@ class FakeGate:
 
     failures: list[BaseException] = field(default_factory=list)
     gated: list[str] = field(default_factory=list)
+    asked: list[dict[str, Any]] = field(default_factory=list)  # every call's alias and keywords, with its URL
     before: Callable[[], None] = lambda: None  # runs as each gate begins (what the test wants to see then)
 
-    def __call__(self, base_url: str, alias: str, *, unit_state: Callable[[], UnitState], **_: Any) -> HealthResult:
+    def __call__(self, base_url: str, alias: str, *, unit_state: Callable[[], UnitState],
+                 **options: Any) -> HealthResult:
         self.before()
         self.gated.append(base_url)
+        self.asked.append({"base_url": base_url, "alias": alias, "unit": unit_state().name, **options})
         if self.failures:
             raise self.failures.pop(0)
         if not unit_state().running:

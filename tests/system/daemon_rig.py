@@ -94,12 +94,13 @@ def shipped_restart_policy() -> str:
 
 
 def write_config(box: Box, proxy_port: int, *, grace_s: float, daemon_extra: str = "",
-                 tuner: str = "enabled = false\n", extra: str = "", capture: bool = False, proxy: str = "") -> None:
+                 tuner: str = "enabled = false\n", extra: str = "", capture: bool = False, proxy: str = "",
+                 hold_s: float = 120) -> None:
     """`daemon_extra` adds lines to [daemon], `proxy` to [proxy], `tuner` replaces [tuner]'s body, `extra`
     appends tables."""
     box.config_path.write_text(
         f'unit = "{box.unit}"\nscope = "user"\nprofiles_dir = "{box.profiles_dir}"\nlock_timeout_s = 30\n\n'
-        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = 120\n'
+        f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\nhold_timeout_s = {hold_s}\n'
         f'capture_bodies = {str(capture).lower()}\n{proxy}\n'
         f"[daemon]\nhealth_interval_s = 1\nfailures_before_restart = 2\nrollback_grace_s = {grace_s}\n"
         f"{daemon_extra}\n[tuner]\n{tuner}\n{extra}"
@@ -112,10 +113,10 @@ def start_daemon(box: Box) -> Iterator[Callable[..., RunningDaemon]]:
 
     def start(*, grace_s: float = 0.0, daemon_extra: str = "", tuner: str = "enabled = false\n",
               extra: str = "", restart_as_shipped: bool = False, capture: bool = False,
-              proxy: str = "") -> RunningDaemon:
+              proxy: str = "", hold_s: float = 120) -> RunningDaemon:
         proxy_port = free_port()
         write_config(box, proxy_port, grace_s=grace_s, daemon_extra=daemon_extra, tuner=tuner, extra=extra,
-                     capture=capture, proxy=proxy)
+                     capture=capture, proxy=proxy, hold_s=hold_s)
         name = f"specd-daemon-{os.getpid()}-{next(_numbers)}.service"
         log_path = box.root / "daemon.log"
         environment = " ".join(

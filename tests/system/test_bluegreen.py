@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
+from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.slots import port_of
 from specd.setup.sandbox import free_port
 from specd.unit.render import profile_of_unit
@@ -101,7 +101,7 @@ def test_kill_during_a_blue_green_switch_recovers(box: Box, step: str) -> None:
 # (moved back), stopped the old one (started again). A kill after `gate` leaves the old server
 # running; a kill after `stop-old` leaves it stopped, so recovery has to bring it back first.
 REVERTS = {"revert-start-old": "stop-old", "revert-gate-old": "stop-old", "revert-flip": "flip",
-           "revert-stop-new": "gate", "revert-slot-file": "gate"}
+           "revert-stop-new": "gate", "revert-write": "gate", "revert-reload": "gate"}
 assert set(REVERTS) == set(BLUE_GREEN_REVERT_STEPS)
 
 

@@ -80,7 +80,7 @@ def test_replay_runs_conversations_side_by_side_turns_in_order_with_live_answers
     chat = multi_turn(conversations=4, turns=3)
     target = Recording()
     items = plan_rounds(chat, 12, 12)[0]
-    done = replay_round(target, items, lambda r: dict(r.body), concurrency=4)
+    done = replay_round(target, items, lambda i: dict(i.request.body), concurrency=4)
     assert [d.item.index for d in done] == list(range(12)) and target.peak == 4
     assert max(d.in_flight for d in done) == 4
     for conversation in range(4):
@@ -89,7 +89,7 @@ def test_replay_runs_conversations_side_by_side_turns_in_order_with_live_answers
         third = turns[2]["messages"]
         assert third[2]["content"] == f"live answer to {third[1]['content']}"  # not the recorded placeholder
     serial = Recording()
-    replay_round(serial, items, lambda r: dict(r.body), concurrency=1)
+    replay_round(serial, items, lambda i: dict(i.request.body), concurrency=1)
     assert serial.peak == 1
 
 
@@ -101,8 +101,9 @@ def test_a_failed_request_in_a_concurrent_round_is_the_error_reported() -> None:
             return super().complete(body, in_flight)
 
     target = Failing()
-    report = run_bench(target, ["x"], multi_turn(conversations=4, turns=3), Settings(n=12, concurrency=4))
-    assert report.benched() == [] and report.notes == ["x: not benched: the server answered 500"]
+    report = run_bench(target, ["x"], multi_turn(conversations=4, turns=3), Settings(n=12, concurrency=4, retries=0))
+    assert report.benched() == [] and report.notes == [("x: not benched: round 1 (6 requests) failed: the server "
+                                                       "answered 500")]
 
 
 # --- workloads and traffic shape ---------------------------------------------------------------------

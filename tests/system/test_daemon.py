@@ -32,9 +32,10 @@ class Load:
     """Clients firing requests through the proxy without pause, streaming and not; `body(stream, n)` makes
     each client's n-th request (default: one short code ask)."""
 
-    def __init__(self, url: str, clients: int = 3,
+    def __init__(self, url: str, clients: int = 3, timeout_s: float = 180,
                  body: Callable[[bool, int], dict[str, Any]] = lambda stream, n: chat(stream)) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.body = body
         self.sent = 0
         self.failures: list[str] = []
@@ -43,7 +44,7 @@ class Load:
         self._threads = [threading.Thread(target=self._run, args=(i % 2 == 0,)) for i in range(clients)]
 
     def _run(self, stream: bool) -> None:
-        with httpx.Client(timeout=180) as client:
+        with httpx.Client(timeout=self.timeout_s) as client:
             n = 0
             while not self._stop.is_set():
                 n += 1
@@ -90,8 +91,9 @@ def test_switching_twice_and_rolling_back_under_load_fails_no_request(box: Box, 
             box.specd(*step, check=True)
             before = load.sent
             daemon.wait_for(f"requests after {step}", lambda before=before: load.sent >= before + 2)
-    hint = ("\n(streams cut by a restart mean the switch did not drain the proxy first: Switcher must restart "
-            "through specd.daemon.control.DrainingSystemd)" if any("dropped" in f for f in load.failures) else "")
+    hint = ("\n(streams cut by a restart mean the switch did not drain the proxy first: the restart step must run "
+            "inside Seams.proxy.drained, specd.daemon.control.DaemonProxyLink)"
+            if any("dropped" in f for f in load.failures) else "")
     assert load.failures == [], f"{len(load.failures)} of {load.sent} failed:\n" + "\n".join(load.failures[:10]) + hint
     assert profile_of_unit(box.unit_path.read_text()) == "ngram-simple"
     # every request the clients sent is in the traffic table (the writer batches, so allow it a moment)

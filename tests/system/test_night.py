@@ -54,8 +54,9 @@ def utc(stamp: str) -> float:
 
 
 def bench_generations(box: Box, since: float) -> list[dict[str, Any]]:
-    """The switches the nightly run made (trigger "tuner"), oldest first."""
-    return sorted((g for g in generations(box.unit) if g["trigger"] == "tuner" and utc(g["created_at"]) >= since),
+    """The switches the nightly run made (its bench's steps, trigger "bench", and a winner's, "tuner"), oldest first."""
+    return sorted((g for g in generations(box.unit)
+                   if g["trigger"] in ("bench", "tuner") and utc(g["created_at"]) >= since),
                   key=lambda g: int(g["id"]))
 
 

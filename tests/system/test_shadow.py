@@ -89,6 +89,26 @@ def test_a_shadow_bench_runs_beside_the_live_server_which_keeps_answering(box: B
     assert [g["profile"] for g in json.loads(box.specd("history", "--json", check=True).stdout)] == ["autoregressive"]
 
 
+def test_a_shadow_bench_killed_with_its_candidate_running_is_undone_by_specd_recover(box: Box) -> None:
+    box.edit_profile("base", threads=1)
+    box.config_path.write_text(box.config_path.read_text() + f'\n[proxy]\nlisten = "127.0.0.1:{free_port()}"\n'
+                               f"spare_port = {free_port()}\n")
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid, live_text = main_pid(box, box.unit), box.unit_path.read_text()
+    killed = box.specd("bench", "--shadow", "ngram-simple", "--workload", "code", "--n", "1", "--max-tokens", "8",
+                       env={"SPECD_FAULT": "gate"}, timeout=600)  # the candidate passed its gate, then kill -9
+    assert killed.returncode == -9, killed.stderr
+    assert main_pid(box, box.green_unit) != "0"  # the candidate still runs: nothing stopped it
+    record = box.state.candidate_intent(box.unit)
+    assert json.loads(record.read_text())["done"] == ["write", "reload", "start", "gate"]
+    said = " ".join(box.specd("recover", check=True).stdout.split())  # rich wraps at 80 columns
+    assert "shadow bench was interrupted" in said and box.green_unit in said
+    assert main_pid(box, box.green_unit) == "0" and not (box.manager.unit_dir / box.green_unit).exists()
+    assert not record.exists()
+    assert main_pid(box, box.unit) == live_pid and box.unit_path.read_text() == live_text  # the live server: untouched
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["healthy"]
+
+
 def test_a_shadow_bench_that_does_not_fit_is_refused_and_changes_nothing(box: Box) -> None:
     import os
 
@@ -127,3 +147,41 @@ def test_tune_shadow_benches_beside_the_live_server_then_switches_once_if_it_dec
         assert decision["final_profile"] == "autoregressive" and len(history) == 1
         assert main_pid(box, box.unit) == live_pid
     assert main_pid(box, box.green_unit) == "0"  # no daemon here: the final switch restarted in place
+
+
+@pytest.mark.timeout(1200)
+def test_a_dry_run_benches_in_the_free_slot_and_leaves_the_server_and_the_history_alone(box: Box) -> None:
+    """issue 37, item 9: `tune --dry-run` changed the live server and filled the history with bench switches."""
+    box.edit_profile("base", threads=1)
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    live_pid = main_pid(box, box.unit)
+    before = json.loads(box.specd("history", "--json", check=True).stdout)
+    result = box.specd("tune", "--dry-run", "--no-verify", "-p", "ngram-simple", "--workload", "code", "--n", "2",
+                       "--max-n", "2", "--max-tokens", "8", timeout=900)
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert said.startswith("dry run: benched in the free slot beside the live server"), said
+    assert "tune: benching on the free slot; progress follows" in said  # piped: plain lines, from the start
+    assert "autoregressive: switching in and warming up" in said and "requests measured" in said
+    assert json.loads(box.specd("history", "--json", check=True).stdout) == before
+    assert main_pid(box, box.unit) == live_pid and main_pid(box, box.green_unit) == "0"
+
+
+@pytest.mark.timeout(1200)
+def test_a_dry_run_that_must_switch_says_so_first_and_rollback_passes_over_its_steps(box: Box) -> None:
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    box.edit_profile("base", threads=cores)  # two servers cannot share the cores: no free slot for the bench
+    box.specd("switch", "ngram-simple", "--strategy", "restart", check=True)
+    box.specd("switch", "autoregressive", "--strategy", "restart", check=True)
+    result = box.specd("tune", "--dry-run", "--no-verify", "-p", "ngram-simple", "--workload", "code", "--n", "2",
+                       "--max-n", "2", "--max-tokens", "8", timeout=900)
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert said.startswith("dry run: the free slot cannot hold the bench (") and "SWITCHES the live server" in said
+    history = json.loads(box.specd("history", "--json", check=True).stdout)
+    assert history[0]["profile"] == "autoregressive" and history[0]["trigger"] == "bench"  # put back by the bench
+    assert all(g["trigger"] == "bench" for g in history[:-2])  # the owner's two switches are the oldest
+    box.specd("rollback", check=True)
+    assert json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"] == "ngram-simple"

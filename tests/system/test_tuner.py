@@ -1,4 +1,5 @@
-"""The tuner: the pure decision, the seeds' decisions on the emulator, pins, dry runs and the nightly job."""
+"""The tuner: the seeds' decisions on the emulator, sequential sampling, pins, dry runs (the pure decision is
+tests/unit/test_paired_decision.py)."""
 
 from __future__ import annotations
 
@@ -8,59 +9,12 @@ from pathlib import Path
 import pytest
 
 from specd.tune.bench import ModelTarget, Settings
-from specd.tune.stats import summarize
-from specd.tune.tuner import decide, tune
+from specd.tune.tuner import tune
 from specd.tune.workloads import save_workload
 from tests.conftest import Box
 from tests.system.test_bench import CODE_ASK, CREATIVE_ASK, SEEDS, emulated_profiles, shaped
 
 MODES = {"plain": "none", "mtp": "mtp", "dflash": "dflash"}
-
-
-# --- decide: pure ------------------------------------------------------------------------------------
-
-
-def test_switches_when_faster_past_the_margin_with_separated_cis() -> None:
-    decision = decide({"plain": summarize([100, 101, 99, 100, 102]), "mtp": summarize([80, 81, 79, 80, 82])},
-                      "plain")
-    assert decision.best == "mtp" and decision.switch
-    assert decision.reason.startswith("switched to mtp: 20% faster than plain")
-
-
-def test_keeps_below_the_margin() -> None:
-    decision = decide({"mtp": summarize([100, 100, 100, 100]), "plain": summarize([97, 97, 97, 97])}, "mtp")
-    assert decision.best == "plain" and not decision.switch
-    assert decision.reason == "kept mtp: plain 3% faster, below the 5% margin"
-
-
-def test_keeps_when_cis_overlap_even_past_the_margin() -> None:
-    decision = decide({"a": summarize([100, 60, 140, 100, 100]), "b": summarize([90, 50, 130, 90, 90])}, "a")
-    assert decision.best == "b" and not decision.switch
-    assert "CIs overlap" in decision.reason
-
-
-def test_pinned_and_dry_run_never_switch() -> None:
-    cells = {"plain": summarize([100.0] * 5), "mtp": summarize([50.0] * 5)}
-    assert not decide(cells, "plain", pinned="plain").switch
-    assert "pinned" in decide(cells, "plain", pinned="plain").reason
-    dry = decide(cells, "plain", dry_run=True)
-    assert dry.best == "mtp" and not dry.switch and dry.reason.startswith("would switch to mtp")
-
-
-def test_keeps_the_active_profile_when_it_is_fastest() -> None:
-    decision = decide({"plain": summarize([50.0] * 5), "mtp": summarize([100.0] * 5)}, "plain")
-    assert decision.best == "plain" and not decision.switch
-    assert decision.reason.startswith("kept plain: fastest; mtp is 100% slower")
-
-
-def test_switches_to_the_best_when_nothing_was_active() -> None:
-    decision = decide({"plain": summarize([50.0] * 5), "mtp": summarize([100.0] * 5)}, None)
-    assert decision.best == "plain" and decision.switch
-
-
-def test_nothing_benched_keeps() -> None:
-    decision = decide({}, "plain")
-    assert decision.best is None and not decision.switch
 
 
 # --- tune over the seeds' performance model, in-process (no server) ---------------------------------
@@ -92,6 +46,17 @@ def test_identical_profiles_never_switch_on_noise() -> None:
         assert target.active() == "a"
 
 
+def test_a_decided_candidate_leaves_at_the_first_look_and_an_undecided_one_is_sampled_on() -> None:
+    target = ModelTarget(SEEDS, MODES, seed=1, active="plain")
+    result = tune(target, list(MODES), shaped(CODE_ASK, 8192, 1000), Settings(n=10))
+    decision = result.decision
+    assert decision.switch and decision.best == "mtp" and decision.outcome == "switch"
+    assert decision.samples["mtp"] == 5 and decision.samples["dflash"] > 5  # mtp was clear at the floor
+    assert decision.samples["plain"] == decision.samples["dflash"]  # the incumbent runs while anyone does
+    assert decision.stopped.startswith("every candidate was decided at look")
+    assert result.report.left["mtp"].startswith("decided (faster) at look 1 of 5")
+
+
 def test_mixed_lengths_give_a_crossover_sentence() -> None:
     target = ModelTarget(SEEDS, MODES, seed=2, active="plain")
     mixed = shaped(CODE_ASK, 43000, 200, count=3)
@@ -106,7 +71,7 @@ def test_mixed_lengths_give_a_crossover_sentence() -> None:
 
 
 def _tune(box: Box, workload: Path, *extra: str) -> dict[str, object]:
-    result = box.specd("tune", "--workload", str(workload), "--n", "6", "--json", *extra, check=True)
+    result = box.specd("tune", "--workload", str(workload), "--n", "6", "--json", *extra, check=True, timeout=900)
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
@@ -114,6 +79,7 @@ def _active(box: Box) -> str:
     return str(json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"])
 
 
+@pytest.mark.timeout(1200)  # sequential sampling may take up to 4 x n requests per profile
 def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box, tmp_path: Path) -> None:
     emulated_profiles(box, ("plain", "mtp"))
     box.specd("switch", "plain", check=True)
@@ -144,6 +110,7 @@ def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box,
     assert events[0]["detail"].startswith("switched to plain")
 
 
+@pytest.mark.timeout(1200)  # sequential sampling may take up to 4 x n requests per profile
 def test_tune_cli_output_length_crossover(box: Box, tmp_path: Path) -> None:
     emulated_profiles(box, ("plain", "mtp", "dflash"), time_scale=0.005)
     box.specd("switch", "plain", check=True)

@@ -11,6 +11,7 @@ history says which slot serves and how each switch replaced the server.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,9 +19,9 @@ import httpx
 import pytest
 
 from specd.deploy import intent as intents
-from specd.deploy.bluegreen import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.capacity import Capacity
 from specd.deploy.history import History, Trigger
+from specd.deploy.plans import BLUE_GREEN_REVERT_STEPS, BLUE_GREEN_STEPS
 from specd.deploy.preflight import Preflight
 from specd.deploy.priority import Lowered
 from specd.deploy.seams import Seams
@@ -52,6 +53,8 @@ class FakeProxyLink:
     deployment: Deployment
     serves: bool = True
     followed: list[str] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)  # the unit each retarget named
+    drains: list[str] = field(default_factory=list)
     before: Callable[[], None] = lambda: None  # runs as each retarget begins
 
     def serving(self, unit: str) -> bool:
@@ -59,8 +62,13 @@ class FakeProxyLink:
 
     def retarget(self, unit: str) -> bool | None:
         self.before()
+        self.told.append(unit)
         self.followed.append(read_pointer(self.state, self.deployment))
         return True
+
+    def drained(self, unit: str) -> AbstractContextManager[object]:
+        self.drains.append(unit)
+        return nullcontext()
 
 
 @dataclass
@@ -182,7 +190,8 @@ class World:
         assert self.systemd.running() == [slot(self.deployment, self.pointer()).unit]  # type: ignore[arg-type]
 
 
-def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True) -> World:
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True,
+               first: str | None = "old") -> World:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     profiles = tmp_path / "profiles"
@@ -195,7 +204,8 @@ def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool =
     deployment = Deployment(UNIT, "user", profiles, proxy=ProxyConfig(listen_port=8080) if proxy else None)
     world = World(deployment, FakeSlotsSystemd(), FakeGate(), History(state.db), state,
                   FakeProxyLink(state, deployment), FakeOldServerLoad())
-    world.switcher().switch("old", "restart")
+    if first is not None:
+        world.switcher().switch(first, "restart")
     world.systemd.calls.clear()
     world.gate.gated.clear()
     return world
@@ -301,8 +311,9 @@ def test_auto_without_a_proxy_section_restarts(tmp_path: Path, monkeypatch: pyte
 def test_a_forced_blue_green_that_cannot_be_done_changes_nothing(world: World, setup: Callable[[World], None]) -> None:
     setup(world)
     before = (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT)))
-    with pytest.raises(PreflightError, match="--strategy blue-green: .*nothing was changed"):
+    with pytest.raises(PreflightError, match="--strategy blue-green: .*nothing was changed") as refused:
         world.switcher().switch("new", "blue-green")
+    assert "--strategy restart" in (refused.value.hint or "")
     assert (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT))) == before
     assert world.systemd.calls == [] and not world.green.exists()
 
@@ -313,7 +324,7 @@ def test_a_new_server_that_fails_its_gate_never_receives_a_request(world: World)
     with pytest.raises(SwitchFailed) as raised:
         world.switcher().switch("new")
     assert "kept serving in the blue slot" in str(raised.value) and raised.value.revert_outcome == "reverted"
-    assert world.proxy.followed == ["blue"]  # told to stay on the old server; never sent to the new one
+    assert world.proxy.followed == []  # the pointer never moved: the proxy was never told of the new server
     assert world.pointer() == "blue" and world.serving_pid() == old_pid
     world.assert_one_server_named_by_the_pointer()
     assert not world.green.exists() and world.intent() is None
@@ -381,7 +392,7 @@ def test_a_revert_after_the_old_server_stopped_brings_it_back_before_stopping_th
     calls = world.systemd.calls
     assert calls.index(("restart", UNIT)) < calls.index(("stop", GREEN))  # no gap: old up before new down
     assert "serves again in the blue slot" in str(raised.value)
-    assert world.proxy.followed == ["green", "blue"]
+    assert world.proxy.followed == ["green", "blue"] and world.proxy.told == [UNIT, UNIT]
 
 
 def test_boot_start_moves_with_the_service(world: World) -> None:

@@ -13,9 +13,10 @@ SPECD = Path(__file__).resolve().parents[2] / "specd"
 
 # Lowest first. Modules of the base layer may use each other; every other layer only those below.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "paths", "clock", "durable", "store"}),
+    frozenset({"errors", "paths", "clock", "durable", "secrets", "store"}),
     frozenset({"profiles"}),
     frozenset({"gpu"}),
+    frozenset({"engines"}),  # what differs between llama-server and vLLM
     frozenset({"unit"}),
     frozenset({"deploy"}),
     frozenset({"traffic"}),

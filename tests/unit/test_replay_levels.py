@@ -54,7 +54,7 @@ def test_a_burst_replays_as_a_burst_and_a_lone_request_alone() -> None:
     levels = [1, 1, 4, 4, 4, 4, 4, 4, 1, 2, 2]
     workload = traffic(levels)
     target = Recording()
-    done = replay_round(target, plan_rounds(workload, len(levels), len(levels))[0], lambda r: dict(r.body))
+    done = replay_round(target, plan_rounds(workload, len(levels), len(levels))[0], lambda i: dict(i.request.body))
     seen = dict(target.started)
     for index, level in enumerate(levels):
         assert seen[f"r{index}"] <= level, (index, target.started)
@@ -68,7 +68,7 @@ def test_a_burst_replays_as_a_burst_and_a_lone_request_alone() -> None:
 def test_a_fixed_concurrency_overrides_the_recorded_levels() -> None:
     target = Recording()
     items = plan_rounds(traffic([1] * 8), 8, 8)[0]
-    done = replay_round(target, items, lambda r: dict(r.body), concurrency=4)
+    done = replay_round(target, items, lambda i: dict(i.request.body), concurrency=4)
     assert max(d.in_flight for d in done) == 4
 
 
@@ -91,4 +91,4 @@ def test_no_request_starts_after_the_deadline() -> None:
                                                                     deadline=time.monotonic() + 0.3))
     ran = len(report.results["x"])
     assert 2 <= ran < 20 and len(target.started) == ran + 1  # and the warm-up
-    assert report.notes == ["time budget spent in round 1 of 1"]
+    assert report.notes == ["the time budget was spent in round 1 of 1"]

@@ -1,5 +1,5 @@
-"""Learning the routing table from bench results: per class, a paired decision that moves a route only on
-clear evidence; each profile's slowdown under load."""
+"""Learning the routing table from bench results: per class, the tuner's paired decision moves a route only
+on clear evidence; each profile's slowdown under load."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ SIZES = [64, 128, 256, 512, 1024, 96, 384, 768]  # output tokens: the spread a m
 
 def results(profile: str, task_class: TaskClass, ms_per_token: float, *, level: int = 1, wobble: float = 0.02,
             first: int = 0) -> list[Result]:
+    """One bench's rows for a profile: request `first + i` at plan position `first + i`, four rounds."""
     rows = []
     for i, tokens in enumerate(SIZES):
         wall = tokens * ms_per_token * (1.0 + wobble * ((i * 7) % 5 - 2) / 2)
         rows.append(Result(profile=profile, request_index=first + i, task_class=task_class, prompt_tokens=50,
                            output_tokens=tokens, prefill_ms=20.0, decode_ms=wall - 20.0, wall_ms=wall,
-                           concurrency=level))
+                           concurrency=level, position=first + i + (1000 if level > 1 else 0), round=i % 4))
     return rows
 
 
@@ -70,8 +71,8 @@ def test_a_class_with_too_few_requests_keeps_its_route_and_says_so() -> None:
     assert "fewer than 3" in found.skipped["creative"]
 
 
-def test_pairs_are_the_same_request_and_the_same_replay_of_it() -> None:
-    twice = results("mtp", "code", 20.0) + results("mtp", "code", 30.0)
-    once_each = results("plain", "code", 40.0) + results("plain", "code", 60.0)
-    ratio = paired(twice, once_each)
-    assert ratio is not None and ratio.n == 16 and ratio.value == pytest.approx(0.5, rel=0.03)
+def test_pairs_are_the_same_plan_position_on_both_profiles() -> None:
+    found = paired(results("mtp", "code", 20.0), results("plain", "code", 40.0))
+    assert found is not None and found.interval.pairs == 8 and found.verdict == "faster"
+    assert found.interval.ratio == pytest.approx(0.5, rel=0.03)
+    assert paired(results("mtp", "code", 20.0), results("plain", "code", 40.0, first=500)) is None  # none shared

@@ -217,7 +217,7 @@ def test_an_exception_at_any_step_after_the_intent_reverts(world: World, step: s
                          ids=lambda e: type(e).__name__)
 def test_a_switch_interrupted_before_its_restart_began_reverts_without_restarting(world: World,
                                                                                   error: BaseException) -> None:
-    # Ctrl-C while DrainingSystemd.restart waits for in-flight streams: systemd never got the restart.
+    # Ctrl-C while the restart step waits in the proxy's drain for in-flight streams: no restart reached systemd.
     old_pid = world.systemd.main_pid
     world.systemd.fail["restart"] = error
     with pytest.raises(SwitchFailed) as raised:
@@ -236,7 +236,7 @@ def test_a_failed_backup_restarts_nothing(world: World, monkeypatch: pytest.Monk
             raise OSError(errno.EACCES, "Permission denied")
         real_write(path, data, **kwargs)
 
-    monkeypatch.setattr("specd.deploy.switch.atomic_write", failing_backup)
+    monkeypatch.setattr("specd.deploy.unitfiles.atomic_write", failing_backup)
     pid = world.systemd.main_pid
     with pytest.raises(SwitchFailed, match="nothing was changed"):
         world.switcher().switch("new")
@@ -284,11 +284,11 @@ def test_a_kill_while_writing_a_backup_leaves_no_temp_file_after_recovery(world:
             raise SimulatedKill()
         real_write(path, data, **kwargs)
 
-    monkeypatch.setattr("specd.deploy.switch.atomic_write", killed_mid_backup)
+    monkeypatch.setattr("specd.deploy.unitfiles.atomic_write", killed_mid_backup)
     with pytest.raises(SimulatedKill):
         world.switcher().switch("new")
     assert any(".pre-" in name for name in world.temp_files())
-    monkeypatch.setattr("specd.deploy.switch.atomic_write", real_write)
+    monkeypatch.setattr("specd.deploy.unitfiles.atomic_write", real_write)
     world.switcher().recover()
     assert world.temp_files() == [] and world.intent() is None
 
