@@ -25,6 +25,7 @@ from specd.profiles.config import Config, Deployment
 if TYPE_CHECKING:
     from specd.deploy.plan import StepHook
     from specd.deploy.switch import Switcher
+    from specd.routing.residents import Routing
 
 
 def state_dir() -> StateDir:
@@ -59,6 +60,17 @@ def switcher_for(deployment: Deployment, *, trigger: Trigger = "cli", history: H
         on_step = StepRelay(seams.state, deployment.unit)
     return Switcher(seams, trigger=trigger, on_step=on_step,
                     gate=wait_healthy if on_step is None else partial(wait_healthy, on_step=on_step))
+
+
+def routing_for(deployment: Deployment, *, on_step: StepHook | None = None) -> Routing:
+    """Routing on/off and its table over the real seams (companions started like a switch's new
+    server: health-gated; a CLI call tells its steps to the daemon's page). Imported here: it
+    loads the capacity check and preflight, which `specd status` never needs."""
+    from specd.routing.residents import Routing
+
+    seams = seams_for(deployment)
+    hook = on_step or StepRelay(seams.state, deployment.unit)
+    return Routing(seams, gate=partial(wait_healthy, on_step=hook), on_step=hook)
 
 
 def main_pid_of(seams: Seams) -> int:

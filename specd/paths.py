@@ -70,6 +70,10 @@ class StateDir:
     def lock(self, unit: str) -> Path:
         return self.root / "locks" / f"{unit}.lock"
 
+    def routing(self, unit: str) -> Path:
+        """Routing on or off, the resident companion servers, the learned table (specd.routing.state)."""
+        return self.root / "routing" / f"{unit}.json"
+
     def unit_store(self, deployment: str) -> Path:
         """Every unit text specd installed or saw, by content hash (what rollback restores)."""
         return self.root / "units" / deployment

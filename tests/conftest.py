@@ -103,7 +103,8 @@ class Box:
         return companion_unit(self.unit)
 
     def cleanup(self) -> None:
-        for unit in (self.unit, self.green_unit):
+        routed = [p.name for p in self.manager.unit_dir.glob(f"{self.unit.removesuffix('.service')}-route-*.service")]
+        for unit in (self.unit, self.green_unit, *routed):  # routing's companions too (specd.deploy.companions)
             subprocess.run(["systemctl", "--user", "stop", unit], env=self.env, capture_output=True, check=False)
             for path in self.manager.unit_dir.glob(f"{unit}*"):
                 path.unlink()

@@ -50,7 +50,7 @@ def styled(template: str, *values: object) -> Text:
 def _register_commands() -> None:
     from specd.cli import core_cmds, setup_cmds  # noqa: F401  (registers on import)
 
-    for optional in ("daemon_cmds", "tune_cmds", "pin_cmds", "levels_cmds", "web_cmds"):
+    for optional in ("daemon_cmds", "tune_cmds", "pin_cmds", "levels_cmds", "web_cmds", "route_cmds"):
         try:
             __import__(f"specd.cli.{optional}")
         except ModuleNotFoundError as exc:

@@ -129,7 +129,7 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
     Exit status: 0 healthy; 3 the endpoint is not healthy, the deployment is marked failed or
     stopped, or an interrupted switch awaits `specd recover`.
     """
-    from specd.cli.facts import facts_of, pins_row
+    from specd.cli.facts import facts_of, pins_row, routing_row
     from specd.context import seams_for
     from specd.daemon.control import daemon_status
     from specd.deploy.status import collect_status
@@ -152,7 +152,7 @@ def status(config: ConfigOption = None, unit: UnitOption = None, json_out: JsonO
                 ("state", report.state), ("unit state", report.unit_state), *endpoints,
                 ("health", report.health), ("vram", report.vram), ("generation", report.generation),
                 ("history", report.history_problem), ("last tuning", report.last_tuning),
-                ("pins", pins_row(deployment)),
+                ("pins", pins_row(deployment)), ("routing", routing_row(deployment)),
                 ("pending", report.pending),
                 ("daemon", str(daemon.get("detail", "")) + next_run)]
         shown = [(label, str(value)) for label, value in rows if value not in (None, "")]

@@ -12,6 +12,7 @@ from specd.deploy.history import History
 from specd.deploy.status import last_tuning_event, parse_record
 from specd.errors import StateDbError
 from specd.profiles.config import Config, Deployment
+from specd.routing.state import RoutingState, read_state
 from specd.tune.pins import get_pin, period_pins
 
 
@@ -40,6 +41,22 @@ def pins_row(deployment: Deployment) -> str | None:
     return ", ".join(parts) or None
 
 
+def routing_row(deployment: Deployment) -> str:
+    """`specd status`'s routing line: off, or how it routes and to what."""
+    routing = read_state(context.state_dir(), deployment.unit)
+    if not routing.on:
+        return "off" if not routing.table.routes else f"off (a table is learned: {_routes_line(routing)})"
+    if routing.mode == "per-request":
+        return f"on, per request: {_routes_line(routing)}"
+    residents = ", ".join(f"{r.profile} ({r.unit})" for r in routing.residents)
+    return f"on: {residents} beside the serving profile; {_routes_line(routing)}"
+
+
+def _routes_line(routing: RoutingState) -> str:
+    shown = ", ".join(f"{c} -> {r.profile}" for c, r in routing.table.routes.items())
+    return shown or "no table yet"
+
+
 def facts_of(config: Config, deployment: Deployment) -> dict[str, Any]:
     facts: dict[str, Any] = {"config_path": str(config.path), "profiles_dir": str(deployment.profiles_dir),
                              "metrics_listen": config.daemon.metrics_listen}
@@ -52,6 +69,9 @@ def facts_of(config: Config, deployment: Deployment) -> dict[str, Any]:
         facts["pin"] = facts["last_tune"] = None
         facts["schedule"] = {}
         facts["state_db_error"] = exc.message
+    routing = read_state(context.state_dir(), deployment.unit)
+    facts["routing"] = {"on": routing.on, "mode": routing.mode, "residents": [r.profile for r in routing.residents],
+                        "routes": {c: r.profile for c, r in routing.table.routes.items()}}
     from specd.setup.box import box_identity
 
     facts["box"] = box_identity().as_json()

@@ -1,5 +1,5 @@
 """The daemon: wiring (app), health monitor, profile/unit watcher, metrics, the control socket
-with the drain around restarts and the blue-green retarget, the history observer and
+with the drain around restarts, the blue-green retarget and routing's reroute, the history observer and
 notifications, and when the nightly run and the pins' check fire. It runs the proxy
 (`specd.proxy`, the request path) and follows the slot pointer for it.
 

@@ -42,7 +42,7 @@ from specd.daemon.nightly import NO_TUNER_JOBS, TunerJobs, cron_trigger
 from specd.daemon.notifications import Notifier
 from specd.daemon.observer import HistoryObserver
 from specd.daemon.service import Server, bind_tcp, keep_pinging, make_server, notify, watchdog_interval_s
-from specd.daemon.steering import ProxySteering, backend_of
+from specd.daemon.steering import ProxySteering, backend_of, refresh_routes, routes_of
 from specd.daemon.upkeep import SAMPLE_INTERVAL_S, housekeeping, sample_counters
 from specd.daemon.watcher import DeploymentWatcher
 from specd.deploy.health import HealthResult
@@ -55,7 +55,9 @@ from specd.profiles.config import Config, Deployment
 from specd.proxy import heap
 from specd.proxy.crashes import Crash
 from specd.proxy.http1.bodies import HeldBytes
-from specd.proxy.proxy import Proxy, ProxySettings
+from specd.proxy.proxy import Proxy
+from specd.proxy.routes import Router
+from specd.proxy.settings import ProxySettings
 from specd.traffic import records as traffic
 from specd.traffic.capture import BodyCapture
 
@@ -155,7 +157,7 @@ class Daemon:
         return Proxy(ProxySettings(hold_timeout_s=settings.hold_timeout_s, unit=deployment.unit),
                      lambda: backend_of(deployment, self.state), recorder=self.recorder, metrics=self.metrics,
                      capture=capture, on_crash=partial(self._crash_after_request, deployment.unit),
-                     held=self.held_bodies)
+                     held=self.held_bodies, router=Router(lambda: routes_of(deployment, self.state)))
 
     async def _serve(self, app: Any, *, host: str | None = None, port: int = 0,
                      uds: Path | None = None, setting: str = "[proxy] listen") -> Server:
@@ -290,7 +292,7 @@ class Daemon:
         control_app = functools.partial(control.control_app, drain_unit=steering.drain, renew_unit=steering.renew,
                                         resume_unit=steering.resume, on_step=self._relayed_step, status=self.status,
                                         metrics=self.metrics.render, metrics_content_type=CONTENT_TYPE,
-                                        retarget_unit=steering.retarget)
+                                        retarget_unit=steering.retarget, reroute_unit=steering.reroute)
         await self._serve(control_app(), uds=sock)
         os.chmod(sock, 0o600)
         metrics_listen = self.config.daemon.metrics_listen  # "host:port", read-only routes
@@ -326,6 +328,7 @@ class Daemon:
                 await asyncio.wait_for(stop.wait(), beat)
             if watchdog and self.scheduler.running:
                 notify("WATCHDOG=1")
+            await refresh_routes({r.deployment.unit: r.proxy for r in self.runtimes.values()})
             try:
                 self._write_status()
             except Exception:  # out of file descriptors, a full disk: the heartbeat goes on

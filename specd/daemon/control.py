@@ -169,6 +169,10 @@ class DaemonProxyLink:
     def drained(self, unit: str) -> AbstractContextManager[object]:
         return drained(self.state, unit)
 
+    def reroute(self, unit: str, timeout_s: float) -> bool | None:
+        answer = _request(self.state, "POST", "/reroute", {"unit": unit, "timeout": timeout_s}, timeout_s + 10)
+        return None if answer is None else bool(answer.get("idle"))
+
 
 def _in_flight(state: StateDir, unit: str) -> int:
     answer = daemon_request(state, "/status") or {}
@@ -240,9 +244,10 @@ def _answered(answer: dict[str, Any] | None, missing: str = "no proxy") -> Respo
 def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer,
                 status: Callable[[], dict[str, Any]],
                 metrics: Callable[[], bytes], metrics_content_type: str, writable: bool = True,
-                on_step: StepListener | None = None, retarget_unit: Retargeter = _no_retarget) -> Starlette:
-    """`/status` and `/metrics` for anyone the socket lets in; `/drain`, `/renew`, `/resume`, `/step`
-    and `/retarget` when writable."""
+                on_step: StepListener | None = None, retarget_unit: Retargeter = _no_retarget,
+                reroute_unit: Retargeter = _no_retarget) -> Starlette:
+    """`/status` and `/metrics` for anyone the socket lets in; `/drain`, `/renew`, `/resume`, `/step`,
+    `/retarget` and `/reroute` when writable."""
     from starlette.applications import Starlette
     from starlette.responses import Response
     from starlette.routing import Route
@@ -255,13 +260,14 @@ def control_app(*, drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resume
 
     routes = [Route("/status", get_status), Route("/metrics", get_metrics)]
     if writable:
-        routes += _writable_routes(drain_unit, renew_unit, resume_unit, on_step, retarget_unit)
+        routes += _writable_routes(drain_unit, renew_unit, resume_unit, on_step, retarget_unit, reroute_unit)
     return Starlette(routes=routes)
 
 
 def _writable_routes(drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resumer, on_step: StepListener | None,
-                     retarget_unit: Retargeter) -> list[Route]:
-    """What only the daemon's owner may ask (the socket is 0600): drain, renew, resume, step, retarget."""
+                     retarget_unit: Retargeter, reroute_unit: Retargeter) -> list[Route]:
+    """What only the daemon's owner may ask (the socket is 0600): drain, renew, resume, step, retarget,
+    reroute (re-read the routing state)."""
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
@@ -293,14 +299,19 @@ def _writable_routes(drain_unit: Drainer, renew_unit: Renewer, resume_unit: Resu
             on_step(query.get("unit", ""), query.get("step", ""), query.get("detail", ""))
         return JSONResponse({"heard": on_step is not None})
 
-    async def post_retarget(request: Request) -> Response:
-        try:
-            timeout_s = float(request.query_params.get("timeout", RETARGET_TIMEOUT_S))
-        except ValueError:
-            return JSONResponse({"error": "timeout must be a number"}, 400)
-        answer = await retarget_unit(request.query_params.get("unit", ""), timeout_s)
-        return _answered(answer)
+    def with_timeout(action: Retargeter, default_s: float) -> Callable[[Request], Awaitable[Response]]:
+        """A POST that takes ?unit= and ?timeout= (seconds) and answers what `action` says."""
+        async def post(request: Request) -> Response:
+            try:
+                timeout_s = float(request.query_params.get("timeout", default_s))
+            except ValueError:
+                return JSONResponse({"error": "timeout must be a number"}, 400)
+            return _answered(await action(request.query_params.get("unit", ""), timeout_s))
+        return post
+
+    post_retarget = with_timeout(retarget_unit, RETARGET_TIMEOUT_S)
+    post_reroute = with_timeout(reroute_unit, DRAIN_TIMEOUT_S)
 
     return [Route("/drain", post_drain, methods=["POST"]), Route("/renew", post_renew, methods=["POST"]),
             Route("/resume", post_resume, methods=["POST"]), Route("/step", post_step, methods=["POST"]),
-            Route("/retarget", post_retarget, methods=["POST"])]
+            Route("/retarget", post_retarget, methods=["POST"]), Route("/reroute", post_reroute, methods=["POST"])]

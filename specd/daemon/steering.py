@@ -23,8 +23,11 @@ from specd.deploy.unitfiles import read_text
 from specd.errors import SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
-from specd.proxy.proxy import Backend, Proxy
+from specd.proxy.proxy import Proxy
+from specd.proxy.routes import Companion, RouteSet
+from specd.proxy.settings import Backend
 from specd.proxy.warmup import Warmed, warm_up
+from specd.routing.state import read_state
 from specd.unit.parse import parse_unit
 from specd.unit.render import profile_of_unit
 
@@ -48,6 +51,39 @@ def backend_of(deployment: Deployment, state: StateDir) -> Backend:
         return Backend(command.base_url, profile_of_unit(text), command.api_key)
     except SpecdError:
         return NO_BACKEND
+
+
+def routes_of(deployment: Deployment, state: StateDir) -> RouteSet:
+    """What the proxy routes over: the routing state's companions (their address read from their unit
+    files, as the primary's is), the table, per-request stamps; routing off is an empty set."""
+    routing = read_state(state, deployment.unit)
+    settings = deployment.routing
+    if not routing.on:
+        return RouteSet(busy_at=settings.busy_at, sticky_s=settings.sticky_s)
+    companions = []
+    for resident in routing.residents:
+        path = deployment.unit_dir / resident.unit
+        text = read_text(path)
+        if text is None:
+            continue
+        try:
+            command = parse_unit(text, str(path))
+        except SpecdError:
+            continue
+        companions.append(Companion(command.base_url, resident.profile, command.api_key))
+    stamps = routing.stamps if routing.mode == "per-request" else {}
+    return RouteSet(True, tuple(companions), routing.table, stamps, settings.busy_at, settings.sticky_s)
+
+
+async def refresh_routes(proxies: Mapping[str, Proxy | None]) -> None:
+    """Each heartbeat the routers re-read the routing state (by unit): a `route on` whose call to the
+    control socket never came (the CLI was killed after writing it) still takes effect within a beat."""
+    for unit, proxy in proxies.items():
+        if proxy is not None and proxy.router is not None:
+            try:
+                await proxy.router.refresh()
+            except Exception:  # a routing state that cannot be read leaves the routes as they were
+                log.exception("%s: cannot re-read the routing state", unit)
 
 
 class ProxySteering:
@@ -93,6 +129,22 @@ class ProxySteering:
         if self._serves(deployment, unit_slot):  # a drain of a slot that does not serve paused nothing
             proxy.resume()
         return {"unit": unit, "resumed": True}
+
+    async def reroute(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
+        """`specd route on/off` (or a new table) changed the routing state: the proxy re-reads it, and the
+        answer comes once nothing is in flight to a companion it no longer routes to (route off may then
+        stop it without cutting a request)."""
+        if unit not in self.proxies:
+            return None
+        _, proxy = self.proxies[unit]
+        if proxy.router is None:
+            return None
+        before = {c.url for c in proxy.router.routes.companions}
+        routes = await proxy.router.refresh()
+        removed = before - {c.url for c in routes.companions}
+        idle = await proxy.router.wait_idle(removed, timeout_s)
+        return {"unit": unit, "rerouted": True, "idle": idle, "removed": sorted(removed),
+                "routing": proxy.router.status()}
 
     async def retarget(self, unit: str, timeout_s: float) -> dict[str, Any] | None:
         """A blue-green flip: the proxy's next request goes to the slot the pointer names now.

@@ -46,6 +46,7 @@ class HostResources:
 
 # (the new server: a switch's preflight or a rollback's unit text, the running server's command) -> verdict
 CapacityCheck = Callable[[Preflight | str, UnitCommand | None], Capacity]
+Beside = Callable[[], Sequence[UnitCommand]]  # other servers that run too: routing's companions
 
 
 def threads_of(argv: Sequence[str], env: Mapping[str, str], resources: HostResources) -> int:
@@ -60,21 +61,24 @@ def threads_of(argv: Sequence[str], env: Mapping[str, str], resources: HostResou
 
 
 def both_fit(pre: Preflight, old: UnitCommand | None, *, nvml: Nvml | None = None,
-             resources: HostResources | None = None) -> Capacity:
-    """Does `pre`'s server fit beside the running `old` one (None: nothing runs)?"""
+             resources: HostResources | None = None, also: Sequence[UnitCommand] = ()) -> Capacity:
+    """Does `pre`'s server fit beside the running `old` one (None: nothing runs) and `also`?"""
     return fits_beside(pre.argv, dict(pre.profile.env), pre.model_info, pre.draft_info, old, nvml=nvml,
-                       resources=resources)
+                       resources=resources, also=also)
 
 
-def capacity_check(nvml: Nvml | None = None) -> CapacityCheck:
-    """The real check, for a preflight (`both_fit`) or a unit text (`text_fits`)."""
+def capacity_check(nvml: Nvml | None = None, beside: Beside = lambda: ()) -> CapacityCheck:
+    """The real check, for a preflight (`both_fit`) or a unit text (`text_fits`); `beside` names the
+    other servers that keep running (routing's companions, specd.deploy.companions)."""
     def check(new: Preflight | str, old: UnitCommand | None) -> Capacity:
-        return text_fits(new, old, nvml=nvml) if isinstance(new, str) else both_fit(new, old, nvml=nvml)
+        also = beside()
+        return (text_fits(new, old, nvml=nvml, also=also) if isinstance(new, str)
+                else both_fit(new, old, nvml=nvml, also=also))
     return check
 
 
 def text_fits(text: str, old: UnitCommand | None, *, where: str = "unit", nvml: Nvml | None = None,
-              resources: HostResources | None = None) -> Capacity:
+              resources: HostResources | None = None, also: Sequence[UnitCommand] = ()) -> Capacity:
     """The same for a unit text (a rollback's): its model files are read from its command line."""
     command = parse_unit(text, where)
     infos: list[GgufInfo | None] = []
@@ -84,13 +88,15 @@ def text_fits(text: str, old: UnitCommand | None, *, where: str = "unit", nvml: 
             infos.append(read_gguf_info(Path(path)) if path else None)
         except SpecdError as exc:
             return Capacity(False, f"its memory cannot be estimated ({exc.message})")
-    return fits_beside(command.argv, command.environment, infos[0], infos[1], old, nvml=nvml, resources=resources)
+    return fits_beside(command.argv, command.environment, infos[0], infos[1], old, nvml=nvml, resources=resources,
+                       also=also)
 
 
 def fits_beside(argv: Sequence[str], env: Mapping[str, str], model: GgufInfo | None, draft: GgufInfo | None,
                 old: UnitCommand | None, *, nvml: Nvml | None = None,
-                resources: HostResources | None = None) -> Capacity:
-    """Does a server of `argv` (run with `env`) fit beside the running `old` one?"""
+                resources: HostResources | None = None, also: Sequence[UnitCommand] = ()) -> Capacity:
+    """Does a server of `argv` (run with `env`) fit beside the running `old` one and the `also` ones?
+    (On a GPU, free VRAM now already counts every server that runs; on the CPU their threads add up.)"""
     resources = resources or HostResources()
     if model is None:
         return Capacity(False, "its memory cannot be estimated (the model is not a local GGUF specd can read)")
@@ -110,9 +116,11 @@ def fits_beside(argv: Sequence[str], env: Mapping[str, str], model: GgufInfo | N
         return Capacity(False, f"{ram}: does not fit beside the running server")
     new_threads = threads_of(argv, env, resources)
     old_threads = threads_of(old.argv, old.environment, resources) if old is not None else 0
+    companions = sum(threads_of(c.argv, c.environment, resources) for c in also)
     cores = resources.cores()
-    threads = f"{old_threads} + {new_threads} threads on {cores} cores"
-    if old_threads + new_threads > cores:
+    beside = f" + {companions} (companions)" if also else ""
+    threads = f"{old_threads}{beside} + {new_threads} threads on {cores} cores"
+    if old_threads + companions + new_threads > cores:
         return Capacity(False, f"{ram}; {threads}: the two servers' thread pools would share cores "
                                "(set `threads` so both fit)")
     return Capacity(True, f"{ram}; {threads}")

@@ -53,6 +53,12 @@ class ProxyLink(Protocol):
         is not held; with no daemon it is a plain block."""
         ...
 
+    def reroute(self, unit: str, timeout_s: float) -> bool | None:
+        """Make the proxy re-read the routing state (specd.routing.state) and wait until nothing is in
+        flight to a companion it no longer routes to. True once it does, False when requests were still in
+        flight at the timeout, None: no daemon."""
+        ...
+
 
 class NoProxy:
     """No daemon to tell: clients reach the server's own port."""
@@ -65,6 +71,9 @@ class NoProxy:
 
     def drained(self, unit: str) -> AbstractContextManager[object]:
         return nullcontext()
+
+    def reroute(self, unit: str, timeout_s: float) -> bool | None:
+        return None
 
 
 @dataclass

@@ -29,6 +29,7 @@ from specd.deploy import intent as intents
 from specd.deploy.bluegreen import SlotPlan, choose, stop_stray_free_slot
 from specd.deploy.candidate import recover_candidate
 from specd.deploy.capacity import Capacity, CapacityCheck, capacity_check
+from specd.deploy.companions import companion_commands
 from specd.deploy.health import wait_healthy
 from specd.deploy.history import Generation, History, Trigger
 from specd.deploy.plan import (
@@ -94,7 +95,8 @@ class Switcher:
         self._fault = fault
         self._preflight = preflight
         self._on_step = on_step
-        self._capacity: CapacityCheck = capacity or capacity_check(seams.nvml)
+        self._capacity: CapacityCheck = capacity or capacity_check(
+            seams.nvml, beside=lambda: companion_commands(seams.deployment))
         self._ports_in_use = ports_in_use
 
     @property

@@ -48,6 +48,7 @@ class ServerOptions:
     seed: int = -1
     emulator_config: str | None = None
     time_scale: float = 1.0
+    per_request_draft: bool = False  # honour a request's speculative.n_max, as older llama-server builds did
     show_help: bool = False
     show_version: bool = False
 
@@ -77,6 +78,8 @@ class Plan:
     in_flight: int
     repeats_input: bool = False
     decode_noise: float = 1.0
+    mode: ModeModel | None = None  # the mode this request decodes in (a per-request n_max of 0: plain)
+    draft_n_max: int | None = None
 
 
 class Emulator:
@@ -123,20 +126,23 @@ class Emulator:
             self.slot_free.notify_all()
 
     def plan(self, slot: Slot, messages: list[dict[str, Any]], prompt: str, max_tokens: int,
-             cache_prompt: bool = True) -> Plan:
+             cache_prompt: bool = True, draft_n_max: int | None = None) -> Plan:
+        """`draft_n_max`: the request's own speculative.n_max (only with --emulator-per-request-draft)."""
         task_class = classify(messages)
+        n_max = draft_n_max if self.options.per_request_draft and draft_n_max is not None else self.options.draft_n_max
+        mode = self.model.mode("none") if n_max == 0 and self.mode.speculative else self.mode
         cpt = self.model.chars_per_token
         in_flight = sum(s.busy for s in self.slots)
         repeats = asks_to_repeat(last_user_text(messages))
         prefill_noise, decode_noise = self.noise(), self.noise()
         timing = plan_request(
-            self.mode, prompt_tokens=max(1, math.ceil(len(prompt) / cpt)),
+            mode, prompt_tokens=max(1, math.ceil(len(prompt) / cpt)),
             cache_n=int(len(os.path.commonprefix([slot.text, prompt])) / cpt) if cache_prompt else 0,
             output_tokens=max_tokens,
             task_class=task_class, in_flight=in_flight, repeats_input=repeats,
-            draft_n_max=self.options.draft_n_max, prefill_noise=prefill_noise, decode_noise=decode_noise,
+            draft_n_max=n_max, prefill_noise=prefill_noise, decode_noise=decode_noise,
         )
-        return Plan(task_class, timing, slot, in_flight, repeats, decode_noise)
+        return Plan(task_class, timing, slot, in_flight, repeats, decode_noise, mode, n_max)
 
     async def decode(self, plan: Plan, started: float) -> AsyncIterator[tuple[int, int, float]]:
         """Decode slice by slice from `started` (monotonic, after prefill): yields (first token, end,
@@ -145,8 +151,8 @@ class Emulator:
         done, modelled_ms = 0, 0.0
         while done < tokens:
             in_flight = sum(s.busy for s in self.slots)
-            rate = decode_rate(self.mode, tokens, plan.task_class, in_flight, plan.repeats_input,
-                               self.options.draft_n_max)
+            rate = decode_rate(plan.mode or self.mode, tokens, plan.task_class, in_flight, plan.repeats_input,
+                               plan.draft_n_max)
             step = tokens - done if scale <= 0 else max(1, min(tokens - done, math.ceil(rate * DECODE_SLICE_S / scale)))
             modelled_ms += 1000.0 * step / rate * plan.decode_noise
             if scale > 0:

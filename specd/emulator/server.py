@@ -95,6 +95,7 @@ def parse_args(argv: Sequence[str]) -> ServerOptions:
         seed=_int("--seed", seen.get("--seed", "-1")),
         emulator_config=seen.get("--emulator-config"),
         time_scale=time_scale,
+        per_request_draft=seen.get("--emulator-per-request-draft") == "1",
         show_help="--help" in seen,
         show_version="--version" in seen,
     )
@@ -170,7 +171,9 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
         max_tokens = requested_tokens(body, emulator.model.default_max_tokens)
         finish = "length" if requested_tokens(body, -1) >= 0 else "stop"
         slot = await emulator.acquire(prompt)
-        plan = emulator.plan(slot, messages, prompt, max_tokens, body.get("cache_prompt") is not False)
+        own_n_max = body.get("speculative.n_max")
+        plan = emulator.plan(slot, messages, prompt, max_tokens, body.get("cache_prompt") is not False,
+                             own_n_max if isinstance(own_n_max, int) and not isinstance(own_n_max, bool) else None)
         pieces = output_pieces(max_tokens, plan.task_class)
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
                 "model": options.aliases[0], "system_fingerprint": "b0-emulator"}

@@ -32,6 +32,19 @@ PROXY_SCHEMA = Table(keys={
     "spare_port": Key(int, in_range(1, 65535), "the port a blue-green switch starts the new server on when the "
                       "old one holds the profile's"),
 })
+ROUTING_SCHEMA = Table(keys={
+    "profiles": Key(list, doc="profiles kept running beside the serving one while routing is on (`specd route on`)",
+                    ),
+    "mode": Key(str, one_of("auto", "servers", "per-request"),
+                "servers: a companion server per extra profile; per-request: one server, each class's draft "
+                "settings stamped on its requests (only where the binary honours them); auto: per-request when "
+                "the probe finds it works, else servers"),
+    "busy_at": Key(int, in_range(1, 1024), "requests in flight at which a server counts as busy, where the table has "
+                                           "no load measurements"),
+    "sticky_s": Key(float, in_range(0, 86400), "how long a conversation stays on the server that holds its prefix"),
+    "port": Key(int, in_range(1, 65535), "the first port companions listen on"),
+    "drain_timeout_s": Key(float, in_range(0, 3600), "how long `route off` waits for a companion's requests"),
+})
 DEPLOYMENT_KEYS = {
     "unit": Key(str, _UNIT, "the llama-server unit specd owns (required)"),
     "scope": Key(str, one_of("user", "system"),
@@ -44,6 +57,7 @@ CONFIG_SCHEMA = Table(
     keys={**DEPLOYMENT_KEYS, "deployment": Key(list, doc="[[deployment]] tables: several units on one box")},
     tables={
         "proxy": PROXY_SCHEMA,
+        "routing": ROUTING_SCHEMA,
         "daemon": Table(keys={
             "health_interval_s": Key(float, in_range(1, 3600), "seconds between health checks of the endpoint"),
             "failures_before_restart": Key(int, in_range(1, 100), "failed checks in a row before acting"),
@@ -79,7 +93,7 @@ CONFIG_SCHEMA = Table(
         }),
     },
 )
-DEPLOYMENT_SCHEMA = Table(keys=DEPLOYMENT_KEYS, tables={"proxy": PROXY_SCHEMA})
+DEPLOYMENT_SCHEMA = Table(keys=DEPLOYMENT_KEYS, tables={"proxy": PROXY_SCHEMA, "routing": ROUTING_SCHEMA})
 
 
 DEFAULT_HOLD_TIMEOUT_S = 120.0  # how long the proxy holds a request while the backend restarts
@@ -94,6 +108,20 @@ class ProxyConfig:
     capture_bodies: bool = False
     capture_max_bytes: int = 1 << 20
     spare_port: int | None = None  # None: the profile's port + 1
+
+
+RoutingMode = Literal["auto", "servers", "per-request"]
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    configured: bool = False  # specd.toml has a [routing] table: the night learns the routing table
+    profiles: tuple[str, ...] = ()  # () : the profiles the routing table names
+    mode: RoutingMode = "auto"
+    busy_at: int = 4
+    sticky_s: float = 600.0
+    port: int | None = None  # None: the serving profile's port + 2
+    drain_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +169,7 @@ class Deployment:
     backups_keep: int = 10
     lock_timeout_s: float = 10.0
     proxy: ProxyConfig | None = None
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
     @property
     def name(self) -> str:
@@ -202,7 +231,17 @@ def _proxy(raw: Mapping[str, Any] | None) -> ProxyConfig | None:
     )
 
 
-def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: ProxyConfig | None) -> Deployment:
+def _routing(raw: Mapping[str, Any] | None) -> RoutingConfig:
+    if raw is None:
+        return RoutingConfig()
+    values = dict(raw)
+    if "profiles" in values:
+        values["profiles"] = tuple(str(p) for p in values["profiles"])
+    return RoutingConfig(configured=True, **values)
+
+
+def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: ProxyConfig | None,
+                routing: RoutingConfig) -> Deployment:
     for key in ("unit", "profiles_dir"):
         if key not in raw:
             raise ConfigError(f"{where}: '{key}' is required")
@@ -216,6 +255,7 @@ def _deployment(raw: Mapping[str, Any], base_dir: Path, where: str, proxy: Proxy
         backups_keep=int(raw.get("backups_keep", 10)),
         lock_timeout_s=float(raw.get("lock_timeout_s", 10.0)),
         proxy=_proxy(raw["proxy"]) if "proxy" in raw else proxy,
+        routing=_routing(raw["routing"]) if "routing" in raw else routing,
     )
 
 
@@ -260,11 +300,13 @@ def load_config(explicit: Path | None = None) -> Config:
         raise ConfigError("\n".join(problems))
 
     top_proxy = _proxy(data.get("proxy"))
+    top_routing = _routing(data.get("routing"))
     deployments: list[Deployment] = []
     if "unit" in data or "profiles_dir" in data:
-        deployments.append(_deployment(data, path.parent, str(path), top_proxy))
+        deployments.append(_deployment(data, path.parent, str(path), top_proxy, top_routing))
     for index, entry in enumerate(entries):
-        deployments.append(_deployment(entry, path.parent, f"{path} [[deployment]] #{index + 1}", top_proxy))
+        deployments.append(_deployment(entry, path.parent, f"{path} [[deployment]] #{index + 1}", top_proxy,
+                                       top_routing))
     if not deployments:
         raise ConfigError(f"{path}: no deployment: set unit and profiles_dir (or add [[deployment]] tables)")
     units = [d.unit for d in deployments]
@@ -298,8 +340,8 @@ def _shown(value: object, name: str = "") -> str:
 
 def config_key_table() -> str:
     """The README's table of specd.toml keys: docs from the schema, defaults from the dataclasses."""
-    defaults: dict[str, object] = {"proxy": ProxyConfig(), "daemon": DaemonConfig(), "tuner": TunerConfig(),
-                                   "notify": NotifyConfig()}
+    defaults: dict[str, object] = {"proxy": ProxyConfig(), "routing": RoutingConfig(), "daemon": DaemonConfig(),
+                                   "tuner": TunerConfig(), "notify": NotifyConfig()}
     top = Deployment("", "user", Path())
     rows = ["| key | meaning | default |", "|---|---|---|"]
     for name, key in CONFIG_SCHEMA.keys.items():
@@ -310,6 +352,8 @@ def config_key_table() -> str:
         for name, key in schema.keys.items():
             value = (f"{instance.listen_host}:{instance.listen_port}" if isinstance(instance, ProxyConfig)
                      and name == "listen" else "the profile's port + 1" if name == "spare_port"
+                     else "the serving profile's port + 2" if isinstance(instance, RoutingConfig) and name == "port"
+                     else "the profiles the table names" if isinstance(instance, RoutingConfig) and name == "profiles"
                      else _shown(getattr(instance, name), name))
             rows.append(f"| `[{table}] {name}` | {key.doc} | {value} |")
     return "\n".join(rows) + "\n"

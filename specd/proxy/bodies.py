@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from specd.proxy.http1.bodies import Body
-from specd.traffic.shape import MAX_READ_BYTES, RequestShape, read_shape
+from specd.traffic.shape import MAX_READ_BYTES, RequestShape, read_document, read_shape
 
 INLINE_READ_BYTES = 8 * 1024
 
@@ -27,6 +28,10 @@ class BodyReader:
     def __init__(self, inline_bytes: int = INLINE_READ_BYTES) -> None:
         self._inline_bytes = inline_bytes
         self._worker: ThreadPoolExecutor | None = None
+
+    def inline(self, body: Body) -> bool:
+        """Whether the loop may parse `body` itself (routing reads the document before the send)."""
+        return len(body) <= self._inline_bytes
 
     def read_now(self, body: Body) -> RequestShape | None:
         """The shape when it costs the event loop next to nothing (a small body, or one too big to
@@ -39,9 +44,17 @@ class BodyReader:
 
     async def read(self, body: Body) -> RequestShape:
         """The shape, read on the worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), read_shape, body)
+
+    async def document(self, body: Body) -> dict[str, Any] | None:
+        """The body as a JSON object within the reading bounds (specd.traffic.shape.read_document), on
+        the worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), read_document, body)
+
+    def _executor(self) -> ThreadPoolExecutor:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="specd-body-reader")
-        return await asyncio.get_running_loop().run_in_executor(self._worker, read_shape, body)
+        return self._worker
 
     def close(self) -> None:
         if self._worker is not None:

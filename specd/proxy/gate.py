@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specd.proxy.metrics import ProxyMetrics
 
 
 class HoldExpired(Exception):
@@ -106,3 +110,19 @@ class BackendGate:
                 await asyncio.wait_for(self._open.wait(), remaining)
             except TimeoutError:
                 continue
+
+    async def pass_through(self, deadline: float, hold_timeout_s: float, metrics: ProxyMetrics | None) -> None:
+        """`wait`, counted in the proxy's metrics: how long each request was held, and how many are now."""
+        if self._open.is_set():  # the usual case: no wait, no gauge to move
+            if metrics is not None:
+                metrics.hold.observe(0.0)
+            return
+        held_since = time.perf_counter()
+        if metrics is not None:
+            metrics.held_now.inc()
+        try:
+            await self.wait(deadline, hold_timeout_s)
+        finally:
+            if metrics is not None:
+                metrics.held_now.dec()
+                metrics.hold.observe(time.perf_counter() - held_since)

@@ -28,11 +28,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
-from specd.profiles.config import DEFAULT_HOLD_TIMEOUT_S
 from specd.proxy import resend
+from specd.proxy.attempts import Attempts
 from specd.proxy.bodies import BodyReader
 from specd.proxy.crashes import Crash, CrashWatch, DroppedRequest, Phase
 from specd.proxy.exchange import Exchange, Recording
@@ -45,6 +44,8 @@ from specd.proxy.http1.response import UpstreamFailed, UpstreamResponse
 from specd.proxy.http1.server import ClientRequest, FrontLimits
 from specd.proxy.metrics import ProxyMetrics
 from specd.proxy.relay import ClientWatch, Relay, read_whole, respond, start_stream
+from specd.proxy.routes import Routed, Router
+from specd.proxy.settings import Backend, ProxySettings  # defined there; imported from here too
 from specd.proxy.warmup import RecentRequests
 from specd.traffic.capture import BodyCapture
 from specd.traffic.records import Recorder
@@ -58,29 +59,6 @@ class _ShutDownWhileWaiting(Exception):
     """The shutdown's grace ended while this request waited for the backend's status line."""
 
 
-@dataclass(frozen=True)
-class Backend:
-    """Where the active profile's llama-server listens, and which profile that is."""
-
-    url: str
-    profile: str | None = None
-    api_key: str | None = None  # the server's own key (a warm-up sends it; clients send theirs)
-
-
-@dataclass(frozen=True)
-class ProxySettings:
-    hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S
-    max_body_bytes: int = 64 * 1024 * 1024
-    health_poll_s: float = 0.1
-    unit: str = ""
-    # A streamed response that sends nothing for this long is ended with an error event (a hung
-    # backend); generous, because a long prompt's prefill is silent too.
-    stream_idle_timeout_s: float = 300.0
-    body_timeout_s: float = 60.0  # a client must send its whole request body within this
-    header_timeout_s: float = 30.0  # ... and a request's headers within this (slowloris)
-    max_connections: int | None = None  # open client connections at most (None: what the open-files limit allows)
-
-
 class Proxy:
     def __init__(
         self,
@@ -92,22 +70,22 @@ class Proxy:
         capture: BodyCapture | None = None,
         on_crash: Callable[[Crash], None] | None = None,
         held: HeldBytes | None = None,
+        router: Router | None = None,
     ) -> None:
         self.settings = settings
         self._resolve = resolve_backend
+        self.router = router  # routing across resident profiles (specd.proxy.routes); None: one server
         self._metrics, self._capture = metrics, capture
         self._recording = Recording(settings.unit, recorder, metrics)
         self._upstream = UpstreamPool()
         self._held = held or HeldBytes()  # request bytes held for clients, daemon-wide (the daemon shares one)
         self._reader = BodyReader()
+        self._attempts = Attempts(router, self._reader)  # where each request goes, who talks to which server
         self._crashes = CrashWatch(lambda: answers_health_now(self.backend.url), self.mark_unhealthy, on_crash)
         self.backend = resolve_backend()
         self.in_flight = 0      # requests accepted and not yet answered (held ones included)
         self.accepted = 0       # requests accepted since start (the nightly run watches for clients)
-        self.active = 0         # requests past the gate, talking to the backend
         self.gate = BackendGate(self._probe_backend, poll_s=settings.health_poll_s)
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._relays: set[Relay] = set()
         self._waiting: set[asyncio.Task[None]] = set()  # requests sent upstream, no status line yet
         self._cut: set[asyncio.Task[None]] = set()  # ... of which the shutdown cancelled these
@@ -124,6 +102,8 @@ class Proxy:
 
     async def stop(self) -> None:
         self.gate.stop()
+        if self.router is not None:
+            self.router.stop()
         self._upstream.close()
         self._reader.close()
         if self._capture is not None:  # the bodies still queued reach the disk
@@ -146,6 +126,11 @@ class Proxy:
     def shutting_down(self) -> bool:
         return self.gate.closing
 
+    @property
+    def _primary_open(self) -> bool:
+        """The primary takes requests now (routing sends a held class to a companion that is up)."""
+        return self.gate.open and not self.gate.paused
+
     def pause(self, lease_s: float) -> None:
         self.gate.pause(lease_s)
 
@@ -162,32 +147,18 @@ class Proxy:
     def mark_unhealthy(self) -> None:
         self.gate.mark_unhealthy()
 
+    @property
+    def active(self) -> int:
+        """Requests past the gate, talking to the primary (a drain waits for none)."""
+        return self._attempts.active
+
     async def wait_idle(self, timeout_s: float) -> bool:
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._attempts.wait_idle(timeout_s)
 
     async def _probe_backend(self) -> bool:
         """The gate's poll: re-resolve the backend (a switch may have moved it), then /health."""
         self.backend = await asyncio.to_thread(self._resolve)
         return await self._upstream.healthy(self.backend.url)
-
-    async def _pass_gate(self, deadline: float) -> None:
-        if self.gate.open:  # the usual case: no wait, no gauge to move
-            if self._metrics is not None:
-                self._metrics.hold.observe(0.0)
-            return
-        held_since = time.perf_counter()
-        if self._metrics is not None:
-            self._metrics.held_now.inc()
-        try:
-            await self.gate.wait(deadline, self.settings.hold_timeout_s)
-        finally:
-            if self._metrics is not None:
-                self._metrics.held_now.dec()
-                self._metrics.hold.observe(time.perf_counter() - held_since)
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -197,15 +168,17 @@ class Proxy:
         the request leaves for the backend here and now; reading its shape, recording and the rest
         happen in the task while the backend works (every step before the send is added latency)."""
         headers = forwarded_headers(request.headers)
+        route = self._attempts.route_now(request, self.backend, self._primary_open)
         sent = None
-        if self.gate.open and not self.shutting_down:
-            sent = self._upstream.send_now(request.method, self.backend.url, request.target, headers, request.body)
+        if route is not None and (self.gate.open or route.url is not None) and not self.shutting_down:
+            sent = self._upstream.send_now(request.method, route.url or self.backend.url, request.target, headers,
+                                           route.body)
             if sent is not None:
-                self._mark_active()
-        return self._handle(request, responder, headers, sent)
+                self._attempts.begin(route)
+        return self._handle(request, responder, headers, sent, route)
 
     async def _handle(self, request: ClientRequest, responder: Responder, headers: bytes,
-                      sent: UpstreamResponse | None) -> None:
+                      sent: UpstreamResponse | None, route: Routed | None) -> None:
         if self.shutting_down and sent is None:
             responder.error(503, SHUTTING_DOWN)
             return
@@ -218,9 +191,11 @@ class Proxy:
             self._metrics.in_flight.set(self.in_flight)
         watch = ClientWatch(responder)
         try:
-            exchange.take(shape if shape is not None else await self._read_off_loop(body, sent))
+            exchange.take(shape if shape is not None else await self._read_off_loop(body, sent, route))
             self._remember(exchange, body)
-            await self._forward(request, headers, exchange, responder, watch, sent)
+            if route is None:  # routing needs a body too big to parse on the loop: parsed on the worker
+                route = await self._attempts.route_off_loop(request, self.backend, self._primary_open)
+            await self._forward(request, headers, exchange, responder, watch, sent, route)
         except asyncio.CancelledError:
             exchange.finish(499, "client went away")
             current = asyncio.current_task()
@@ -232,14 +207,15 @@ class Proxy:
         finally:
             watch.close()
 
-    async def _read_off_loop(self, body: Body, sent: UpstreamResponse | None) -> RequestShape:
+    async def _read_off_loop(self, body: Body, sent: UpstreamResponse | None, route: Routed | None
+                             ) -> RequestShape:
         """A big body's shape, read on the reader's thread while the backend (if `sent`) works."""
         try:
             return await self._reader.read(body)
         except BaseException:  # the client left: a request sent as it arrived is abandoned here
-            if sent is not None:
+            if sent is not None and route is not None:
                 sent.close()
-                self._end_active()
+                self._attempts.end(route)
             raise
 
     def _remember(self, exchange: Exchange, body: Body) -> None:
@@ -250,21 +226,22 @@ class Proxy:
             self._capture.submit(body, in_flight=exchange.in_flight)
 
     async def _forward(self, request: ClientRequest, headers: bytes, exchange: Exchange, responder: Responder,
-                       watch: ClientWatch, sent: UpstreamResponse | None) -> None:
-        """Get the request answered: through the gate, to the backend, re-sent by the re-send rule."""
+                       watch: ClientWatch, sent: UpstreamResponse | None, route: Routed) -> None:
+        """Get the request answered: through the gate (the primary's; a companion has none), to the
+        backend, re-sent by the re-send rule — a companion that fails it hands the request to the primary."""
         deadline = exchange.started + self.settings.hold_timeout_s
         read_timeout_s = self.settings.stream_idle_timeout_s if exchange.stream else None
         loading: bytes | None = None  # the backend's own 503 body ("Loading model"), if that is all we got
         rule = resend.Resends()
         fresh = False  # the next attempt goes on a new connection (the rule said so)
         while True:
-            if not await self._through_gate(deadline, exchange, responder, loading, sent):
+            if not await self._through_gate(deadline, exchange, responder, loading, sent, route):
                 return
             first, sent = sent, None
             try:
                 try:
                     upstream = await self._send_upstream(
-                        request, headers, read_timeout_s, first,
+                        request, headers, route, read_timeout_s, first,
                         functools.partial(start_stream, exchange=exchange, responder=responder, watch=watch,
                                           relays=self._relays), fresh=fresh)
                 except UpstreamFailed as failed:
@@ -277,28 +254,31 @@ class Proxy:
                     if upstream.status != 503:
                         await respond(upstream, exchange, responder, watch, self._relays)
                         if exchange.failed_status == 502:  # the backend dropped the answer: did it go down on it?
-                            await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
+                            await self._dropped_mid_stream(request, exchange, route)
                         return
                     outcome, cause, reused = "loading", "503", upstream.reused
-                    loading = await read_whole(upstream)
+                    answered_503 = await read_whole(upstream)
+                    loading = answered_503 if route.url is None else loading  # a companion's is not the primary's
             finally:
-                self._end_active()
+                self._attempts.end(route)
             answers = False
             if outcome == "dropped":  # always judged: a server that went down names this request
-                answers, cause = await self._judge_drop(request, exchange, cause)
+                answers, cause = await self._judge_drop(request, exchange, cause, route)
             verdict = rule.after(outcome, reused=reused, answers_health_now=answers)
-            if not self._follow(verdict, request, exchange, responder, cause):
+            tried = route.url or self.backend.url
+            if verdict.mark_unhealthy:
+                route = self._unhealthy(route)
+            if not self._follow(verdict, request, exchange, responder, cause, tried):
                 return
             fresh = fresh or verdict.fresh_connection
 
     def _follow(self, verdict: resend.Verdict, request: ClientRequest, exchange: Exchange, responder: Responder,
-                cause: str) -> bool:
-        """Do what the re-send rule said: True to send again, False once the client got its error."""
-        if verdict.mark_unhealthy:
-            self.mark_unhealthy()
+                cause: str, tried: str) -> bool:
+        """Do what the re-send rule said (its mark_unhealthy done by `_unhealthy`): True to send again,
+        False once the client got its error. `tried`: the server the attempt went to."""
         if verdict.resend:
             if verdict.fresh_connection:
-                self._upstream.discard_idle(self.backend.url)
+                self._upstream.discard_idle(tried)
                 log.info("%s %s: re-sent once on a fresh connection (%s)", request.method, request.path, cause)
             if self._metrics is not None:
                 self._metrics.retries.inc()
@@ -309,23 +289,42 @@ class Proxy:
         self._reject(responder, exchange, verdict.status, exchange.error, "api_error")
         return False
 
-    async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str) -> tuple[bool, str]:
+    async def _dropped_mid_stream(self, request: ClientRequest, exchange: Exchange, route: Routed) -> None:
+        """The primary names the request it went down on (specd.proxy.crashes); a companion is marked down."""
+        if self._attempts.companion_failed(route, self.backend.profile) is None:
+            await self._crashes.survived(self._dropped(request, exchange, "mid-stream"))
+
+    def _unhealthy(self, route: Routed) -> Routed:
+        """The attempt's server is down: a companion is marked down and the request goes to the primary
+        (so do the next ones until its /health answers); the primary closes its gate."""
+        moved = self._attempts.companion_failed(route, self.backend.profile)
+        if moved is None:
+            self.mark_unhealthy()
+        return moved or route
+
+    async def _judge_drop(self, request: ClientRequest, exchange: Exchange, cause: str,
+                          route: Routed) -> tuple[bool, str]:
         """(the server still answers /health, the cause naming the request); a server that went
         down on it reports it (specd.proxy.crashes)."""
         lost = self._dropped(request, exchange, "before answering")
+        if route.url is not None:  # a companion: it is marked down instead (its crash is not the primary's)
+            return await answers_health_now(route.url), f"{lost.request_id}, {cause}"
         return await self._crashes.survived(lost), f"{lost.request_id}, {cause}"
 
     async def _through_gate(self, deadline: float, exchange: Exchange, responder: Responder,
-                            loading: bytes | None, sent: UpstreamResponse | None) -> bool:
+                            loading: bytes | None, sent: UpstreamResponse | None, route: Routed) -> bool:
         """Wait at the gate, then count the attempt as active; False once the client was answered (held
-        too long, or shutting down). A request already `sent` passed the gate open as it arrived."""
-        if sent is not None:
+        too long, or shutting down). A request already `sent` passed the gate open as it arrived; one
+        routed to a companion does not wait for the primary's gate."""
+        if sent is not None or (route.url is not None and not self.shutting_down):
             if self._metrics is not None:
                 self._metrics.hold.observe(0.0)
-            self._note_attempt(exchange, sent.sent_at)
+            if sent is None:
+                self._attempts.begin(route)
+            self._note_attempt(exchange, route, sent.sent_at if sent is not None else None)
             return True
         try:
-            await self._pass_gate(deadline)
+            await self.gate.pass_through(deadline, self.settings.hold_timeout_s, self._metrics)
         except HoldExpired as expired:
             if loading is not None:  # the backend's own 503 ("Loading model") says most
                 exchange.finish(503, "held past the hold timeout: the backend still answered 503")
@@ -336,13 +335,14 @@ class Proxy:
         if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
             self._reject(responder, exchange, 503, SHUTTING_DOWN)
             return False
-        self._mark_active()
-        self._note_attempt(exchange)
+        self._attempts.begin(route)
+        self._note_attempt(exchange, route)
         return True
 
-    async def _send_upstream(self, request: ClientRequest, headers: bytes, read_timeout_s: float | None,
-                             sent: UpstreamResponse | None, on_status: Callable[[UpstreamResponse], None], *,
-                             fresh: bool = False) -> UpstreamResponse:
+    async def _send_upstream(self, request: ClientRequest, headers: bytes, route: Routed,
+                             read_timeout_s: float | None, sent: UpstreamResponse | None,
+                             on_status: Callable[[UpstreamResponse], None], *, fresh: bool = False
+                             ) -> UpstreamResponse:
         """Send (unless `sent` already went) and wait for the status line, `on_status` run the moment
         it arrives; a shutdown at the end of its grace cuts that wait (answered 503)."""
         task = asyncio.current_task()
@@ -350,8 +350,8 @@ class Proxy:
         self._waiting.add(task)
         try:
             if sent is None:
-                return await self._upstream.send(request.method, self.backend.url, request.target, headers,
-                                                 request.body, read_timeout_s, on_status, fresh=fresh)
+                return await self._upstream.send(request.method, route.url or self.backend.url, request.target,
+                                                 headers, route.body, read_timeout_s, on_status, fresh=fresh)
             sent.set_read_timeout(read_timeout_s)
             sent.on_status = on_status
             await sent.started()
@@ -369,20 +369,11 @@ class Proxy:
     def _dropped(request: ClientRequest, exchange: Exchange, phase: Phase) -> DroppedRequest:
         return DroppedRequest.of(request.method, request.path, request.body, exchange, phase)
 
-    def _mark_active(self) -> None:
-        self.active += 1
-        self._idle.clear()
-
-    def _note_attempt(self, exchange: Exchange, sent_at: float | None = None) -> None:
+    def _note_attempt(self, exchange: Exchange, route: Routed, sent_at: float | None = None) -> None:
         """An attempt is under way: held from arrival until sent (`sent_at`, or now)."""
-        exchange.profile = self.backend.profile
+        exchange.profile = route.profile if route.url is not None else self.backend.profile
         exchange.attempts += 1
         exchange.held_ms = 1000.0 * ((time.perf_counter() if sent_at is None else sent_at) - exchange.started)
-
-    def _end_active(self) -> None:
-        self.active -= 1
-        if self.active == 0:
-            self._idle.set()
 
     @staticmethod
     def _reject(responder: Responder, exchange: Exchange, status: int, message: str,
@@ -391,8 +382,12 @@ class Proxy:
         responder.error(status, message, kind)
 
     def status(self) -> dict[str, Any]:
-        return {"backend": self.backend.url, "profile": self.backend.profile, "in_flight": self.in_flight,
-                "active": self.active, "paused": self.paused, "healthy": self.gate.healthy}
+        found: dict[str, Any] = {"backend": self.backend.url, "profile": self.backend.profile,
+                                 "in_flight": self.in_flight, "active": self.active, "paused": self.paused,
+                                 "healthy": self.gate.healthy}
+        if self.router is not None:
+            found["routing"] = self.router.status()
+        return found
 
     def _finished(self, exchange: Exchange, status: int, total_s: float, error: str | None) -> None:
         self.in_flight -= 1

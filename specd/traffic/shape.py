@@ -100,6 +100,18 @@ def unread_because(body: bytes | bytearray) -> str | None:
     return None
 
 
+def read_document(body: bytes | bytearray) -> dict[str, Any] | None:
+    """The body as a JSON object, parsed within read_shape's bounds (routing reads it so); None when
+    it is empty, past the bounds, nested too deep, or no JSON object."""
+    if not body or unread_because(body) is not None:
+        return None
+    try:
+        document = json.loads(body)
+    except (RecursionError, ValueError, UnicodeDecodeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
 def read_shape(body: bytes | bytearray) -> RequestShape:
     """The shape of a request body as a client sent it, with bounded work and memory: a body that
     cannot be read within the bounds (or is no JSON object) has an unknown shape, never an error."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -40,8 +41,10 @@ from specd.profiles.axes import parse_axis
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import load_profile
 from specd.traffic import records as traffic
+from specd.tune.bench import Report
 from specd.tune.pins import pin_in_force
 from specd.tune.recent import resolve_workload
+from specd.tune.routes import learn_after_bench
 from specd.tune.sweep import sweep_deployment
 from specd.tune.tuner import Decision, tune_deployment
 
@@ -206,7 +209,26 @@ def nightly(config: Config, deployment: Deployment, *, seams: SeamsFactory, clie
         night.event(deployment, "tune-failed", str(exc).splitlines()[0])
         raise
     log.info("%s: %s", deployment.unit, result.decision.reason)
+    _learn_routes(config, deployment, result.report, seams, live)
     return result.decision
+
+
+def _learn_routes(config: Config, deployment: Deployment, report: Report, seams: SeamsFactory,
+                  live: str | None) -> None:
+    """The routing table from the same bench (specd.tune.routes): each class's route on its own evidence
+    (a pinned deployment never gets here: the night skips it)."""
+    own = seams(deployment)
+    try:
+        learned = learn_after_bench(deployment, report.results, own, margin=config.tuner.margin, active=live,
+                                    pinned=None,
+                                    source=f"night of {time.strftime('%Y-%m-%d')}, bench run {report.run_id}, "
+                                           f"{report.traffic.get('size', '?')} recorded requests")
+        if learned is not None:
+            log.info("%s: routing table: %s", deployment.unit, learned.sentence())
+    except SpecdError as exc:
+        log.error("%s: the routing table was not learned: %s", deployment.unit, exc)
+    finally:
+        own.close()
 
 
 def _stopped(deployment: Deployment, night: Night, watch: TrafficWatch, live: str | None,

@@ -37,6 +37,7 @@ import httpx
 
 from specd.deploy.candidate import Candidate, start_candidate
 from specd.deploy.capacity import CapacityCheck, capacity_check
+from specd.deploy.companions import companion_commands
 from specd.deploy.health import wait_healthy
 from specd.deploy.load import requests_in_progress
 from specd.deploy.plan import HealthGate, PreflightRunner, Target
@@ -128,7 +129,7 @@ class ShadowTarget:
         self.seams = seams
         self.gap_wait_s, self.retries = gap_wait_s, retries
         self._preflight, self._gate = preflight, gate
-        self._capacity = capacity or capacity_check(seams.nvml)
+        self._capacity = capacity or capacity_check(seams.nvml, beside=lambda: companion_commands(seams.deployment))
         self.marks: list[LoadMark] = []
         self._wanted: str | None = None
         self._running: str | None = None

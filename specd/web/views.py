@@ -21,6 +21,7 @@ from specd.deploy.unitfiles import ContentStore
 from specd.errors import SpecdError
 from specd.profiles.config import Config, Deployment
 from specd.profiles.load import list_profiles
+from specd.routing.state import read_state
 from specd.traffic import records as traffic
 from specd.tune.pins import get_pin, period_pins
 
@@ -95,7 +96,18 @@ def deployment_view(config: Config, deployment: Deployment, daemon: dict[str, An
         "pin": None if pin is None else {"profile": pin.profile, "at": pin.at},
         "schedule": {period: p.profile for period, p in period_pins(unit).items()},
         "profiles": profile_listing(deployment),
+        "routing": routing_view(unit),
     }
+
+
+def routing_view(unit: str) -> dict[str, Any]:
+    """Routing on the card: on or off, how, which companions, and each class's profile with the reason."""
+    routing = read_state(context.state_dir(), unit)
+    table = routing.table
+    return {"on": routing.on, "mode": routing.mode, "residents": [r.profile for r in routing.residents],
+            "routes": [{"class": c, "profile": r.profile, "reason": r.reason} for c, r in table.routes.items()],
+            "source": table.source, "learned_at": table.learned_at or None, "note": routing.note,
+            "probe": None if routing.probe is None else routing.probe.get("verdict")}
 
 
 def page_state(config: Config, deployments: list[Deployment], daemon: dict[str, Any],

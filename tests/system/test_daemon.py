@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Self
 
 import httpx
@@ -19,11 +20,14 @@ from tests.system.daemon_rig import chat, real_stack
 
 
 class Load:
-    """Clients firing requests through the proxy without pause, streaming and not."""
+    """Clients firing requests through the proxy without pause, streaming and not; `body(stream, n)` makes
+    each client's n-th request (default: one short code ask)."""
 
-    def __init__(self, url: str, clients: int = 3, timeout_s: float = 180) -> None:
+    def __init__(self, url: str, clients: int = 3, timeout_s: float = 180,
+                 body: Callable[[bool, int], dict[str, Any]] = lambda stream, n: chat(stream)) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.body = body
         self.sent = 0
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -32,14 +36,16 @@ class Load:
 
     def _run(self, stream: bool) -> None:
         with httpx.Client(timeout=self.timeout_s) as client:
+            n = 0
             while not self._stop.is_set():
+                n += 1
                 try:
                     if stream:
-                        payloads = read_stream(client, f"{self.url}/v1/chat/completions", chat(True))
+                        payloads = read_stream(client, f"{self.url}/v1/chat/completions", self.body(True, n))
                         ok = payloads[-1] == "[DONE]"
                         detail = payloads[-1][:200]
                     else:
-                        response = client.post(f"{self.url}/v1/chat/completions", json=chat(False))
+                        response = client.post(f"{self.url}/v1/chat/completions", json=self.body(False, n))
                         ok = response.status_code == 200 and bool(response.json().get("choices"))
                         detail = f"{response.status_code} {response.text[:200]}"
                 except (httpx.HTTPError, AssertionError, ValueError) as exc:

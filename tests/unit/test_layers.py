@@ -25,6 +25,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"unit"}),
     frozenset({"deploy"}),
     frozenset({"traffic"}),
+    frozenset({"routing"}),  # per-request routing: the proxy and the daemon use it
     frozenset({"emulator"}),  # the tuner's in-process model target imports it
     frozenset({"proxy"}),  # the request path; the daemon runs it
     frozenset({"daemon"}),

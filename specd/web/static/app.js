@@ -35,6 +35,14 @@
   }
   function replace(node, ...children) { node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined)); }
   function fact(label, value, cls) { return el("div", {}, el("dt", {}, label), el("dd", { class: cls }, value)); }
+  // Routing's card line: on or off, the companions, and each class's profile (the reasons are in the timeline).
+  function routingText(r) {
+    if (!r) return "–";
+    const routes = (r.routes || []).map((x) => x.class + " → " + x.profile).join(", ") || "no table yet";
+    if (!r.on) return "off" + (r.routes && r.routes.length ? " (table: " + routes + ")" : "");
+    const how = r.mode === "per-request" ? "one server, per-request draft settings" : "beside: " + r.residents.join(", ");
+    return "on, " + how + "; " + routes;
+  }
 
   async function getJson(path) {
     const response = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin" });
@@ -83,6 +91,7 @@
       fact("pin", d.pin ? d.pin.profile + " since " + fmtTime(d.pin.at) : "not pinned"),
       fact("by time of day", Object.entries(d.schedule || {}).map(([period, name]) => period + " " + name).join(", ")
         || "no time-of-day pins"),
+      fact("routing", routingText(d.routing)),
       d.state ? fact("marked", d.state, "bad") : null,
     ]);
     // The options are rebuilt only when they change: a refresh while the user is choosing keeps the
