@@ -16,6 +16,7 @@ or through a real wrapper script) on the tiny model, before and after, and compa
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from specd.profiles.keys import BY_FLAG
 from specd.setup.sandbox import PrivateSystemd, free_port
 from tests.conftest import LLAMA_SERVER, TINY_MODEL, require_real_server
 from tests.system import systemd_truth as truth
@@ -83,6 +85,12 @@ def _option(values: dict[str, list[str]], switches: list[str]) -> st.SearchStrat
     return st.one_of(valued, st.sampled_from(switches).map(lambda s: (s,)))
 
 
+def _says_llama_server(options: Sequence[tuple[str, ...]]) -> bool:
+    """A script's arguments say llama-server when one of them is a flag of specd's profile table; a
+    wrapper with none (and no model) is refused as a script specd cannot see into (specd.unit.wrappers)."""
+    return any(option[0] in BY_FLAG for option in options)
+
+
 @st.composite
 def shapes(draw: st.DrawFn) -> Shape:
     form = draw(st.sampled_from(["server", "subcommand", "wrapper", "launcher"]))
@@ -96,8 +104,8 @@ def shapes(draw: st.DrawFn) -> Shape:
                                   ("-hf", "unsloth/Qwen3-8B-GGUF:Q4_K_M"), ("-m", "/models//a:b.gguf"), ()]))
     alias = draw(st.sampled_from([(), (), ("--alias", "qwen-%i"), ("-a", "one,two")])) if model else ()
     options: list[tuple[str, ...]] = draw(st.lists(_option(_VALUES, _SWITCHES), max_size=7))
-    if form == "wrapper" and not options and not model:  # else nothing says llama-server (refused, rightly)
-        options = [("-ngl", "99")]
+    if form == "wrapper" and not model and not _says_llama_server(options):  # else refused, rightly
+        options = [*options, ("-ngl", "99")]
     repeat = draw(st.booleans())
     first = next((o for o in options if len(o) == 2), None)
     if repeat and first is not None:  # an option given again, later: llama-server keeps the last value
@@ -185,6 +193,8 @@ def runnable_shapes(draw: st.DrawFn) -> Shape:
                                                                                  ("-hf", "specd/tiny:Q4_K_M")]))
     options = tuple(draw(st.lists(_option(_RUNNABLE, _RUNNABLE_SWITCHES), max_size=4)))
     alias = draw(st.sampled_from([(), ("--alias", "tiny-%i")]))
+    if form == "wrapper" and not alias and not _says_llama_server(options):  # else refused, rightly
+        options = (*options, ("-c", "256"))
     return Shape(form, ("TINY",) if form == "wrapper" else (), model, alias, options, (), draw(st.integers(0, 4)))
 
 

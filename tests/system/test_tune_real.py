@@ -39,7 +39,8 @@ def repeat_workload(path: Path) -> Path:
 
 
 def _tune(box: Box, workload: str, n: int, max_tokens: int) -> dict[str, object]:
-    result = box.specd("tune", "--workload", workload, "--n", str(n), "--max-tokens", str(max_tokens), "--json",
+    result = box.specd("tune", "--workload", workload, "--n", str(n), "--max-n", str(n),  # n each: bounded time
+                       "--max-tokens", str(max_tokens), "--json",
                        "--profile", "autoregressive", "--profile", "ngram-simple", timeout=600, check=True)
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
