@@ -19,7 +19,7 @@ three alike; the figure is the mix's wall clock, the sum over its requests. Inte
 repetitions of the paired ratio (routed / single in the same repetition). The box is shared and
 loaded: the load average is written with the results.
 
-    .venv/bin/python benchmarks/routing_real.py [--reps 6] [--max-tokens 40] [--out FILE.md]
+    .venv/bin/python benchmarks/routing_real.py [--reps 6] [--max-tokens 40] [--train-rounds 2] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=40)
+    parser.add_argument("--train-rounds", type=int, default=2,
+                        help="times the training half is replayed on each profile to learn the table")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/routing-real.md")
     args = parser.parse_args()
     os.environ.setdefault("SPECD_CACHE", str(Path.home() / ".cache" / "specd"))
@@ -110,9 +112,10 @@ def main() -> None:
         train, held = split(args.max_tokens)
         target = FleetTarget(urls)
         report = bench_profiles(target, list(PROFILES), Workload("train", tuple(train), origin="builtin"),
-                                Settings(n=2 * len(train), concurrency=1, early_stop=False, cache_reuse=False))
+                                Settings(n=args.train_rounds * len(train), concurrency=1, early_stop=False,
+                                         cache_reuse=False))
         table = learn(report.results, RoutingTable(), active="ngram-simple", margin=0.05, now=time.time(),
-                      source=f"bench of {len(train)} training requests x 2, one at a time").table
+                      source=f"bench of {len(train)} training requests x {args.train_rounds}, one at a time").table
         ngram, plain = Backend(urls["ngram-simple"], "ngram-simple"), Backend(urls["autoregressive"], "autoregressive")
         proxies = {"single-ngram": ProxyThread(ngram, RouteSet()), "single-plain": ProxyThread(plain, RouteSet()),
                    "routed": ProxyThread(ngram, RouteSet(True, (Companion(plain.url, "autoregressive"),), table))}
@@ -166,10 +169,11 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
     mix = {c: sum(1 for r in held if r.task_class == c) for c in ("code", "factual", "creative")}
     lines = ["# Routing on the real tiny model: routed vs each single profile", "",
              (f"**Command:** `.venv/bin/python benchmarks/routing_real.py --reps {args.reps} --max-tokens "
-             f"{args.max_tokens}`. Date: {started_at:%Y-%m-%d %H:%M} UTC."), "",
-             (f"Machine before: {machine_before}. After: {machine()}. The box is shared with other work: the "
-             f"1-minute load average after each repetition was {', '.join(f'{x:.1f}' for x in loads)} on 2 cores, "
-             "so every figure carries that noise; each request ran through the three configurations back to "
+             f"{args.max_tokens} --train-rounds {args.train_rounds}`. Date: {started_at:%Y-%m-%d %H:%M} UTC."), "",
+             (f"Machine before: {machine_before}. After: {machine()}. The 1-minute load average after each "
+             f"repetition was {', '.join(f'{x:.1f}' for x in loads)} on 2 cores (the two servers and the client "
+             "make about 2; more is other work on the box, and every figure carries that noise); each request ran "
+             "through the three configurations back to "
              "back (rotated order) and the mixes are compared by paired ratios."), "",
              ("Servers: the pinned llama-server CPU build, Gemma 3 270M Q4_K_M, profiles/tiny's `ngram-simple` and "
              "`autoregressive` with threads = 1 (one core each), parallel = 1."), "",

@@ -18,7 +18,7 @@ import typer
 from specd.cli import app as cli_app
 from specd.cli import console, err_console, styled
 from specd.cli.common import ConfigOption, JsonOption, UnitOption, deployment_of, print_json
-from specd.cli.tune_tables import bench_table, print_decision, traffic_line
+from specd.cli.tune_tables import print_bench_table, print_decision, traffic_line
 from specd.errors import PreflightError, ProfileError, SpecdError, UsageError
 from specd.tune.periods import Period
 
@@ -146,7 +146,7 @@ def bench(
     if json_out:
         print_json(report.as_json())
         return
-    console.print(bench_table(report))
+    print_bench_table(report)
     for note in report.notes:
         console.print(styled("[dim]note:[/] {}", note), highlight=False)
     console.print(f"bench run {report.run_id}: {traffic_line(report.traffic)}; {report.rounds} rounds, "

@@ -1,7 +1,10 @@
 """How bench and tune results read: their tables and summary lines (the commands are in tune_cmds.py).
 
 rich's table is imported when a table is drawn: registering the commands must stay cheap
-(benchmarks/cli_startup.py).
+(benchmarks/cli_startup.py). Below WIDE_TABLE columns rich cut every cell of these nine- and
+eleven-column tables to a few letters ("ngram-…", "not-f…" at 80 columns); there the tables are drawn
+as plain lines instead: the columns a choice is read from, whole, and the rest as each row's detail
+(specd.cli.layout).
 """
 
 from __future__ import annotations
@@ -9,6 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from specd.cli import console, styled
+from specd.cli.layout import table_with_detail
+
+WIDE_TABLE = 120  # narrower terminals get the plain-line layout
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -19,6 +25,34 @@ if TYPE_CHECKING:
 
 def fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 1000.0:.2f} s"
+
+
+def print_bench_table(report: Report) -> None:
+    """The bench's table: rich's at WIDE_TABLE columns and more, else plain lines that keep each word whole."""
+    if console.width >= WIDE_TABLE:
+        console.print(bench_table(report))
+        return
+    rows: list[list[str]] = []
+    details: list[str] = []
+    for name, cell in report.as_json()["cells"].items():
+        wall = cell["wall_ms"]
+        lo, hi = wall["ci95"]
+        decode = "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}"
+        rows.append([name, str(cell["n"]), f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]", decode,
+                     _acceptance(cell)])
+        vram = cell["vram_peak_bytes"]
+        reasoning = cell["reasoning_tokens_median"]
+        flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
+                                                                     else [])
+        details.append("; ".join([
+            f"engine {cell['engine']}",
+            f"prefill {fmt_ms(cell['prefill_ms_median'])} ({fmt_ms(cell['prefill_ms_no_reuse_median'])} no reuse)",
+            f"cache_n {cell['cache_n_median']:.0f}",
+            f"reasoning tok {'n/a' if reasoning is None else f'{reasoning:.0f}'}",
+            f"VRAM peak {vram if isinstance(vram, str) else f'{vram / 2**30:.2f} GiB'}", *flags]))
+    for line in table_with_detail(["profile", "n", "wall median [95% CI]", "decode tok/s", "accept"], rows, details,
+                                  console.width):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def bench_table(report: Report) -> Table:
@@ -86,8 +120,31 @@ def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
     return table
 
 
+def _decision_lines(decision: Decision, engines: dict[str, str], width: int) -> list[str]:
+    """The decision table as plain lines for a narrow terminal: profile, n, the paired ratio and the
+    verdict in whole words; the rest (engine, the median and its CI, the model's figure) below."""
+    level = f"{decision.level:.1%}" if decision.level else "95%"
+    rows: list[list[str]] = []
+    details: list[str] = []
+    for est in decision.estimates:
+        mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
+        rows.append([est.profile + (f" ({mark})" if mark else ""), str(est.n),
+                     _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi),
+                     (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")])
+        details.append("; ".join([
+            f"engine {engines.get(est.profile, '?')}",
+            f"wall median {fmt_ms(est.median_ms)} (95% CI {est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s)",
+            f"model (mix) {fmt_ms(est.model_wall_ms)}", *(["noisy"] if est.high_variance else [])]))
+    headers = ["profile", "n", f"time vs {decision.active or 'reference'} [{level}]", "verdict"]
+    return table_with_detail(headers, rows, details, width)
+
+
 def print_decision(decision: Decision, final_profile: str | None, engines: dict[str, str]) -> None:
-    console.print(_decision_table(decision, engines))
+    if console.width >= WIDE_TABLE:
+        console.print(_decision_table(decision, engines))
+    else:
+        for line in _decision_lines(decision, engines, console.width):
+            console.print(line, highlight=False, soft_wrap=True)
     for sentence in (*decision.crossovers, *decision.notes):
         console.print(styled("[dim]note:[/] {}", sentence), highlight=False)
     console.print(f"measured on {traffic_line(dict(decision.traffic))}", highlight=False)
