@@ -33,6 +33,7 @@ FAULT_TESTS = (
     "tests/system/test_drain_interrupt.py",
     "tests/system/test_fault_daemon_signals.py",
     "tests/system/test_fault_big_body.py",
+    "tests/system/test_fault_hostile_burst.py",
     "tests/system/test_fault_backend.py",
     "tests/system/test_fault_suite.py",
     "tests/unit/test_proxy_poison.py",
