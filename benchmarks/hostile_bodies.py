@@ -22,6 +22,10 @@ The daemon's RSS is sampled every 50 ms and its peak per phase is the kernel's h
 (VmHWM, reset through /proc/PID/clear_refs at each phase). After the last answer, RSS is watched
 for 60 s: the time until it is back under IDLE_BOUND_MB.
 
+The bodies, the raw-socket clients and the memory readers are tests/hostile_bodies.py's, shared
+with the fault test that asserts issue 36's bars on one run of each body
+(tests/system/test_fault_hostile_burst.py).
+
 The backend is a FAKE llama-server in this file (`--serve-backend`): a thread per connection reads
 each body to its end into one reused buffer and answers at once, so what is measured is the
 daemon. `--specd-from` runs another checkout's daemon (the commit before a change, for its
