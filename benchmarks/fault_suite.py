@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ FAULT_TESTS = (
     "tests/system/test_drain_interrupt.py",
     "tests/system/test_fault_daemon_signals.py",
     "tests/system/test_fault_big_body.py",
+    "tests/system/test_fault_hostile_burst.py",
     "tests/system/test_fault_backend.py",
     "tests/system/test_fault_suite.py",
     "tests/unit/test_proxy_poison.py",
@@ -86,7 +88,7 @@ def run(pytest_args: list[str]) -> dict[str, Any]:
     }
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: dict[str, Any], raw: str = "fault-suite.json") -> str:
     tests: dict[str, dict[str, Any]] = report["tests"]
     passed = sum(t["outcome"] == "passed" for t in tests.values())
     lines = [
@@ -102,7 +104,7 @@ def markdown(report: dict[str, Any]) -> str:
          "llama-server (llama.cpp from the llama-cpp-python 0.3.36 sdist) with Gemma 3 270M Q4_K_M; the FAKE "
          "server (tests/fakes/fake_llama_server.py) where a real one cannot produce the fault: the poison "
          "request's abort, 500 and invalid JSON answers, 300 instant answers"),
-        "- raw: [fault-suite.json](fault-suite.json)",
+        f"- raw: [{raw}]({raw})",
         "",
         "| scenario | bound (asserted) | measured in this run | test | result |",
         "|---|---|---|---|---|",
@@ -126,9 +128,11 @@ def main() -> None:
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest after the test list (e.g. -k poison)")
     args = parser.parse_args()
     report = run(args.pytest_args)
+    report["command"] = shlex.join(["python", "benchmarks/fault_suite.py", *sys.argv[1:]])  # --out too, as typed
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    text = markdown(report, args.out.with_suffix(".json").name)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
     sys.exit(report["pytest_exit"])
 
 

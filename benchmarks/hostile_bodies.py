@@ -22,6 +22,10 @@ The daemon's RSS is sampled every 50 ms and its peak per phase is the kernel's h
 (VmHWM, reset through /proc/PID/clear_refs at each phase). After the last answer, RSS is watched
 for 60 s: the time until it is back under IDLE_BOUND_MB.
 
+The bodies, the raw-socket clients and the memory readers are tests/hostile_bodies.py's, shared
+with the fault test that asserts issue 36's bars on one run of each body
+(tests/system/test_fault_hostile_burst.py).
+
 The backend is a FAKE llama-server in this file (`--serve-backend`): a thread per connection reads
 each body to its end into one reused buffer and answers at once, so what is measured is the
 daemon. `--specd-from` runs another checkout's daemon (the commit before a change, for its
@@ -39,14 +43,12 @@ import os
 import platform
 import shlex
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,8 +61,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.fakes.http1_raw import read_head
+from tests.hostile_bodies import (
+    ask_models,
+    at_once,
+    deep_nest_body,
+    memory_mb,
+    percentiles,
+    post,
+    reset_peak,
+    small_objects_body,
+    start_partial_upload,
+)
 
-SMALL_OBJECT = b'{"k":1},'
 TOKEN_PERIOD_S = 0.02
 MODELS_PERIOD_S = 0.02
 SETTLE_WATCH_S = 60.0
@@ -127,22 +139,6 @@ def serve_draining_backend_for_benchmark(port: int) -> None:
         server.serve_forever()
 
 
-# ---- the bodies ------------------------------------------------------------------------------------
-
-
-def small_objects_body(size: int) -> bytes:
-    """A chat body of `size` bytes whose padding is small JSON objects (a field llama-server ignores)."""
-    head = b'{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"x_items":['
-    tail = b'{"k":1}]}'
-    count = max(0, (size - len(head) - len(tail)) // len(SMALL_OBJECT))
-    return head + SMALL_OBJECT * count + tail
-
-
-def deep_nest_body(depth: int) -> bytes:
-    return (b'{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"x_nest":'
-            + b"[" * depth + b"]" * depth + b"}")
-
-
 # ---- watchers ----------------------------------------------------------------------------------------
 
 
@@ -157,9 +153,10 @@ class Watchers:
         self.gaps: list[tuple[float, float]] = []  # (arrived at, seconds since the previous token)
         self.direct_gaps: list[tuple[float, float]] = []  # the same, streamed straight from the backend
         self.stop = threading.Event()
+        asking = [(url, samples, self.stop, MODELS_PERIOD_S) for url, samples in ((url, self.models),
+                                                                                  (backend_url, self.direct))]
         self.threads = [threading.Thread(target=self._sample_rss, daemon=True),
-                        threading.Thread(target=self._ask_models, args=(self.url, self.models), daemon=True),
-                        threading.Thread(target=self._ask_models, args=(self.backend_url, self.direct), daemon=True),
+                        *(threading.Thread(target=ask_models, args=args, daemon=True) for args in asking),
                         threading.Thread(target=self._stream, args=(self.url, self.gaps), daemon=True),
                         threading.Thread(target=self._stream, args=(self.backend_url, self.direct_gaps), daemon=True)]
 
@@ -177,17 +174,6 @@ class Watchers:
         while not self.stop.is_set():
             self.rss.append((time.monotonic(), daemon.memory_info().rss / 1e6))
             self.stop.wait(0.05)
-
-    def _ask_models(self, url: str, samples: list[tuple[float, float]]) -> None:
-        with httpx.Client(timeout=60) as client:
-            while not self.stop.is_set():
-                asked = time.monotonic()
-                try:
-                    ok = client.get(f"{url}/v1/models").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                samples.append((asked, time.monotonic() - asked if ok else float("inf")))
-                self.stop.wait(max(0.0, MODELS_PERIOD_S - (time.monotonic() - asked)))
 
     def _stream(self, url: str, gaps: list[tuple[float, float]]) -> None:
         body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -211,73 +197,14 @@ def window(samples: list[tuple[float, float]], start: float, end: float) -> list
     return [value for at, value in samples if start <= at <= end]
 
 
-def percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float | int | None]:
-    if not values:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    return {"n": len(ordered), "p50": round(statistics.median(ordered) * scale, 1), "p99": round(p99 * scale, 1),
-            "max": round(ordered[-1] * scale, 1)}
-
-
-def memory_status(pid: int) -> dict[str, float]:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM")}
-
-
-def reset_peak(pid: int) -> None:
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-
-
 # ---- the phases -------------------------------------------------------------------------------------
 
 
-def post(port: int, body: bytes) -> dict[str, Any]:
-    """One POST on a fresh connection from a raw socket (sendall leaves the interpreter: the client's
-    own CPU stays out of the box's way), read to the end of its answer."""
-    started = time.monotonic()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
-            sock.sendall(head)
-            sock.sendall(body)
-            received = b""
-            while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < length_of(received):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                received += chunk
-    except OSError as exc:
-        return {"status": type(exc).__name__, "s": round(time.monotonic() - started, 2)}
-    status = received.split(b" ", 2)[1].decode() if received.startswith(b"HTTP/1.1 ") else "no answer"
-    return {"status": int(status) if status.isdigit() else status, "s": round(time.monotonic() - started, 2),
-            "closed": b"\r\nconnection: close\r\n" in received.split(b"\r\n\r\n", 1)[0].lower() + b"\r\n"}
-
-
-def length_of(received: bytes) -> int:
-    head = received.split(b"\r\n\r\n", 1)[0].lower()
-    return int(head.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]) if b"content-length: " in head else 0
-
-
-def at_once(count: int, send: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(lambda _: send(), range(count)))
-
-
-def partial_upload(port: int, declared: int, part: bytes) -> dict[str, Any]:
+def partial_upload(port: int, declared: int, part: bytes | memoryview) -> dict[str, Any]:
     """Declare `declared` bytes, send `part` of them, then stop (the socket stays open) until answered."""
     started = time.monotonic()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {declared}\r\n\r\n").encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=150) as raw:
-        try:
-            raw.sendall(head)
-            raw.sendall(part)
-        except OSError as exc:  # refused mid-upload: the answer may still be readable
-            sent_error = type(exc).__name__
-        else:
-            sent_error = None
+    raw, sent_error = start_partial_upload(port, declared, part)
+    with raw:
         try:
             answer = raw.recv(4096).decode(errors="replace")
         except OSError as exc:
@@ -324,13 +251,13 @@ def measure(url: str, backend_url: str, port: int, pid: int, times: int, root: P
     try:
         for name, run in phases(port, times):
             reset_peak(pid)
-            before = memory_status(pid)["VmRSS"]
+            before = memory_mb(pid)["VmRSS"]
             load = os.getloadavg()[0]
             cpu = sum(psutil.Process(pid).cpu_times()[:2])
             start = time.monotonic()
             answers = run()
             end = time.monotonic()
-            peak = memory_status(pid)["VmHWM"]
+            peak = memory_mb(pid)["VmHWM"]
             row = {"phase": name, "seconds": round(end - start, 1), "rss_before_mb": round(before),
                    "peak_rss_mb": round(peak), "load_1min": round(load, 2),
                    "daemon_cpu_s": round(sum(psutil.Process(pid).cpu_times()[:2]) - cpu, 2), "answers": answers}
@@ -339,10 +266,10 @@ def measure(url: str, backend_url: str, port: int, pid: int, times: int, root: P
         settled_at = None
         answered = time.monotonic()
         while time.monotonic() - answered < SETTLE_WATCH_S:
-            if memory_status(pid)["VmRSS"] < IDLE_BOUND_MB and settled_at is None:
+            if memory_mb(pid)["VmRSS"] < IDLE_BOUND_MB and settled_at is None:
                 settled_at = time.monotonic() - answered
             time.sleep(0.5)
-        after = memory_status(pid)["VmRSS"]
+        after = memory_mb(pid)["VmRSS"]
     finally:
         assert watcher.stdin is not None
         watcher.stdin.close()

@@ -17,12 +17,12 @@ import json
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.conftest import Box
+from tests.hostile_bodies import memory_mb
 from tests.system.daemon_rig import RunningDaemon, chat, real_stack
 from tests.system.fault_results import FaultRecorder
 
@@ -30,11 +30,6 @@ BODY_BYTES = 60_000_000
 LOOP_STALL_BOUND_S = 1.0  # the longest the daemon's event loop (every client's stream) may stand still
 ANSWER_BOUND_S = 90.0  # llama-server parses the 60 MB itself (about 10 s here), after the stream's slot frees
 MEMORY_BOUND_MB = 2 * BODY_BYTES / 1e6  # the daemon's peak growth: the body held once, never parsed (issue 36)
-
-
-def memory_mb(pid: int) -> dict[str, float]:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM")}
 
 
 def big_body() -> bytes:

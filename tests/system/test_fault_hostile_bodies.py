@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 
 from tests.conftest import Box
+from tests.hostile_bodies import length_of, memory_mb, request_head
 from tests.system.daemon_rig import chat, real_stack
 from tests.system.fault_results import FaultRecorder
-from tests.system.test_fault_big_body import memory_mb
 
 SMALL_OBJECTS_BYTES = 8_000_000  # one million small objects: 1M x ~200 B as Python objects
 GROWTH_BOUND_MB = 64  # the body is 8 MB; parsed, it grew the daemon by ~200 MB
@@ -31,12 +31,10 @@ SETTLED_MB = 30
 
 def post_raw(port: int, body: bytes) -> tuple[bytes, bool]:
     """(the answer, whether the proxy closed the connection after it) for `body` on one connection."""
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
-        sock.sendall(head + body)
+        sock.sendall(request_head(len(body)) + body)
         received = b""
-        while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < content_length(received):
+        while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < length_of(received):
             chunk = sock.recv(65536)
             if not chunk:
                 return received, True
@@ -46,11 +44,6 @@ def post_raw(port: int, body: bytes) -> tuple[bytes, bool]:
             return received, sock.recv(1) == b""
         except TimeoutError:
             return received, False
-
-
-def content_length(received: bytes) -> int:
-    head = received.split(b"\r\n\r\n", 1)[0].lower()
-    return int(head.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]) if b"content-length: " in head else 0
 
 
 @real_stack
