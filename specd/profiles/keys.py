@@ -13,7 +13,10 @@ from specd.profiles.schema import Check, Key, Table, in_range, list_of_strings, 
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _PATH = r"(/|~|\$\{SPECD_CACHE\}).*"
-_ABS_PATH = matches(_PATH, "an absolute path (or start with ~ or ${SPECD_CACHE})")
+# A file or directory llama-server opens: absolute, or (as a unit may write it) relative to its working
+# directory, which a profile with such a path must set (load.py: [systemd.Service] WorkingDirectory=).
+_SERVER_PATH = matches(_PATH + r"|[^-/~$\s][^\n]*", "an absolute path (or start with ~ or ${SPECD_CACHE}), or a "
+                       "path relative to [systemd.Service] WorkingDirectory=")
 # systemd runs a bare command name from its own search path (systemd.service(5), "Command lines").
 _BINARY = matches(_PATH + r"|[A-Za-z0-9._+-]+",
                   "an absolute path (or ~, ${SPECD_CACHE}), or a command name systemd finds in its PATH")
@@ -101,12 +104,12 @@ KEYS: tuple[ProfileKey, ...] = (
                "(`llama serve`), a wrapper script's own arguments (`launch.sh rocm qwen`)", list_of_strings,
                default=()),
     # Where the model comes from: exactly one of model, hf_repo, router mode (models_dir/models_preset/router).
-    _flag("model", str, "a local GGUF file", ("--model", "-m"), _ABS_PATH, path=True),
+    _flag("model", str, "a local GGUF file", ("--model", "-m"), _SERVER_PATH, path=True),
     _flag("hf_repo", str, "a model from Hugging Face, downloaded on first start", ("--hf-repo", "-hf", "-hfr"),
           _HF_REPO),
     _flag("hf_file", str, "the file in hf_repo, instead of the quant", ("--hf-file", "-hff")),
-    _flag("models_dir", str, "router mode: a directory of GGUF files", ("--models-dir",), _ABS_PATH, path=True),
-    _flag("models_preset", str, "router mode: an INI file of model presets", ("--models-preset",), _ABS_PATH,
+    _flag("models_dir", str, "router mode: a directory of GGUF files", ("--models-dir",), _SERVER_PATH, path=True),
+    _flag("models_preset", str, "router mode: an INI file of model presets", ("--models-preset",), _SERVER_PATH,
           path=True),
     ProfileKey("router", bool, "router mode with neither models_dir nor models_preset: llama-server (a build "
                "with --models-dir) serves the models of its download cache ($LLAMA_CACHE, "
@@ -126,7 +129,7 @@ KEYS: tuple[ProfileKey, ...] = (
                _implicit_keys, default=()),
     _flag("api_key", str, "clients must send it; the gate, bench and verify do; rendered as a 0600 key file, "
           "never into the unit or history", ("--api-key",)),
-    _flag("api_key_file", str, "a file of API keys, one per line", ("--api-key-file",), _ABS_PATH, path=True),
+    _flag("api_key_file", str, "a file of API keys, one per line", ("--api-key-file",), _SERVER_PATH, path=True),
     _flag("ctx_size", int, "context size in tokens", ("--ctx-size", "-c"), in_range(0, 1 << 24)),
     _flag("n_gpu_layers", (int, str), "layers on the GPU: a number, 'all' or 'auto'",
           ("--n-gpu-layers", "--gpu-layers", "-ngl"), _layers),
@@ -158,7 +161,7 @@ KEYS: tuple[ProfileKey, ...] = (
     _flag("draft_p_min", float, "a draft token's lowest probability", ("--spec-draft-p-min", "--draft-p-min"),
           in_range(0.0, 1.0), table="speculative"),
     _flag("draft_model", str, "the draft model's GGUF file", ("--spec-draft-model", "--model-draft", "-md"),
-          _ABS_PATH, path=True, table="speculative"),
+          _SERVER_PATH, path=True, table="speculative"),
     _flag("draft_ngl", (int, str), "the draft model's GPU layers",
           ("--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld"), _layers, table="speculative"),
     _flag("draft_hf_repo", str, "the draft model from Hugging Face", ("--spec-draft-hf", "--hf-repo-draft", "-hfd"),

@@ -299,11 +299,12 @@ def profile_from_data(data: Mapping[str, Any], path: Path, name: str, inherits_c
     if vllm is None and spec.get("type") in ("draft", "dflash", "eagle3") and not {"draft_model",
                                                                                   "draft_hf_repo"} & set(spec):
         raise ProfileError(f"{path}: [speculative] type '{spec['type']}' needs draft_model (or draft_hf_repo)")
+    base = _working_directory(data, spec, path, name)
     return Profile(
         name=name,
         path=path,
-        **{key.name: _value(key, data) for key in TOP_KEYS if key.name not in ("inherits", "abstract")},
-        speculative=Speculative(**{key.name: _value(key, spec) for key in SPECULATIVE_KEYS}),
+        **{key.name: _value(key, data, base) for key in TOP_KEYS if key.name not in ("inherits", "abstract")},
+        speculative=Speculative(**{key.name: _value(key, spec, base) for key in SPECULATIVE_KEYS}),
         env=tuple(sorted(data.get("env", {}).items())),
         systemd=_directives(data.get("systemd", {})),
         inherits_chain=inherits_chain,
@@ -314,13 +315,37 @@ def profile_from_data(data: Mapping[str, Any], path: Path, name: str, inherits_c
     )
 
 
-def _value(key: ProfileKey, data: Mapping[str, Any]) -> Any:
-    """A key's value as the Profile holds it: paths expanded, numbers as their kind, lists as tuples."""
+def _working_directory(data: Mapping[str, Any], spec: Mapping[str, Any], path: Path, name: str) -> Path | None:
+    """Where llama-server resolves a relative path a profile gives it (as a unit may: `-m models/x.gguf`):
+    the [systemd.Service] WorkingDirectory= the rendered unit carries. None when no path is relative; a
+    relative path without an absolute WorkingDirectory= is refused, since the file would be unknown."""
+    relative = [(key.name, str(table[key.name])) for table, keys in ((data, TOP_KEYS), (spec, SPECULATIVE_KEYS))
+                for key in keys if key.path and key.name != "binary" and key.name in table
+                and not _expand(str(table[key.name])).is_absolute()]
+    if not relative:
+        return None
+    service = data.get("systemd", {}).get("Service", {})
+    given = service.get("WorkingDirectory") if isinstance(service, Mapping) else None
+    written = str(given[-1] if isinstance(given, list) and given else given or "")
+    directory = Path(os.path.expanduser(written.removeprefix("-")))
+    if not directory.is_absolute():
+        key, value = relative[0]
+        raise ProfileError(f"{path}: profile '{name}': '{key}' is {value!r}, a relative path, which llama-server "
+                           "opens relative to its working directory; set [systemd.Service] WorkingDirectory= to an "
+                           "absolute directory" + (f" (not {written!r})" if written else "") + ", or write the path "
+                           "absolute")
+    return directory
+
+
+def _value(key: ProfileKey, data: Mapping[str, Any], base: Path | None = None) -> Any:
+    """A key's value as the Profile holds it: paths expanded (a relative one under `base`, the server's working
+    directory: the argv keeps the words as written, written_paths), numbers as their kind, lists as tuples."""
     if key.name not in data:
         return key.default
     value = data[key.name]
     if key.path:
-        return _expand(str(value))
+        expanded = _expand(str(value))
+        return base / expanded if base is not None and key.name != "binary" else expanded
     if key.kind is float:
         return float(value)
     if isinstance(value, list):

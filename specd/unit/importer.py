@@ -22,7 +22,7 @@ from specd.engines.facts import is_vllm_serve
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Scope
 from specd.profiles.flags import BinaryFlags, conventional_variable
-from specd.profiles.keys import BY_FLAG, BY_NAME, MODEL_SOURCES, PROFILE_SCHEMA, reported_model_id
+from specd.profiles.keys import BY_FLAG, BY_NAME, KEYS, MODEL_SOURCES, PROFILE_SCHEMA, reported_model_id
 from specd.profiles.load import profile_from_data, profile_path
 from specd.profiles.schema import validate
 from specd.unit.argvmap import (
@@ -47,6 +47,7 @@ from specd.unit.vllm_import import import_vllm_command
 from specd.unit.wrappers import unwrap
 
 _CARRIED_SECTIONS = ("Unit", "Service", "Install")
+PATH_KEYS = tuple(key for key in KEYS if key.path and key.flags)  # the files and directories llama-server opens
 # llama-server's own defaults, for a binary that cannot be asked (its --help says them otherwise).
 LLAMA_SERVER_DEFAULT_HOST = "127.0.0.1"
 LLAMA_SERVER_DEFAULT_PORT = 8080
@@ -68,6 +69,7 @@ class ImportResult:
     data: dict[str, Any]
     rows: list[ImportRow] = field(default_factory=list)
     checked: bool = True  # the binary's own --help was asked; False: its flags could not be checked
+    flags: BinaryFlags | None = None  # its --help's flags, where it was asked: the render check uses them
 
     def row(self, source: str, became: str) -> None:
         self.rows.append(ImportRow(source, became))
@@ -254,22 +256,45 @@ def profile_from_unit(text: str, where: str, description: str, context: UnitCont
     result = profile_from_command(unwrapped.argv, {**parsed.assigned, **unwrapped.environment}, description,
                                   where=where, notes=(*parsed.notes, *unwrapped.notes),
                                   empty_cause=parsed.empty_value_cause, launcher=unwrapped.launcher,
-                                  settings_environment={**parsed.command.environment, **unwrapped.environment})
+                                  settings_environment={**parsed.command.environment, **unwrapped.environment},
+                                  check=False)
     for drop_in, _ in drop_ins:
         result.row(drop_in, "drop-in: read after the unit, as systemd does; its directives are carried")
     _carry_directives(parsed, result, context)
+    _say_relative_paths(result, where)
+    _check_it_renders(result, result.flags, where)  # with the directives: WorkingDirectory= places relative paths
     return result
+
+
+def _say_relative_paths(result: ImportResult, where: str) -> None:
+    """A path the unit gives llama-server relative to its working directory stays as written (the argv and the
+    id served without --alias are those words); the profile keeps WorkingDirectory=, or the import is refused."""
+    service = result.data.get("systemd", {}).get("Service", {})
+    directory = service.get("WorkingDirectory")
+    for key in PATH_KEYS:
+        table = result.data.get("speculative", {}) if key.table == "speculative" else result.data
+        value = table.get(key.name)
+        if not isinstance(value, str) or value.startswith(("/", "~", "${SPECD_CACHE}")):
+            continue
+        if not isinstance(directory, str) or not directory.removeprefix("-").startswith(("/", "~")):
+            raise UsageError(f"{where}: {key.flags[0]} {value} is a relative path; llama-server opens it relative to "
+                             "its working directory, and the unit sets no absolute WorkingDirectory="
+                             + (f" (it sets {directory!r})" if directory else "") + ": add WorkingDirectory= or "
+                             f"write the absolute path, then import{_not_named(result.data)}")
+        result.row(f"{key.flags[0]} {value}", f"kept as written: llama-server opens it in WorkingDirectory="
+                                              f"{directory} (carried), so the argv and the id it serves stay the same")
 
 
 def profile_from_command(argv: list[str], environment: dict[str, str], description: str, *, where: str,
                          notes: tuple[str, ...] = (), empty_cause: Callable[[str], str] = lambda flag: "",
                          launcher: tuple[str, ...] = (),
-                         settings_environment: dict[str, str] | None = None) -> ImportResult:
+                         settings_environment: dict[str, str] | None = None, check: bool = True) -> ImportResult:
     """The profile one llama-server command line (binary first) and its environment become.
 
     environment: what the profile's [env] carries; settings_environment: everything llama-server
     sees (with EnvironmentFile= variables, which the carried EnvironmentFile= keeps giving it);
-    empty_cause(flag): why that flag's value is empty (the unset variable and where it comes from)."""
+    empty_cause(flag): why that flag's value is empty (the unset variable and where it comes from);
+    check=False: the caller adds the unit's directives first, then checks that it loads and renders."""
     result = ImportResult({"description": description, "binary": argv[0]})
     for note in notes:
         result.row("unit", note)
@@ -278,7 +303,7 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
         return result
     leading = tuple(next((argv[1:i] for i in range(1, len(argv)) if is_option(argv[i])), argv[1:]))
     program = recognise(argv, leading, launcher, where)
-    result.checked = program.checked
+    result.checked, result.flags = program.checked, program.flags
     result.row(argv[0], program.how)
     reader = ArgvReader(argv[0], program.flags, where, empty_cause)
     binary_args, grouped = reader.group(argv[1:])
@@ -304,7 +329,8 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
     if environment:
         result.data["env"] = dict(environment)
         _report_settings(environment, program.flags, result)
-    _check_it_renders(result, program.flags, where)
+    if check:
+        _check_it_renders(result, program.flags, where)
     return result
 
 

@@ -252,7 +252,9 @@ _HEADER = """# `specd import` on the real-world corpus (tests/corpus)
   for (its alias); `served` shows both
 - units: in-sample (the importer was developed on them); units_heldout: held out since issue 11
   (not opened during issue 34's work); units_heldout2 / llama_swap_heldout2: gathered at the end of
-  issue 34 by the rule committed before they were read (tests/corpus/HELDOUT2.md)
+  issue 34 by the rule committed before they were read (tests/corpus/HELDOUT2.md); units_heldout3:
+  gathered after the in-sample fixes of branch import3, by the rule committed before they were read
+  (tests/corpus/HELDOUT3.md)
 - llama-swap: each model either becomes a profile whose `specd show` renders (the render alone where
   show objects only that the binary or model file is not on this box) and whose llama-server argv
   round-trips against the model's cmd as llama-swap expands it, or is refused with a reason
@@ -284,7 +286,8 @@ def write_results(section: str, rows: list[Row], summary: dict[str, object]) -> 
     write_markdown(name)
 
 
-_SECTIONS = ("units", "units_heldout", "units_heldout2", "llama_swap", "llama_swap_heldout2")
+_UNIT_SECTIONS = ("units", "units_heldout", "units_heldout2", "units_heldout3")
+_SECTIONS = (*_UNIT_SECTIONS, "llama_swap", "llama_swap_heldout2")
 _SHOWN = ("units", "knowable", "round-trips", "knowable_round_trip_share", "importable", "importable_round_trip_share",
           "round_trip_share", "refused",
           "silently-wrong", "traceback", "refused-unclear", "accepted-then-refused", "served_ids_checked",
@@ -365,7 +368,7 @@ def resummarise(name: str = "import-corpus") -> None:
     markdown written again: `python -m tests.system.corpus_rig NAME`."""
     path = RESULTS / f"{name}.json"
     data = json.loads(path.read_text())
-    for section in ("units", "units_heldout", "units_heldout2"):
+    for section in _UNIT_SECTIONS:
         if section in data:
             rows = [Row(**row) for row in data[section]["rows"]]
             data[section]["summary"] = unit_summary(rows, float(str(data[section]["summary"]["bar"])))

@@ -72,20 +72,23 @@ pytestmark = pytest.mark.systemd
 
 UNITS = corpus_files("units")
 # Held out: gathered after an importer was built and not opened while developing the next one
-# (SOURCES.md, HELDOUT2.md); reported apart, held to the same no-silent-error rule.
+# (SOURCES.md, HELDOUT2.md, HELDOUT3.md); reported apart, held to the same no-silent-error rule.
 HELD_OUT = corpus_files("units-heldout")
 HELD_OUT2 = corpus_files("units-heldout2")
+HELD_OUT3 = corpus_files("units-heldout3")
 SWAP_CONFIGS = corpus_files("llama-swap")
 SWAP_HELD_OUT2 = corpus_files("llama-swap-heldout2")
 # SPECD_CORPUS_SETS=units,llama_swap: only those sections (while developing, the held-out sets stay unread).
 _ONLY = {s for s in os.environ.get("SPECD_CORPUS_SETS", "").split(",") if s}
 if _ONLY:
-    HELD_OUT, HELD_OUT2, SWAP_HELD_OUT2 = (files if name in _ONLY else [] for name, files in
-                                           (("units_heldout", HELD_OUT), ("units_heldout2", HELD_OUT2),
-                                            ("llama_swap_heldout2", SWAP_HELD_OUT2)))
+    HELD_OUT, HELD_OUT2, HELD_OUT3, SWAP_HELD_OUT2 = (
+        files if name in _ONLY else [] for name, files in
+        (("units_heldout", HELD_OUT), ("units_heldout2", HELD_OUT2), ("units_heldout3", HELD_OUT3),
+         ("llama_swap_heldout2", SWAP_HELD_OUT2)))
 ROUND_TRIP_BAR = 0.95  # issue 34's bar for the in-sample units
 HELD_OUT_BAR = 0.90  # ... and for a held-out set gathered after the work
-_FOLDERS = ("units", "units-heldout", "units-heldout2", "llama-swap", "llama-swap-heldout2", "support")
+_FOLDERS = ("units", "units-heldout", "units-heldout2", "units-heldout3", "llama-swap", "llama-swap-heldout2",
+            "support")
 
 
 def test_every_corpus_file_is_listed_with_its_source() -> None:
@@ -203,10 +206,11 @@ def _key_in_a_file(problems: list[str], profile: Path) -> list[str]:
 @pytest.mark.timeout(3600)
 def test_corpus_units_round_trip_or_are_refused_clearly(systemd_manager: PrivateSystemd, tmp_path: Path) -> None:
     require_real_server()
-    rows = _unit_rows(systemd_manager, tmp_path, [*UNITS, *HELD_OUT, *HELD_OUT2])
+    rows = _unit_rows(systemd_manager, tmp_path, [*UNITS, *HELD_OUT, *HELD_OUT2, *HELD_OUT3])
     report = ""
     for section, files, bar in (("units", UNITS, ROUND_TRIP_BAR), ("units_heldout", HELD_OUT, HELD_OUT_BAR),
-                                ("units_heldout2", HELD_OUT2, HELD_OUT_BAR)):
+                                ("units_heldout2", HELD_OUT2, HELD_OUT_BAR),
+                                ("units_heldout3", HELD_OUT3, HELD_OUT_BAR)):
         if not files:
             continue
         ordered = [rows[f.name] for f in files]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specd.errors import PreflightError, UsageError
+from specd.errors import PreflightError, ProfileError, UsageError
 from specd.profiles.flags import parse_help
 from specd.profiles.load import load_profile
 from specd.unit.importer import ImportResult, profile_from_unit, write_profile
@@ -76,9 +76,37 @@ def test_a_model_whose_variable_nothing_sets_is_refused_naming_the_variable_and_
             "not exist here") in caught.value.message
 
 
-def test_a_relative_model_path_is_refused_naming_it() -> None:
-    with pytest.raises(UsageError, match=r"-m models/q.gguf is not an absolute path"):
-        imported("[Service]\nWorkingDirectory=/srv/llama\nExecStart=/opt/llama-server -m models/q.gguf\n")
+def test_a_relative_model_path_keeps_its_words_and_its_served_id_under_the_units_working_directory(
+        tmp_path: Path) -> None:
+    # gpt-lab-summer-2026/chess-machine's shape: llama-server opens models/q.gguf in WorkingDirectory= and, with
+    # no --alias, serves the path as given. The import keeps both: the same argv, the same id, the same file.
+    result = imported("[Service]\nWorkingDirectory=/srv/llama\nExecStart=/opt/llama-server -m models/q.gguf "
+                      "-c 2048 --port 8080\n")
+    assert result.data["model"] == "models/q.gguf" and result.data["alias"] == "models/q.gguf"
+    assert result.data["systemd"]["Service"]["WorkingDirectory"] == "/srv/llama"
+    argv = rendered(result, tmp_path)
+    assert argv[argv.index("--model") + 1] == "models/q.gguf" and "--alias" not in argv
+    profile = load_profile(tmp_path, "p")
+    assert profile.model == Path("/srv/llama/models/q.gguf")  # preflight looks for the file llama-server opens
+    assert Path("/srv/llama/models/q.gguf") in profile.files
+
+
+def test_a_relative_model_path_without_a_working_directory_is_refused_naming_it() -> None:
+    with pytest.raises(UsageError, match=r"--model models/q.gguf is a relative path; llama-server opens it relative "
+                                         r"to its working directory, and the unit sets no absolute WorkingDirectory="):
+        imported("[Service]\nExecStart=/opt/llama-server -m models/q.gguf\n")
+    with pytest.raises(UsageError, match=r"\(it sets 'relative/dir'\)"):
+        imported("[Service]\nWorkingDirectory=relative/dir\nExecStart=/opt/llama-server -m models/q.gguf\n")
+
+
+def test_a_profile_with_a_relative_path_needs_an_absolute_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text('binary = "/opt/llama-server"\nmodel = "m/q.gguf"\nalias = "q"\nport = 8080\n')
+    with pytest.raises(ProfileError, match=r"'model' is 'm/q.gguf', a relative path.*set \[systemd.Service\] "
+                                           r"WorkingDirectory= to an absolute directory"):
+        load_profile(tmp_path, "p")
+    with (tmp_path / "p.toml").open("a") as profile:
+        profile.write('[systemd.Service]\nWorkingDirectory = "-/srv/x"\n')
+    assert load_profile(tmp_path, "p").model == Path("/srv/x/m/q.gguf")
 
 
 def test_paths_render_with_the_bytes_the_unit_had(tmp_path: Path) -> None:
