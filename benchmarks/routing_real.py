@@ -14,7 +14,7 @@ The mix is the built-in `repeat-input` (edit/rewrite asks whose answer copies th
 case) and `prose` sets, split before any run: even positions train the table, odd ones are measured
 (held out); max_tokens is capped (--max-tokens) so a repetition fits in minutes on a shared box.
 Each repetition sends every held-out request, in file order, through each configuration back to back
-(the order rotated request by request), so a burst of load from the box's other tenants lands on all
+(each of the six orders in turn, request by request), so a burst of load from the box's other tenants lands on all
 three alike; the figure is the mix's wall clock, the sum over its requests. Intervals are 95% t intervals over
 repetitions of the paired ratio (routed / single in the same repetition). The box is shared and
 loaded: the load average is written with the results.
@@ -25,6 +25,7 @@ loaded: the load average is written with the results.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -64,6 +65,10 @@ from routing_emulator import (
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = ("ngram-simple", "autoregressive")
 CONFIGS = ("single-ngram", "single-plain", "routed")
+# Every order of the three, in turn: routed and single-ngram share the n-gram server, so a rotation of
+# one order had single-ngram right after routed on that server in two of three requests (a warm server
+# answers a little sooner); over all six orders each follows the other equally often.
+ORDERS = tuple(itertools.permutations(CONFIGS))
 SINGLE = {"ngram-simple": "single-ngram", "autoregressive": "single-plain"}
 
 
@@ -124,7 +129,7 @@ def main() -> None:
         for rep in range(args.reps):
             spent = dict.fromkeys(CONFIGS, 0.0)
             for index, request in enumerate(held):  # each request through every configuration back to back
-                order = CONFIGS[(rep + index) % 3:] + CONFIGS[:(rep + index) % 3]
+                order = ORDERS[(rep * len(held) + index) % len(ORDERS)]
                 for config in order:
                     seconds, failed = run_mix(proxies[config].url, [request], 1)
                     spent[config] += seconds
@@ -174,7 +179,7 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              f"repetition was {', '.join(f'{x:.1f}' for x in loads)} on 2 cores (the two servers and the client "
              "make about 2; more is other work on the box, and every figure carries that noise); each request ran "
              "through the three configurations back to "
-             "back (rotated order) and the mixes are compared by paired ratios."), "",
+             "back (each of the six orders in turn) and the mixes are compared by paired ratios."), "",
              ("Servers: the pinned llama-server CPU build, Gemma 3 270M Q4_K_M, profiles/tiny's `ngram-simple` and "
              "`autoregressive` with threads = 1 (one core each), parallel = 1."), "",
              (f"Held-out mix: {len(held)} requests (labels of the built-in sets: {mix}; max_tokens capped at "
