@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from specd.tune.bench import Report
-    from specd.tune.tuner import Decision
+    from specd.tune.decision import Decision, Estimate
 
 
 def fmt_ms(value: float | None) -> str:
@@ -40,16 +40,11 @@ def print_bench_table(report: Report) -> None:
         decode = "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}"
         rows.append([name, str(cell["n"]), f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]", decode,
                      _acceptance(cell)])
-        vram = cell["vram_peak_bytes"]
-        reasoning = cell["reasoning_tokens_median"]
-        flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
-                                                                     else [])
         details.append("; ".join([
             f"engine {cell['engine']}",
             f"prefill {fmt_ms(cell['prefill_ms_median'])} ({fmt_ms(cell['prefill_ms_no_reuse_median'])} no reuse)",
-            f"cache_n {cell['cache_n_median']:.0f}",
-            f"reasoning tok {'n/a' if reasoning is None else f'{reasoning:.0f}'}",
-            f"VRAM peak {vram if isinstance(vram, str) else f'{vram / 2**30:.2f} GiB'}", *flags]))
+            f"cache_n {cell['cache_n_median']:.0f}", f"reasoning tok {_reasoning(cell)}",
+            f"VRAM peak {_vram(cell)}", *_flags(cell)]))
     for line in table_with_detail(["profile", "n", "wall median [95% CI]", "decode tok/s", "accept"], rows, details,
                                   console.width):
         console.print(line, highlight=False, soft_wrap=True)
@@ -64,18 +59,26 @@ def bench_table(report: Report) -> Table:
     for name, cell in data.items():
         wall = cell["wall_ms"]
         lo, hi = wall["ci95"]
-        vram = cell["vram_peak_bytes"]
-        flags = (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"]
-                                                                     else [])
         table.add_row(name, cell["engine"], str(cell["n"]),
                       f"{fmt_ms(wall['median'])} [{lo / 1000:.2f}-{hi / 1000:.2f}]",
                       f"{fmt_ms(cell['prefill_ms_median'])} ({fmt_ms(cell['prefill_ms_no_reuse_median'])})",
                       f"{cell['cache_n_median']:.0f}",
                       "n/a" if cell["decode_tok_s_median"] is None else f"{cell['decode_tok_s_median']:.1f}",
-                      _acceptance(cell),
-                      "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}",
-                      vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB", ", ".join(flags))
+                      _acceptance(cell), _reasoning(cell), _vram(cell), ", ".join(_flags(cell)))
     return table
+
+
+def _reasoning(cell: dict[str, Any]) -> str:
+    return "n/a" if cell["reasoning_tokens_median"] is None else f"{cell['reasoning_tokens_median']:.0f}"
+
+
+def _vram(cell: dict[str, Any]) -> str:
+    vram = cell["vram_peak_bytes"]
+    return vram if isinstance(vram, str) else f"{vram / 2**30:.2f} GiB"
+
+
+def _flags(cell: dict[str, Any]) -> list[str]:
+    return (["early stop"] if cell["stopped_early"] else []) + (["high variance"] if cell["high_variance"] else [])
 
 
 def traffic_line(traffic: dict[str, Any]) -> str:
@@ -104,6 +107,14 @@ def _ratio_cell(lo: float | None, ratio: float | None, hi: float | None) -> str:
     return f"{ratio:.2f} [{(lo or 0.0):.2f}-{top}]"
 
 
+def _mark(decision: Decision, profile: str) -> str:
+    return "best" if profile == decision.best else ("active" if profile == decision.active else "")
+
+
+def _verdict(est: Estimate) -> str:
+    return (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")
+
+
 def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
     from rich.table import Table
 
@@ -111,11 +122,10 @@ def _decision_table(decision: Decision, engines: dict[str, str]) -> Table:
     table = Table("profile", "engine", "n", "wall median", "95% CI",
                   f"time vs {decision.active or 'reference'} [{level}]", "verdict", "model (mix)", "")
     for est in decision.estimates:
-        mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
-        verdict = (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")
+        mark = _mark(decision, est.profile)
         table.add_row(est.profile, engines.get(est.profile, "?"), str(est.n), fmt_ms(est.median_ms),
                       f"{est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s",
-                      _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi), verdict, fmt_ms(est.model_wall_ms),
+                      _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi), _verdict(est), fmt_ms(est.model_wall_ms),
                       mark + (" (noisy)" if est.high_variance else ""))
     return table
 
@@ -127,10 +137,10 @@ def _decision_lines(decision: Decision, engines: dict[str, str], width: int) -> 
     rows: list[list[str]] = []
     details: list[str] = []
     for est in decision.estimates:
-        mark = "best" if est.profile == decision.best else ("active" if est.profile == decision.active else "")
+        mark = _mark(decision, est.profile)
         rows.append([est.profile + (f" ({mark})" if mark else ""), str(est.n),
                      _ratio_cell(est.ratio_lo, est.ratio, est.ratio_hi),
-                     (est.verdict or "") + (" (per token)" if est.measure == "per-token" else "")])
+                     _verdict(est)])
         details.append("; ".join([
             f"engine {engines.get(est.profile, '?')}",
             f"wall median {fmt_ms(est.median_ms)} (95% CI {est.ci_lo_ms / 1000:.2f}-{est.ci_hi_ms / 1000:.2f} s)",
