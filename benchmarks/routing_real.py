@@ -33,7 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -129,26 +131,76 @@ def main() -> None:
         proxies = {"single-ngram": ProxyThread(ngram, RouteSet()), "single-plain": ProxyThread(plain, RouteSet()),
                    "routed": ProxyThread(ngram, RouteSet(True, (Companion(plain.url, "autoregressive"),), table))}
         walls: dict[str, list[float]] = {c: [] for c in CONFIGS}
+        per_request: list[RequestRow] = []
+        router = proxies["routed"].proxy.router
         failures = 0
         for rep in range(args.reps):
             spent = dict.fromkeys(CONFIGS, 0.0)
             for index, request in enumerate(held):  # each request through every configuration back to back
                 order = ORDERS[(rep * len(held) + index) % len(ORDERS)]
+                row = RequestRow(rep, index, str(request.task_class))
                 for config in order:
+                    before = dict(router.counts) if router is not None else {}
                     seconds, failed = run_mix(proxies[config].url, [request], 1)
                     spent[config] += seconds
                     failures += failed
+                    row.seconds[config] = seconds
+                    if config == "routed" and router is not None:
+                        row.routed_to = next((k for k, v in router.counts.items() if v != before.get(k, 0)), None)
+                per_request.append(row)
             for config in CONFIGS:
                 walls[config].append(spent[config])
             loads.append(os.getloadavg()[0])
             print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{c} {walls[c][-1]:.1f} s" for c in CONFIGS),
                   file=sys.stderr, flush=True)
-        router = proxies["routed"].proxy.router
         counts = router.status()["routed"] if router is not None else {}
     finally:
         stop_all(proxies.values(), servers)
         shutil.rmtree(scratch, ignore_errors=True)
-    write(args, walls, table, held, failures, counts, loads, machine_before, started_at)
+    write(args, walls, table, held, failures, counts, loads, machine_before, started_at, per_request)
+
+
+@dataclass
+class RequestRow:
+    """One held-out request in one repetition: its seconds through each configuration, and routed's choice."""
+
+    rep: int
+    index: int
+    label: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    routed_to: str | None = None  # "profile reason", as the router counts it
+
+    @property
+    def twin(self) -> float:
+        """The single configuration's seconds on the server routed chose: routed at no routing cost."""
+        assert self.routed_to is not None
+        return self.seconds[SINGLE[self.routed_to.split(" ")[0]]]
+
+
+def per_request_lines(rows: Sequence[RequestRow]) -> list[str]:
+    """Where the routed mix's time went, request by request: each class's own ratio on the held-out half, and
+    routed's time against the single configuration that sends to the server routed chose (its own cost)."""
+    lines = ["## Request by request (held-out half)", "",
+             "| label | requests x reps | n-gram / plain, single configurations (mean, 95% interval) | routed to |",
+             "|---|---|---|---|"]
+    for label in sorted({r.label for r in rows}):
+        mine = [r for r in rows if r.label == label]
+        ratio = ratio_interval([r.seconds["single-ngram"] for r in mine], [r.seconds["single-plain"] for r in mine])
+        sent = Counter(str(r.routed_to) for r in mine)
+        lines.append(f"| {label} | {len(mine)} | {ratio.mean:.3f} ({ratio.lo:.3f}-{ratio.hi:.3f}) | "
+                     f"{json.dumps(dict(sent))} |")
+    chosen = [r for r in rows if r.routed_to is not None]
+    cost = ratio_interval([r.seconds["routed"] for r in chosen], [r.twin for r in chosen])
+    total = {c: sum(r.seconds[c] for r in chosen) for c in CONFIGS}
+    twins = sum(r.twin for r in chosen)
+    lines += ["", (f"- routed / the single configuration of the server it chose, per request: **{cost.mean:.3f}** "
+                   f"({cost.lo:.3f}-{cost.hi:.3f}; {len(chosen)} requests): the routed path's own cost for the same "
+                   "request on the same server"),
+              (f"- routed's choices at the single configurations' times (routing at no cost): "
+               f"{twins / total['single-plain']:.3f} of single-plain's and {twins / total['single-ngram']:.3f} of "
+               f"single-ngram's; routed as measured: {total['routed'] / total['single-plain']:.3f} and "
+               f"{total['routed'] / total['single-ngram']:.3f}"), ""]
+    return lines
 
 
 def notes(counts: dict[str, int]) -> list[str]:
@@ -169,7 +221,7 @@ def notes(counts: dict[str, int]) -> list[str]:
 
 def write(args: argparse.Namespace, walls: dict[str, list[float]], table: RoutingTable,
           held: Sequence[WorkloadRequest], failures: int, counts: dict[str, int], loads: Sequence[float],
-          machine_before: str, started_at: datetime) -> None:
+          machine_before: str, started_at: datetime, per_request: Sequence[RequestRow]) -> None:
     means = {c: t_interval(v) for c, v in walls.items()}
     best = min(("single-ngram", "single-plain"), key=lambda c: means[c].mean)
     vs_best = ratio_interval(walls["routed"], walls[best])
@@ -197,12 +249,13 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              f"{vs_best.lo:.3f}-{vs_best.hi:.3f})"),
              f"- routed / {other}: {vs_other.mean:.3f} ({vs_other.lo:.3f}-{vs_other.hi:.3f})", "",
              f"Requests the routed proxy sent, by profile and reason: {json.dumps(counts)}.", "",
-             *notes(counts)]
+             *per_request_lines(per_request), *notes(counts)]
     args.out.write_text("\n".join(lines), encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps(
         {"walls_s": walls, "best_single": best, "routed_vs_best": [vs_best.mean, vs_best.lo, vs_best.hi],
          "routed_vs_other": [vs_other.mean, vs_other.lo, vs_other.hi], "table": table.as_json(),
-         "routed_counts": counts, "load_average": list(loads), "failures": failures}, indent=1), encoding="utf-8")
+         "routed_counts": counts, "load_average": list(loads), "failures": failures,
+         "per_request": [asdict(r) for r in per_request]}, indent=1), encoding="utf-8")
     print("\n".join(lines))
 
 
