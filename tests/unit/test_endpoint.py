@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from specd.daemon.steering import NO_BACKEND, backend_of
+from specd.deploy.preflight import check_socket, quick_problems
 from specd.deploy.slots import port_of, same_but_port
 from specd.endpoint import Endpoint, http_client, is_socket_host, shown, socket_of, tcp_port
-from specd.errors import PreflightError, ProfileError, UsageError
+from specd.errors import ConfigError, PreflightError, ProfileError, UsageError
 from specd.profiles.load import load_profile
 from specd.unit.parse import parse_unit
-from specd.unit.render import exec_start_line
-from tests.unit.test_bluegreen import UNIT, make_world
+from specd.unit.render import exec_start_line, render_unit
+from tests.unit.test_bluegreen import UNIT, World, make_world
 
 
 def test_a_socket_is_an_absolute_path_ending_in_sock_as_llama_server_reads_its_host() -> None:
@@ -117,7 +119,7 @@ def test_a_unit_on_a_socket_is_read_as_one_and_refused_where_a_port_is_needed() 
 
 
 @pytest.fixture
-def socket_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+def socket_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     world = make_world(tmp_path, monkeypatch)
     (world.deployment.profiles_dir / "new.toml").write_text(
         'binary = "/opt/llama-server"\nmodel = "/m/new.gguf"\nalias = "tiny"\nhost = "/run/l.sock"\n'
@@ -125,18 +127,51 @@ def socket_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     return world
 
 
-def test_a_forced_blue_green_to_a_socket_is_refused_naming_it_and_changes_nothing(socket_world: object) -> None:
+def test_a_forced_blue_green_to_a_socket_is_refused_naming_it_and_changes_nothing(socket_world: World) -> None:
     world = socket_world
-    before = (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT)))  # type: ignore[attr-defined]
+    before = (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT)))
     with pytest.raises(PreflightError, match=r"--strategy blue-green: the server listens on the Unix socket "
                                              r"/run/l.sock.*nothing was changed"):
-        world.switcher().switch("new", "blue-green")  # type: ignore[attr-defined]
-    assert (world.blue.read_text(), world.serving_pid(),  # type: ignore[attr-defined]
-            len(world.history.list(UNIT))) == before  # type: ignore[attr-defined]
-    assert world.systemd.calls == [] and not world.green.exists()  # type: ignore[attr-defined]
+        world.switcher().switch("new", "blue-green")
+    assert (world.blue.read_text(), world.serving_pid(), len(world.history.list(UNIT))) == before
+    assert world.systemd.calls == [] and not world.green.exists()
 
 
-def test_auto_to_a_socket_restarts_in_place_and_says_why(socket_world: object) -> None:
-    outcome = socket_world.switcher().switch("new")  # type: ignore[attr-defined]
+def test_auto_to_a_socket_restarts_in_place_and_says_why(socket_world: World) -> None:
+    outcome = socket_world.switcher().switch("new")
     assert outcome.generation.strategy == "restart"
     assert "the server listens on the Unix socket /run/l.sock" in outcome.generation.detail
+
+
+def test_a_socket_profile_with_a_proxy_is_refused_before_anything_changes(socket_world: World) -> None:
+    world = socket_world
+    profile = load_profile(world.deployment.profiles_dir, "new")
+    with pytest.raises(PreflightError, match=r"host /run/l.sock is a Unix socket, and the deployment has a \[proxy\]"):
+        check_socket(world.deployment, profile)
+    assert any("[proxy] forwards to a TCP port only" in problem
+               for problem in quick_problems(world.deployment, profile))
+
+
+def test_the_daemons_proxy_refuses_a_server_on_a_socket_at_its_start_and_holds_requests_after(
+        socket_world: World) -> None:
+    world = socket_world
+    argv = ["/opt/llama-server", "-m", "/m/new.gguf", "--host", "/run/l.sock"]
+    world.blue.write_text(f"# specd-profile: new\n[Service]\nExecStart={exec_start_line(argv)}\n")
+    with pytest.raises(ConfigError, match=r"listens on the Unix socket /run/l.sock, and the proxy forwards to a TCP"):
+        backend_of(world.deployment, world.state, refuse_socket=True)
+    assert backend_of(world.deployment, world.state) == NO_BACKEND
+
+
+def test_a_socket_units_render_removes_the_stale_socket_once(tmp_path: Path) -> None:
+    """llama-server cannot bind over the socket file a stopped server left (checked by hand against the pinned
+    build: "couldn't bind HTTP server socket"): each start removes it first, once."""
+    template = "[Service]\nExecStart=@EXEC_START@\n"
+
+    def pre_lines(body: str) -> list[str]:
+        profile = load_profile(_profile(tmp_path, 'host = "/run/l.sock"\n' + body), "p")
+        text = render_unit(profile, ["/opt/llama-server"], scope="user", template=template)
+        return [line for line in text.splitlines() if line.startswith("ExecStartPre=")]
+
+    assert pre_lines("") == [f"ExecStartPre={exec_start_line(['/bin/rm', '-f', '--', '/run/l.sock'])}"]
+    own = '[systemd.Service]\nExecStartPre = "/bin/rm -f /run/l.sock"\n'  # the AvaronInc unit's, carried
+    assert pre_lines(own) == ["ExecStartPre=/bin/rm -f /run/l.sock"]
