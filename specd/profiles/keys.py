@@ -29,7 +29,8 @@ _ALIAS = matches(r"[^\s,-][^\s,]{0,511}(,[^\s,-][^\s,]{0,511})*",
 # A host, or (llama-server's rule: a --host ending in .sock) a Unix socket: specd.endpoint; a socket's path fits
 # in sun_path (107 bytes) and is absolute, so it does not hang on the working directory.
 _HOST = matches(r"[A-Za-z0-9.:\[\]-]{1,253}|/[^\s]{0,101}\.sock",
-                "a host name or IP address, or a Unix socket: an absolute path ending in .sock")
+                "a host name or IP address, or a Unix socket: an absolute path ending in .sock "
+                "(no spaces, at most 107 characters: the kernel's limit)")
 # Values the binary judges (its --help at preflight), not a fixed list: forks add cache types
 # (turbo4, ...) and speculative types, builds spell booleans differently (on, 1, true).
 _TOKEN = matches(r"[A-Za-z0-9_.+-]{1,64}", "one word of letters, digits and _ . + -")
