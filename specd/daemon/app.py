@@ -31,7 +31,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from specd.daemon import control, service
@@ -49,6 +48,7 @@ from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.slots import serving_slot
+from specd.endpoint import http_client
 from specd.errors import ConfigError, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Config, Deployment
@@ -118,7 +118,7 @@ class Daemon:
         self.started_at = time.time()
         self._servers: list[tuple[Server, asyncio.Task[None]]] = []
         self._lock_fd: int | None = None
-        self._http = httpx.Client(timeout=5.0)
+        self._http = http_client(5.0)  # TCP or a Unix socket (specd.endpoint)
         self.page: StatusPage | None = None  # when [daemon] http_listen is set
         self._page_factory = page_factory
         self.notifier: Notifier | None = None
@@ -148,7 +148,7 @@ class Daemon:
     def _make_proxy(self, deployment: Deployment) -> Proxy:
         settings = deployment.proxy
         assert settings is not None
-        backend = backend_of(deployment, self.state)
+        backend = backend_of(deployment, self.state, refuse_socket=True)
         if backend.url.endswith(f":{settings.listen_port}") and settings.listen_host in backend.url:
             raise ConfigError(f"[proxy] listen {settings.listen_host}:{settings.listen_port} is {deployment.unit}'s "
                               "own address; give the proxy another port")

@@ -20,7 +20,8 @@ import httpx
 
 from specd.deploy.slots import Slot, serving_slot, slot_of_unit
 from specd.deploy.unitfiles import read_text
-from specd.errors import SpecdError
+from specd.endpoint import socket_of
+from specd.errors import ConfigError, SpecdError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
 from specd.proxy.proxy import Proxy
@@ -40,17 +41,24 @@ def _said(warmed: Warmed | None) -> str | None:
     return None if warmed is None else warmed.describe()
 
 
-def backend_of(deployment: Deployment, state: StateDir) -> Backend:
-    """The proxy's backend: the server of the slot that serves (read fresh: a switch moves it)."""
+def backend_of(deployment: Deployment, state: StateDir, *, refuse_socket: bool = False) -> Backend:
+    """The proxy's backend: the server of the slot that serves (read fresh: a switch moves it). A server on
+    a Unix socket is none the proxy can reach (its upstream is TCP; preflight refuses such a profile with a
+    [proxy]): requests are held as with no server, and `refuse_socket` (the daemon's start) refuses it."""
     serving = serving_slot(state, deployment)
     text = read_text(serving.unit_path)
     if text is None:
         return NO_BACKEND
     try:
         command = parse_unit(text, str(serving.unit_path))
-        return Backend(command.base_url, profile_of_unit(text), command.api_key)
     except SpecdError:
         return NO_BACKEND
+    socket = socket_of(command.base_url)
+    if socket is not None and refuse_socket:
+        raise ConfigError(f"[proxy] of {deployment.unit}: its server listens on the Unix socket {socket}, and the "
+                          "proxy forwards to a TCP port only", hint="switch it to a profile with a TCP host and port, "
+                                                                    "or drop [proxy] (clients use the socket)")
+    return NO_BACKEND if socket is not None else Backend(command.base_url, profile_of_unit(text), command.api_key)
 
 
 def routes_of(deployment: Deployment, state: StateDir) -> RouteSet:

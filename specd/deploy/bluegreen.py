@@ -41,7 +41,9 @@ from specd.deploy.slots import (
 from specd.deploy.steps import restart_from_file
 from specd.deploy.transaction import Run, Step
 from specd.deploy.unitfiles import read_text, sha256_text
+from specd.endpoint import socket_of
 from specd.errors import PreflightError, SpecdError, UsageError
+from specd.unit.parse import parse_unit
 
 OLD_STREAMS_TIMEOUT_S = 300.0  # the old server's streams get this long to finish after the flip
 STRATEGY_NOTE = "strategy: "
@@ -74,6 +76,11 @@ def choose(request: StrategyRequest, seams: Seams, target: Target, current: str 
     restart = SlotPlan("restart", serving, serving, target, f"{STRATEGY_NOTE}restart")
     if request == "restart":
         return restart
+    socket = socket_of(target.base_url) or (socket_of(parse_unit(current).base_url) if current else None)
+    if socket is not None:
+        return _refuse_or_restart(request, f"the server listens on the Unix socket {socket}, where clients connect; "
+                                           "a second server beside it needs a port of its own (and the [proxy] to "
+                                           "send clients there), which a socket has not", restart)
     deployment = seams.deployment
     if deployment.proxy is None:
         return _refuse_or_restart(request, "the deployment has no [proxy]: clients talk to the server's own port, "

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from specd.deploy.systemd import UnitState
+from specd.endpoint import http_client, shown
 from specd.errors import HealthError
 
 _POLL_S = 0.25
@@ -72,9 +73,9 @@ def check_once(client: httpx.Client, base_url: str, alias: str | None, *, comple
                 return HealthResult(False, f"a 1-token completion to '{alias}' failed: {answer.status_code} "
                                            f"{answer.text[:160]}")
     except httpx.HTTPError as exc:
-        return HealthResult(False, f"{base_url} unreachable: {type(exc).__name__}: {exc}")
+        return HealthResult(False, f"{shown(base_url)} unreachable: {type(exc).__name__}: {exc}")
     except ValueError as exc:
-        return HealthResult(False, f"{base_url} answered something that is not JSON: {exc}")
+        return HealthResult(False, f"{shown(base_url)} answered something that is not JSON: {exc}")
     return HealthResult(True, "healthy")
 
 
@@ -115,7 +116,7 @@ def wait_healthy(
     tell = _Steps(on_step)
 
     own_client = client is None
-    http = client or httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0))
+    http = client or http_client(httpx.Timeout(30.0, connect=2.0))
     start = clock()
     deadline = start + timeout_s
     try:

@@ -54,7 +54,25 @@ def port_holders(port: int) -> set[int]:
     return holders
 
 
+def check_socket(deployment: Deployment, profile: Profile) -> None:
+    """A Unix socket endpoint (specd.endpoint): its directory exists, and no [proxy] is to forward to it (the
+    proxy's upstream is a TCP port)."""
+    socket = profile.endpoint.socket
+    if socket is None:
+        return
+    if deployment.proxy is not None:
+        raise PreflightError(f"profile '{profile.name}': host {socket} is a Unix socket, and the deployment has a "
+                             "[proxy], which forwards to a TCP port only; nothing was changed",
+                             hint="give the profile a TCP host and port, or drop [proxy] (clients then connect to "
+                                  "the socket themselves)")
+    if not Path(socket).parent.is_dir():
+        raise PreflightError(f"profile '{profile.name}': host {socket}: the socket's directory "
+                             f"{Path(socket).parent} does not exist, so llama-server could not listen there")
+
+
 def check_port(profile: Profile, our_pids: set[int]) -> None:
+    if profile.port is None:  # a Unix socket (check_socket)
+        return
     holders = port_holders(profile.port)
     foreign = holders - our_pids
     if foreign:
@@ -120,6 +138,7 @@ def run_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 
         )
     argv = build_argv(profile, flags)
     settings = environment_settings(profile, flags, argv)
+    check_socket(deployment, profile)
     check_port(profile, set(process_tree(current_main_pid)) if current_main_pid > 0 else set())
     vram = (vram_note(profile, model_info, draft_info, current_main_pid, argv, flags) if model_info else
             f"VRAM check skipped: {model_source_note(profile)}")
@@ -181,6 +200,8 @@ def quick_problems(deployment: Deployment, profile: Profile) -> list[str]:
         if profile.models_dir is not None and not profile.models_dir.is_dir():
             problems.append(f"{profile.models_dir}: no such directory")
     proxy = deployment.proxy
+    if proxy is not None and profile.endpoint.socket is not None:
+        problems.append(f"host {profile.host} is a Unix socket; the [proxy] forwards to a TCP port only")
     if proxy is not None and proxy.listen_port == profile.port and (
             proxy.listen_host in (profile.host, "0.0.0.0", "::") or profile.host in ("0.0.0.0", "::")):
         problems.append(f"port {profile.port} is the proxy's listen port ([proxy] listen); give the profile another")

@@ -23,6 +23,7 @@ from specd.deploy.priority import ProcessPriority, UnchangedPriority
 from specd.deploy.slots import Slot, serving_slot
 from specd.deploy.systemd import SystemdClient
 from specd.deploy.unitfiles import ContentStore
+from specd.endpoint import http_client
 from specd.gpu.nvml import Nvml
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
@@ -31,7 +32,7 @@ HttpFactory = Callable[[float], httpx.Client]  # timeout_s -> a client the calle
 
 
 def default_http(timeout_s: float) -> httpx.Client:
-    return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(2.0, timeout_s)))
+    return http_client(httpx.Timeout(timeout_s, connect=min(2.0, timeout_s)))
 
 
 class ProxyLink(Protocol):

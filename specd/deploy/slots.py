@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from specd.durable import atomic_write
+from specd.endpoint import tcp_port
 from specd.errors import UsageError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
@@ -99,9 +100,10 @@ def serving_slot(state: StateDir, deployment: Deployment) -> Slot:
 # ---- ports ---------------------------------------------------------------------------------------
 
 
-def port_of(text: str, where: str = "unit") -> int:
-    """The port a unit's server listens on (its base URL's)."""
-    return int(parse_unit(text, where).base_url.rsplit(":", 1)[1])
+def port_of(text: str, where: str = "unit", *, needed_by: str = "a second server beside it") -> int:
+    """The port a unit's server listens on (its base URL's); a Unix socket is refused (UsageError), saying
+    that `needed_by` needs a port."""
+    return tcp_port(parse_unit(text, where).base_url, needed_by)
 
 
 def with_port(text: str, port: int, where: str = "unit") -> str:

@@ -14,6 +14,7 @@ from specd.deploy.health import check_once
 from specd.deploy.history import History
 from specd.deploy.seams import Seams
 from specd.deploy.unitfiles import read_text
+from specd.endpoint import shown
 from specd.errors import SpecdError, UsageError
 from specd.gpu.nvml import NoGpu, Nvml, process_vram
 from specd.profiles.config import Scope
@@ -149,7 +150,7 @@ def collect_status(seams: Seams, daemon: dict[str, Any], *, client: httpx.Client
             unit_state = f"unknown ({exc.message}; {exc.hint})" if exc.hint else f"unknown ({exc.message})"
         try:
             command = parse_unit(text, str(serving.unit_path))
-            endpoint, alias = command.base_url, command.alias
+            endpoint, alias = shown(command.base_url), command.alias  # a socket: unix:/path
             if client is not None:
                 probe = check_once(client, command.base_url, command.alias, api_key=command.api_key)
             else:

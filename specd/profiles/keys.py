@@ -26,7 +26,11 @@ _HF_REPO = matches(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?",
 _ALIAS = matches(r"[^\s,-][^\s,]{0,511}(,[^\s,-][^\s,]{0,511})*",
                  "letters, digits and other printable characters, no spaces or commas (a path or user/repo:quant "
                  "is fine), not starting with -; several names separated by commas")
-_HOST = matches(r"[A-Za-z0-9.:\[\]-]{1,253}", "a host name or IP address")
+# A host, or (llama-server's rule: a --host ending in .sock) a Unix socket: specd.endpoint; a socket's path fits
+# in sun_path (107 bytes) and is absolute, so it does not hang on the working directory.
+_HOST = matches(r"[A-Za-z0-9.:\[\]-]{1,253}|/[^\s]{0,101}\.sock",
+                "a host name or IP address, or a Unix socket: an absolute path ending in .sock "
+                "(no spaces, at most 107 characters: the kernel's limit)")
 # Values the binary judges (its --help at preflight), not a fixed list: forks add cache types
 # (turbo4, ...) and speculative types, builds spell booleans differently (on, 1, true).
 _TOKEN = matches(r"[A-Za-z0-9_.+-]{1,64}", "one word of letters, digits and _ . + -")
@@ -119,8 +123,11 @@ KEYS: tuple[ProfileKey, ...] = (
     _flag("models_max", int, "router mode: models loaded at once", ("--models-max",), in_range(0, 1024)),
     _flag("alias", str, "the model name clients ask for (several: comma-separated; the gate asks for the first)",
           ("--alias", "-a"), _ALIAS),
-    _flag("host", str, "the address llama-server listens on", ("--host",), _HOST, default="127.0.0.1"),
-    _flag("port", int, "its port", ("--port",), in_range(1, 65535)),
+    _flag("host", str, "the address llama-server listens on; a path ending in .sock: a Unix socket (no port; "
+          "switch by restart only: blue-green, the proxy, routing and the bench need a TCP port)", ("--host",),
+          _HOST, default="127.0.0.1"),
+    _flag("port", int, "its port (required, unless host is a Unix socket, which has none)", ("--port",),
+          in_range(1, 65535)),
     ProfileKey("implicit", list, "keys the server gets without their flag: from their LLAMA_ARG_* variable in [env]; "
                "'host' and 'port' from the binary's defaults (its --help says which); 'alias' as the id llama-server "
                "reports with no --alias (the model path, or the -hf repo, as given). The flag is written only where "
@@ -207,7 +214,7 @@ PROFILE_SCHEMA = Table(
         "vllm": VLLM_SCHEMA,  # specd.profiles.engine_keys
     },
 )
-REQUIRED = ("binary", "port")
+REQUIRED = ("binary",)  # and "port" for a TCP host: load.check_endpoint
 MODEL_SOURCES = ("model", "hf_repo", "models_dir", "models_preset")
 
 

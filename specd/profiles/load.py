@@ -20,6 +20,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from specd import paths
+from specd.endpoint import Endpoint, is_socket_host, looks_like_socket
 from specd.errors import ProfileError
 from specd.profiles.engine_keys import VllmSettings, engine_problems, vllm_settings
 from specd.profiles.keys import (
@@ -86,7 +87,7 @@ class Profile:
     models_max: int | None
     alias: str | None
     host: str
-    port: int
+    port: int | None  # None only for a Unix socket host (check_endpoint)
     implicit: tuple[str, ...]
     api_key: str | None
     api_key_file: Path | None
@@ -116,9 +117,12 @@ class Profile:
     vllm: VllmSettings | None = None  # a vLLM profile's [vllm] table; its speculative method is speculative.type
 
     @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.host, self.port)
+
+    @property
     def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
-        return f"http://{host}:{self.port}"
+        return self.endpoint.base_url
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -247,6 +251,23 @@ def check_model_source(data: Mapping[str, Any], path: Path, name: str) -> None:
         raise ProfileError(f"{path}: profile '{name}' sets 'hf_file' without 'hf_repo'")
 
 
+def check_endpoint(data: Mapping[str, Any], path: Path, name: str) -> None:
+    """A TCP host needs a port; a Unix socket (specd.endpoint: an absolute path ending in .sock) has none."""
+    host = str(data.get("host", ""))
+    if looks_like_socket(host) and not is_socket_host(host):
+        raise ProfileError(f"{path}: profile '{name}': host {host!r} ends in .sock, so llama-server listens on a Unix "
+                           "socket at that path relative to its working directory: write the socket's absolute path")
+    if is_socket_host(host) and "port" in data:
+        raise ProfileError(f"{path}: profile '{name}' sets host {host!r}, a Unix socket, and port {data['port']}: "
+                           "llama-server ignores the port on a socket; drop 'port'")
+    if is_socket_host(host) and data.get("engine", "llama-server") != "llama-server":
+        raise ProfileError(f"{path}: profile '{name}': host {host!r} is a Unix socket, which specd knows of "
+                           "llama-server only; give it a TCP host and port")
+    if not is_socket_host(host) and "port" not in data:
+        raise ProfileError(f"{path}: profile '{name}' needs 'port' (or a Unix socket host: an absolute path "
+                           "ending in .sock)")
+
+
 def _directives(systemd: Mapping[str, Any]) -> tuple[Directive, ...]:
     carried: list[Directive] = []
     for section, entries in systemd.items():
@@ -294,6 +315,7 @@ def profile_from_data(data: Mapping[str, Any], path: Path, name: str, inherits_c
     if problems:
         raise ProfileError("\n".join(problems))
     check_model_source(data, path, name)
+    check_endpoint(data, path, name)
     vllm = vllm_settings(data, _expanded_text)
     spec = data.get("speculative", {}) if vllm is None else {"type": vllm.method}
     if vllm is None and spec.get("type") in ("draft", "dflash", "eagle3") and not {"draft_model",

@@ -37,6 +37,7 @@ from specd.deploy.seams import Seams
 from specd.deploy.slots import port_of, spare_port, with_port
 from specd.deploy.unitfiles import atomic_write, read_text
 from specd.durable import checkpoint
+from specd.endpoint import http_client, tcp_port
 from specd.errors import PreflightError, SpecdError, UsageError
 from specd.profiles.load import load_profile
 from specd.routing.probe import ProbeResult, probe
@@ -53,7 +54,7 @@ Prober = Callable[[str, str | None, str | None], ProbeResult]  # (base URL, alia
 
 
 def _probe(base_url: str, alias: str | None, api_key: str | None) -> ProbeResult:
-    with httpx.Client(timeout=httpx.Timeout(120.0, connect=2.0)) as client:
+    with http_client(httpx.Timeout(120.0, connect=2.0)) as client:
         return probe(client, base_url, alias, api_key)
 
 
@@ -111,6 +112,8 @@ class Routing:
                 raise UsageError(f"nothing to route to: the routing table names no profile besides the serving "
                                  f"{primary}", hint="learn one (`specd route learn`) or name them: "
                                                     "`specd route on --profile a --profile b`")
+            tcp_port(parse_unit(text, str(serving.unit_path)).base_url,
+                     "routing (the proxy sends each request on to a server's port)")  # a socket: refused here
             per_request = self._per_request(primary, text, wanted, table)
             if isinstance(per_request, RoutingState):
                 return per_request
@@ -182,7 +185,7 @@ class Routing:
         primary_port = port_of(serving_text)
         taken = {primary_port, spare_port(deployment, primary_port)}
         for command in companion_commands(deployment):
-            taken.add(int(command.base_url.rsplit(":", 1)[1]))
+            taken.add(tcp_port(command.base_url, "a companion server"))
         port = deployment.routing.port or primary_port + 2
         while port in taken or self.ports_in_use(port):
             port += 1

@@ -31,6 +31,7 @@ from specd.deploy.history import Trigger
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.switch import Switcher
 from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
+from specd.endpoint import tcp_port
 from specd.engines.facts import facts_of
 from specd.engines.metrics import SpecCounters, read_counters
 from specd.errors import HealthError, Interrupted, SpecdError, UsageError
@@ -41,6 +42,9 @@ from specd.traffic.taskclass import classify, last_user_text
 from specd.unit.parse import parse_unit
 
 REQUEST_TIMEOUT_S = 600.0
+
+
+_BENCH_NEEDS = "the bench (it runs through the switches and traffic specd times over TCP)"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ class DeploymentTarget:
         try:
             switcher = Switcher(seams, trigger=self.trigger)
             profile = switcher.active_profile()
+            installed = switcher.installed_text()
+            if installed is not None:  # before any bench step: a server on a Unix socket is refused here
+                tcp_port(parse_unit(installed, str(switcher.serving().unit_path)).base_url, _BENCH_NEEDS)
             if self._origin is None:
                 generation = switcher.history.active(self.deployment.unit)
                 healthy = generation is not None and generation.outcome == "ok" and generation.profile == profile
@@ -111,6 +118,7 @@ class DeploymentTarget:
         """A bench step: switch (health-gated), recorded with trigger "bench" (a verify run's: "verify")."""
         if self._origin is None:
             self.active()
+        tcp_port(load_profile(self.deployment.profiles_dir, profile).base_url, _BENCH_NEEDS)
         self._move(lambda switcher: switcher.switch(profile).unchanged, profile, self.steps)
 
     def settle(self, profile: str) -> None:

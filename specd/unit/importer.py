@@ -18,6 +18,7 @@ from typing import Any
 import tomlkit
 
 from specd.durable import atomic_write
+from specd.endpoint import is_socket_host
 from specd.engines.facts import is_vllm_serve
 from specd.errors import SpecdError, UsageError
 from specd.profiles.config import Scope
@@ -102,12 +103,9 @@ def _refuse_what_profiles_cannot_express(result: ImportResult, rest: list[str], 
         cause = cause_of(flag) if not value else ""
         return f" ({cause})" if cause else ""
 
-    host = _value_of(rest, BY_NAME["host"].flags) if "host" not in data else None
-    if host is not None and (host[1].startswith("/") or host[1].endswith(".sock")):
-        raise UsageError(f"{where}: --host {host[1]} is a Unix socket; specd's health gate, proxy and bench speak TCP: "
-                         "listen on an address and a port (--host 127.0.0.1 --port 8080), then import")
+    socket = is_socket_host(str(data.get("host", "")))  # its --port stays in args: _port_beside_socket
     for name in ("host", "port", "alias"):
-        given = _value_of(rest, BY_NAME[name].flags) if name not in data else None
+        given = _value_of(rest, BY_NAME[name].flags) if name not in data and not (socket and name == "port") else None
         if given is not None:
             raise UsageError(f"{where}: {given[0]} {given[1]!r} is not a {name} specd can gate ({BY_NAME[name].doc})"
                              f"{why(given[0], given[1])}; fix the unit, then import")
@@ -160,11 +158,11 @@ def _settings_from_environment(result: ImportResult, environment: dict[str, str]
         if name in data or not value:
             continue
         converted = convert(value, key.kind)
+        if name == "port" and is_socket_host(str(data.get("host", ""))):
+            continue  # llama-server ignores the port on a socket: the variable stays in [env], as it was
         if not accepts(PROFILE_SCHEMA, name, converted):
-            socket = name == "host" and (value.startswith("/") or value.endswith(".sock"))
-            raise UsageError(f"{where}: {variable}={value} " + (
-                "is a Unix socket; specd's health gate, proxy and bench speak TCP: listen on an address and a port"
-                if socket else f"is not a value specd can check for {name} ({key.doc})") + "; fix it, then import")
+            raise UsageError(f"{where}: {variable}={value} is not a value specd can check for {name} ({key.doc}); "
+                             "fix it, then import")
         data[name] = converted
         data.setdefault("implicit", []).append(name)  # the render writes no flag: the variable sets it
         copied = ""
@@ -199,6 +197,10 @@ def _fill_defaults(result: ImportResult, speculative: dict[str, Any], flags: Bin
                                  f"({what} as given); implicit: no --alias is written, and the gate asks for this id")
     for name, fallback in (("host", LLAMA_SERVER_DEFAULT_HOST), ("port", str(LLAMA_SERVER_DEFAULT_PORT))):
         if name in data:
+            continue
+        if name == "port" and is_socket_host(str(data["host"])):
+            result.row("no --port", f"no port: host {data['host']} is a Unix socket (specd.endpoint), where "
+                                    "llama-server takes no port; clients connect to the socket, as before")
             continue
         said = flags.default_of(f"--{name}") if flags is not None else None
         value = convert(said or fallback, BY_NAME[name].kind)
@@ -318,6 +320,7 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
     if launcher:
         result.data["launcher"] = list(launcher)
     speculative, rest = mapping.speculative, mapping.rest
+    _port_beside_socket(result, rest)
     environment = dict(environment)
     _settings_from_environment(result, environment, settings_environment or environment, program.flags, where)
     _refuse_what_profiles_cannot_express(result, rest, where, program.flags, empty_cause)
@@ -332,6 +335,17 @@ def profile_from_command(argv: list[str], environment: dict[str, str], descripti
     if check:
         _check_it_renders(result, program.flags, where)
     return result
+
+
+def _port_beside_socket(result: ImportResult, rest: list[str]) -> None:
+    """A --port beside a socket --host does nothing (llama-server ignores it there); a profile's socket host
+    takes no port, so the flag stays in args, as written, and the argv stays the same."""
+    if "port" not in result.data or not is_socket_host(str(result.data.get("host", ""))):
+        return
+    port = result.data.pop("port")
+    rest += ["--port", str(port)]
+    result.row(f"--port {port}", f"args: kept as written; host {result.data['host']} is a Unix socket, where "
+                                 "llama-server ignores the port")
 
 
 def _check_it_renders(result: ImportResult, flags: BinaryFlags | None, where: str) -> None:

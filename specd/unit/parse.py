@@ -10,6 +10,7 @@ import glob
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specd.endpoint import Endpoint, is_socket_host
 from specd.engines.facts import command_facts
 from specd.errors import UsageError
 from specd.profiles.keys import reported_model_id
@@ -73,12 +74,15 @@ class UnitCommand:
 
     @property
     def base_url(self) -> str:
-        """Where it listens: --host/--port, else their LLAMA_ARG_* variables, else the server's defaults."""
+        """Where it listens (specd.endpoint): --host/--port, else their LLAMA_ARG_* variables, else the server's
+        defaults; a --host that is a socket path, the socket."""
         host = self.option("--host") or self.environment.get("LLAMA_ARG_HOST") or "127.0.0.1"
+        if is_socket_host(host):  # llama-server listens on a Unix socket and ignores the port
+            return Endpoint(host).base_url
         vllm = command_facts(self.argv)
         default_port = str(vllm.port) if vllm is not None else self.environment.get("LLAMA_ARG_PORT") or "8080"
         port = self.option("--port") or default_port
-        return f"http://{host}:{port}"
+        return Endpoint(host, int(port)).base_url if port.isdigit() else f"http://{host}:{port}"
 
 
 @dataclass(frozen=True)

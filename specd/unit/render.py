@@ -174,6 +174,17 @@ def output_directives(profile: Profile, output_file: str | None) -> tuple[Direct
             Directive("Service", "StandardError", "inherit"))
 
 
+def socket_directives(profile: Profile) -> tuple[Directive, ...]:
+    """For a server on a Unix socket (specd.endpoint): llama-server leaves its socket file behind when it
+    stops and cannot bind a path that exists ("couldn't bind HTTP server socket"), so a restart would fail;
+    the unit removes it before each start, as hand-written socket units do (`ExecStartPre=/bin/rm -f`),
+    unless the profile's own ExecStartPre= names the socket already."""
+    socket = profile.endpoint.socket
+    if socket is None or any(d.key == "ExecStartPre" and socket in d.value for d in profile.systemd):
+        return ()
+    return (Directive("Service", "ExecStartPre", exec_start_line(["/bin/rm", "-f", "--", socket])),)
+
+
 def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str,
                 output_file: str | None = None) -> str:
     """The unit text; `output_file` (a box without systemd-journald) keeps the server's output there."""
@@ -191,7 +202,8 @@ def render_unit(profile: Profile, argv: list[str], *, scope: str, template: str,
     text = template
     for marker, value in replacements.items():
         text = text.replace(marker, value)
-    return carry_directives(text, (*output_directives(profile, output_file), *profile.systemd))
+    return carry_directives(text, (*output_directives(profile, output_file), *socket_directives(profile),
+                                   *profile.systemd))
 
 
 def carry_directives(text: str, directives: tuple[Directive, ...]) -> str:

@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from specd.context import main_pid_of, seams_for
 from specd.daemon.service import is_loopback
+from specd.endpoint import http_client
 from specd.errors import BadInput
 from specd.profiles.config import Config, Deployment
 from specd.web import auth, insights, views
@@ -81,7 +82,7 @@ class StatusPage:
         self.sessions = auth.Sessions(auth.read_or_create_token(auth.token_path(config)))
         self.actions = Actions(config, deployments, self.hub, submit)
         self.cache = _TtlCache()
-        self.http = httpx.Client(timeout=httpx.Timeout(3.0, connect=1.0))  # the live health probe's
+        self.http = http_client(httpx.Timeout(3.0, connect=1.0))  # the live health probe's
         listen = config.daemon.http_listen or "127.0.0.1:0"
         self.host, self.port = auth.split_listen(listen)
         self.app = self._build()

@@ -332,8 +332,8 @@ def write_markdown(name: str = "import-corpus") -> None:
 
 
 # Refusals whose cause is the unit or this box, not the importer: a value its variable leaves empty
-# (nothing sets it here), a Unix-socket --host (specd's gate and proxy speak TCP), a container.
-_NOT_THE_IMPORTER = re.compile(r"is not set|Unix socket|in a container")
+# (nothing sets it here), a container. (A Unix-socket --host is no longer one: it imports, specd.endpoint.)
+_NOT_THE_IMPORTER = re.compile(r"is not set|in a container")
 
 
 def unit_summary(rows: list[Row], bar: float) -> dict[str, object]:

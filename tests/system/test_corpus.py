@@ -18,7 +18,7 @@ Bars (issue 34): >= 95% of the in-sample units round-trip; held-out sets are rep
 none silently wrong, no traceback, every other unit refused clearly; every llama-swap model a
 profile that renders and round-trips, or a refusal with its reason. The shares are of the units whose
 llama-server argv is knowable; the one asserted leaves out the refusals whose cause is the unit or
-this box (corpus_rig.unit_summary's `set_aside`: an unset variable, a Unix socket, a container).
+this box (corpus_rig.unit_summary's `set_aside`: an unset variable, a container).
 `SPECD_WRITE_RESULTS=1` writes benchmarks/results/import-corpus.{json,md}.
 """
 

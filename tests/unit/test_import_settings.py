@@ -1,7 +1,7 @@
 """What llama-server does on its own, which import must see too: router mode when no model is named,
-settings from LLAMA_ARG_* variables, and refusals that name the real cause (a Unix socket, a model
-variable nothing sets). The help text below is a verbatim excerpt of the reference llama-server's
-`--help` (llama.cpp as vendored in llama-cpp-python 0.3.36)."""
+settings from LLAMA_ARG_* variables, a Unix-socket host (llama-server listens there with no port), and
+refusals that name the real cause (a model variable nothing sets). The help text below is a verbatim
+excerpt of the reference llama-server's `--help` (llama.cpp as vendored in llama-cpp-python 0.3.36)."""
 
 from __future__ import annotations
 
@@ -58,11 +58,27 @@ def test_settings_from_llama_arg_variables_are_the_profiles_and_stay_variables(t
                                                ("LLAMA_ARG_PORT", "9001"))
 
 
-def test_a_unix_socket_host_is_refused_as_such() -> None:
-    with pytest.raises(UsageError, match=r"--host /var/run/llama.sock is a Unix socket; specd's health gate"):
-        imported("[Service]\nExecStart=/opt/llama-server --model /m.gguf --host /var/run/llama.sock\n")
-    with pytest.raises(UsageError, match=r"LLAMA_ARG_HOST=/run/l.sock is a Unix socket"):
-        imported("[Service]\nEnvironment=LLAMA_ARG_HOST=/run/l.sock\nExecStart=/opt/llama-server -m /m.gguf\n")
+def test_a_unix_socket_host_imports_with_no_port_and_renders_the_same_argv(tmp_path: Path) -> None:
+    # tests/corpus/units/AvaronInc--core--llama-server.service's shape: llama-server listens on the socket.
+    result = imported("[Service]\nExecStart=/opt/llama-server --model /m.gguf --host /var/run/llama.sock\n")
+    assert result.data["host"] == "/var/run/llama.sock" and "port" not in result.data
+    assert rendered(result, tmp_path) == ["/opt/llama-server", "--model", "/m.gguf", "--host", "/var/run/llama.sock"]
+    assert load_profile(tmp_path, "p").base_url == "http+unix://socket/%2Fvar%2Frun%2Fllama.sock"
+    # A --port beside the socket does nothing in llama-server; it stays in args, as written.
+    beside = imported("[Service]\nExecStart=/opt/llama-server -m /m.gguf --host /run/l.sock --port 9000\n")
+    assert rendered(beside, tmp_path) == ["/opt/llama-server", "--model", "/m.gguf", "--host", "/run/l.sock",
+                                          "--port", "9000"]
+    # Set by LLAMA_ARG_HOST, with LLAMA_ARG_PORT ignored by the server: both stay variables, no flag is added.
+    variables = imported("[Service]\nEnvironment=LLAMA_ARG_HOST=/run/l.sock LLAMA_ARG_PORT=9000\n"
+                         "ExecStart=/opt/llama-server -m /m.gguf\n")
+    assert (variables.data["host"], "port" in variables.data) == ("/run/l.sock", False)
+    assert rendered(variables, tmp_path) == ["/opt/llama-server", "--model", "/m.gguf"]
+
+
+def test_a_relative_socket_host_is_refused_naming_the_working_directory() -> None:
+    with pytest.raises(UsageError, match=r"ends in .sock, so llama-server listens on a Unix socket at that path "
+                                         r"relative to its working directory"):
+        imported("[Service]\nExecStart=/opt/llama-server -m /m.gguf --host llama.sock\n")
 
 
 def test_a_model_whose_variable_nothing_sets_is_refused_naming_the_variable_and_the_file() -> None:

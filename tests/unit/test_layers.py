@@ -18,7 +18,7 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 # Lowest first. Modules of the base layer may use each other; every other layer only those below.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "paths", "clock", "durable", "secrets", "store"}),
+    frozenset({"errors", "paths", "clock", "durable", "secrets", "store", "endpoint"}),
     frozenset({"profiles"}),
     frozenset({"gpu"}),
     frozenset({"engines"}),  # what differs between llama-server and vLLM
