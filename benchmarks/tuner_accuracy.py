@@ -190,7 +190,8 @@ def main() -> None:
          "see the tuner-accuracy-real-*.md files for a truth the tuner never sees."),
         (f"- {args.mixes} mixes (each {REQUESTS_PER_MIX[0]}-{REQUESTS_PER_MIX[1]} requests of 1-3 task classes, "
          f"prompts {'/'.join(map(str, PROMPTS))} tokens, outputs {'/'.join(map(str, OUTPUTS))} tokens, drawn per "
-         f"request), one tuner run each; n = {n}, margin = {margin}, cap {4 * n} requests per profile; the box "
+         f"request), one tuner run each; n = {n}, margin = {margin}, cap {Settings(n=n).cap} requests per "
+         "profile (no time budget: in-process); the box "
          "starts on plain"),
         ("- right = the pick's modelled total within the margin of the best's; bad switch = a switch to a profile "
         "more than the margin slower than plain"),

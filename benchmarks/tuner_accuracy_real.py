@@ -265,7 +265,9 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
         target.activate(PLAIN)
         result = tune(target, list(PROFILES), workload(f"{name}-sample", kind, sample_prompts, max_tokens,
                                                        temperature),
-                      Settings(n=tuner.n, seed=42 + 100 * run, max_n=args.max_n), margin=tuner.margin)
+                      Settings(n=tuner.n, seed=42 + 100 * run, max_n=args.max_n,
+                               deadline=None if args.budget_min is None else time.monotonic() + 60 * args.budget_min),
+                      margin=tuner.margin)
         old_pick, old_reason = legacy_pick(first_walls(result, tuner.n), PLAIN, tuner.margin)
         decision = result.decision
         decisions.append({"final_profile": result.final_profile or PLAIN, "outcome": decision.outcome,
@@ -343,7 +345,9 @@ def markdown(result: dict[str, Any]) -> str:
          "margin slower than the best). The truth says plain is TIED with the best when plain is the best or "
          "its interval lies below that; PLAIN BEHIND when it lies above"),
         (f"- tuner: specd.tune.tuner.tune with the [tuner] defaults (n = {meta['tuner_n']}, margin = "
-         f"{meta['tuner_margin']}; cap {meta['cap']} requests per profile), starting on autoregressive, on "
+         f"{meta['tuner_margin']}; cap {meta['cap']} requests per profile"
+         + (f", a time budget of {meta['budget_min']:g} minutes per tuner run" if meta.get("budget_min") else "")
+         + "), starting on autoregressive, on "
          f"{meta['tuner_n']} other prompts from the same generator (disjoint from the held-out ones), "
          f"{meta['tuner_runs']} run(s) per case. The rule before issue 31 (benchmarks/legacy_rule.py) is scored on "
          "the same bench samples: each profile's first n requests (fewer where the new rule dropped it early)"),
@@ -432,7 +436,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="llama-server threads for every profile (profiles/tiny says 2; see the module doc)")
     parser.add_argument("--hog", action="store_true", help="run benchmarks/cpu_hog.py for the whole run")
-    parser.add_argument("--max-n", type=int, default=None, help="the tuner's sample cap per profile (default 4 x n)")
+    parser.add_argument("--max-n", type=int, default=None, help="the tuner's sample cap per profile (default 32 x n)")
+    parser.add_argument("--budget-min", type=float, default=None,
+                        help="each tuner run's time budget in minutes (the night's budget_minutes; default none)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--merge", type=Path, nargs="*", help="merge these result JSON files (runs side by side)")
     args = parser.parse_args()
@@ -495,7 +501,7 @@ def write_results(args: argparse.Namespace, tuner: TunerConfig, cases: list[dict
             "commit": commit, "minutes": (ended - started) / 60, "heldout": args.heldout, "seeds": args.seeds,
             "draft_heldout": args.draft_heldout, "tuner_runs": args.tuner_runs or SETS[args.set]["tuner_runs"],
             "tuner_n": tuner.n, "tuner_margin": tuner.margin, "threads": args.threads,
-            "cap": args.max_n or 4 * tuner.n, "partial": partial,
+            "cap": Settings(n=tuner.n, max_n=args.max_n).cap, "budget_min": args.budget_min, "partial": partial,
             "load_1min": sampler.between(started, ended)}
     result = {"meta": meta, "summary": summarise(cases), "cases": cases}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -232,7 +232,8 @@ def tune(
     workload: WorkloadOption = None,
     n: NOption = None,
     max_n: Annotated[int | None, typer.Option(
-        "--max-n", min=1, help="the most requests per profile while the evidence is undecided (default 4 x n)")]
+        "--max-n", min=1, help="the most requests per profile while the evidence is undecided (default 32 x n; [tuner] "
+        "budget_minutes ends it first in practice)")]
     = None,
     max_tokens: MaxTokensOption = None,
     concurrency: ConcurrencyOption = None,

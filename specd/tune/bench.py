@@ -49,6 +49,7 @@ __all__ = ["DeploymentTarget", "ModelTarget", "Reply", "Report", "Result", "Sett
            "bench_traffic", "measure", "request_body", "restoring", "run_bench"]
 
 WARMUP_NOTE = {"role": "system", "content": "Warm-up request; ignore."}
+CAP_FACTOR = 32  # the tuner samples an undecided candidate up to 32 x n requests: in practice the time budget ends it
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Settings:
     per_round: int | None = None  # requests per profile per round; default: see round_size
     cache_reuse: bool | None = None  # cache_prompt on; default: when the traffic continues conversations
     temperature: float | None = None  # forced on every request; default: each request's own sampling
-    max_n: int | None = None  # the tuner's sample cap per profile (sequential sampling); default 4 x n
+    max_n: int | None = None  # the tuner's sample cap per profile (sequential sampling); default CAP_FACTOR x n
     retries: int = 1  # a failed switch or round is tried again this often, after waiting for a quieter box
     quiet_wait_s: float = 60.0  # the longest wait for a quieter box before a retry
 
@@ -91,7 +92,7 @@ class Settings:
     @property
     def cap(self) -> int:
         """The most requests per profile a sequential bench may spend (n when early stopping is off)."""
-        return self.n if not self.early_stop else (self.max_n or 4 * self.n)
+        return self.n if not self.early_stop else (self.max_n or CAP_FACTOR * self.n)
 
     def round_size(self, concurrency: int, cheap_switches: bool = False) -> int:
         """Few switches, yet at least two rounds when n allows; a concurrent round holds `concurrency` at least.

@@ -153,13 +153,24 @@ def pairs_of(candidate: Sequence[Sample], incumbent: Sequence[Sample]) -> list[P
 
 
 @functools.lru_cache(maxsize=512)
-def _t_quantile(probability: float, freedom: int) -> float:
+def _t_quantile(probability: float, freedom: float) -> float:
     return float(scipy_stats.t.ppf(probability, freedom))
+
+
+def effective_rounds(weights: np.ndarray, labels: np.ndarray, groups: Sequence[int]) -> float:
+    """Kish's effective number of rounds, from each round's total weight: R when the rounds weigh the
+    same, fewer when a few heavy rounds carry the mean. The t interval's degrees of freedom are capped
+    by it less one: with few rounds of unequal weight the rounds' spread is known less well than R - 1
+    says, and at the tail a look reads (99.3%) that made the interval too narrow (a candidate exactly
+    at the margin was called faster at 4 rounds in 0.9% of seeded runs where 0.36% was allowed)."""
+    totals = np.array([float(weights[labels == g].sum()) for g in groups])
+    return float(totals.sum() ** 2 / (totals ** 2).sum())
 
 
 def interval(values: Sequence[float], rounds: Sequence[int], level: float,
              weights: Sequence[float] | None = None, requests: Sequence[int] | None = None) -> Interval:
-    """exp of the (weighted) mean log ratio and its t interval over rounds (CR1, R - 1 degrees of freedom).
+    """exp of the (weighted) mean log ratio and its t interval over rounds (CR1, R - 1 degrees of freedom,
+    fewer when the rounds weigh unequally: `effective_rounds`).
 
     With `requests` (each pair's request in the workload) and every request replayed at least twice, the
     workload's own requests are the population: the mean is over requests (each its replicates' mean,
@@ -199,7 +210,8 @@ def interval(values: Sequence[float], rounds: Sequence[int], level: float,
         return Interval(math.exp(mean), 0.0, math.inf, level, len(values), count, stratified)
     sums = np.array([float(influence[labels == g].sum()) for g in groups])
     variance = count / (count - 1) * float((sums ** 2).sum())
-    half = _t_quantile(0.5 + level / 2.0, freedom) * math.sqrt(variance)
+    half = _t_quantile(0.5 + level / 2.0, max(1.0, min(freedom, effective_rounds(w, labels, groups) - 1.0))) \
+        * math.sqrt(variance)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, len(values), count,
                     stratified)
 
@@ -256,11 +268,19 @@ class Looks:
 
 
 def schedule(n: int, floor: int, cap: int) -> Looks:
-    """Looks at `floor` (a clear loser leaves early), at n, then every n more up to `cap`."""
+    """Looks at `floor` (a clear loser leaves early), at n, then at each doubling (2n, 4n, ...) up to `cap`.
+
+    Doubling keeps the looks few while the cap is far: for n = 10 and a cap of 320 seven looks (at
+    99.3% each) reach eight times further than five evenly spaced ones (at 99%) reach to 40; an
+    interval's width shrinks with the square root of the pairs, so the later looks are where a real
+    gain near the margin on a noisy box gets decided."""
     if not 1 <= floor <= n <= cap:
         raise UsageError(f"need 1 <= floor <= n <= cap, not {floor}, {n}, {cap}")
-    points = sorted({floor, *range(n, cap + 1, n), cap})
-    return Looks(tuple(points))
+    doublings, at = [], n
+    while at <= cap:
+        doublings.append(at)
+        at *= 2
+    return Looks(tuple(sorted({floor, *doublings, cap})))
 
 
 def comparisons(rows: Mapping[str, Sequence[Sample]], incumbent: str, level: float, margin: float,

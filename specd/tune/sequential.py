@@ -4,13 +4,14 @@
 profile, and a profile whose median's 95% interval is apart from every rival's leaves early.
 
 `PairedRule` is the tuner's: every candidate is compared with the incumbent on their shared
-requests (specd.tune.paired) at a fixed schedule of looks — at the floor, at n, then every n more
-up to the cap (4n unless told) — each look at the level that keeps the false-switch chance of all
-looks together at 5% (specd.tune.paired.Looks). At a look, a candidate whose verdict is decided
-(faster, slower, tied, not faster) leaves the rotation; the others keep being sampled, in more
-rounds (and, for sampled requests, with fresh seeds), until they are decided, the cap is reached
-or the time budget ends the bench (the bench loop's deadline). The incumbent runs in every round
-while any candidate does, so every candidate sample has its pair.
+requests (specd.tune.paired) at a fixed schedule of looks — at the floor, at n, then at each
+doubling (2n, 4n, ...) up to the cap (32n unless told; the time budget ends it first in practice) —
+each look at the level that keeps the false-switch chance of all looks together at 5%
+(specd.tune.paired.Looks). At a look, a candidate whose verdict is decided (faster, slower, tied,
+not faster) leaves the rotation; the others keep being sampled, in more rounds (and, for sampled
+requests, with fresh seeds), until they are decided, the cap is reached or the time budget ends
+the bench (the bench loop's deadline). The incumbent runs in every round while any candidate does,
+so every candidate sample has its pair.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specd.errors import UsageError
+from specd.tune.bench import Settings
 from specd.tune.decision import Decision, decide
 from specd.tune.paired import Interval, comparisons, interval, noise_notes, schedule, verdict_of
 from specd.tune.results import Result
@@ -59,6 +60,20 @@ def test_the_interval_is_over_rounds_with_their_degrees_of_freedom() -> None:
         interval([], [], 0.95)
 
 
+def test_rounds_of_unequal_weight_count_as_fewer_for_the_t_quantile() -> None:
+    """Four rounds, one of them nine times heavier than each other: Kish's effective count is
+    12^2 / (81 + 3) = 1.71 rounds, so the t quantile is taken at 1 degree of freedom, not 3. The
+    half-widths at 95% and 90% differ by the ratio of the t quantiles, whatever the variance is."""
+    logs, rounds = [-0.2, -0.1, -0.3, -0.2], [0, 1, 2, 3]
+
+    def quantile_ratio(weights: list[float]) -> float:
+        wide, narrow = (interval(logs, rounds, level, weights=weights) for level in (0.95, 0.90))
+        return math.log(wide.hi / wide.ratio) / math.log(narrow.hi / narrow.ratio)
+
+    assert quantile_ratio([1.0, 1.0, 1.0, 1.0]) == pytest.approx(3.182446 / 2.353363, rel=1e-5)  # t, 3 d.f.
+    assert quantile_ratio([9.0, 1.0, 1.0, 1.0]) == pytest.approx(12.706205 / 6.313752, rel=1e-5)  # t, 1 d.f.
+
+
 def test_verdicts_against_the_margin() -> None:
     def v(lo: float, hi: float) -> str:
         return verdict_of(Interval((lo + hi) / 2, lo, hi, 0.99, 20, 7), 0.05)
@@ -70,10 +85,14 @@ def test_verdicts_against_the_margin() -> None:
     assert v(0.90, 1.00) == "unclear"
 
 
-def test_looks_spread_the_false_switch_chance() -> None:
-    looks = schedule(10, 5, 40)
-    assert looks.at == (5, 10, 20, 30, 40) and looks.level == pytest.approx(0.99) and looks.cap == 40
-    assert looks.due(10, 1) and not looks.due(9, 1) and not looks.due(40, 5)
+def test_looks_double_up_to_the_cap_and_spread_the_false_switch_chance() -> None:
+    looks = schedule(10, 5, Settings(n=10).cap)
+    assert looks.at == (5, 10, 20, 40, 80, 160, 320) and looks.cap == 320
+    assert looks.level == pytest.approx(1 - 0.05 / 7)
+    assert looks.due(10, 1) and not looks.due(9, 1) and looks.due(80, 4) and not looks.due(320, 7)
+    assert schedule(10, 5, 40).at == (5, 10, 20, 40)  # --max-n 40
+    assert schedule(10, 5, 50).at == (5, 10, 20, 40, 50)  # a cap off the doublings is the last look
+    assert Settings(n=10, max_n=40).cap == 40 and Settings(n=10, early_stop=False).cap == 10
 
 
 def test_a_clear_gain_switches_with_the_evidence_in_the_sentence() -> None:
@@ -134,11 +153,13 @@ def test_pinned_and_dry_run_never_switch() -> None:
 
 
 def test_false_switches_at_the_margin_stay_within_the_level_over_all_looks() -> None:
-    """A candidate exactly 5% faster (the margin: a switch would be wrong) looked at five times as the
-    sequential plan does: the switches, over 400 seeded runs, stay within the 2.5% one side may spend."""
-    looks = schedule(10, 5, 40)
+    """A candidate exactly 5% faster (the margin: a switch would be wrong) looked at seven times, out
+    to 320 pairs, as the default sequential plan does: the switches, over 1,200 seeded runs, stay within
+    the 2.5% one side may spend (with the t interval's freedom at R - 1 whatever the rounds' weights,
+    35 of these runs switched: 2.9%)."""
+    looks = schedule(10, 5, Settings(n=10).cap)
     switches = 0
-    for seed in range(400):
+    for seed in range(1200):
         run = paired_run(0.95, looks.cap, 0.15, seed=seed)
         for at in looks.at:
             found = comparisons({p: v[:at] for p, v in run.items()}, "plain", looks.level, 0.05)["mtp"]
@@ -146,7 +167,7 @@ def test_false_switches_at_the_margin_stay_within_the_level_over_all_looks() -> 
                 switches += 1
             if found.verdict != "unclear":
                 break
-    assert switches <= 10, switches
+    assert switches <= 30, switches
 
 
 def test_a_workload_replayed_again_is_judged_on_its_own_requests_without_extra_false_switches() -> None:
@@ -154,7 +175,7 @@ def test_a_workload_replayed_again_is_judged_on_its_own_requests_without_extra_f
     every request has replicates, their differences are not noise — the interval narrows to the replays'
     spread — and at the margin (the mix's mean ratio 0.95) the looks still switch within the 2.5%."""
     ratios = [0.95 * math.exp(0.1), 0.95 * math.exp(-0.1), 0.95, 0.95]
-    looks = schedule(10, 5, 40)
+    looks = schedule(10, 5, Settings(n=10).cap)
 
     def run(seed: int, through: float = 1.0) -> dict[str, list[Result]]:
         rng = np.random.default_rng(seed)
