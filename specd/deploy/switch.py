@@ -60,7 +60,8 @@ from specd.deploy.unitfiles import (
     write_backup,
 )
 from specd.durable import checkpoint
-from specd.errors import LockBusy, ProfileError, SpecdError, SwitchFailed
+from specd.endpoint import socket_of
+from specd.errors import LockBusy, PreflightError, ProfileError, SpecdError, SwitchFailed
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from specd.unit.parse import parse_unit
@@ -175,6 +176,12 @@ class Switcher:
             profile = target_gen.profile if target_gen else profile_of_unit(text)
             where = f"generation {target_gen.id}" if target_gen else "newest .pre-* backup"
             target = target_from_text(text, profile, where=where)
+            socket = socket_of(target.base_url)
+            if socket is not None and self.deployment.proxy is not None:
+                raise PreflightError(f"{where} listens on the Unix socket {socket}, and the deployment has a "
+                                     "[proxy], which forwards to a TCP port only; nothing was changed",
+                                     hint="`specd rollback --to N` to a generation with a TCP port (see `specd "
+                                          "history`), or drop [proxy] (clients then connect to the socket)")
             if profile is not None:
                 try:
                     known = load_profile(self.deployment.profiles_dir, profile)

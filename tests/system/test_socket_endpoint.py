@@ -3,7 +3,8 @@ and the real llama-server with the tiny model: a hand-written unit of that shape
 tests/corpus/units/AvaronInc--core--llama-server.service) runs; `specd import` makes a profile of it;
 `specd switch` by restart, gated over the socket, to it and then to another profile on the same socket
 (whose unit specd renders itself: the stale socket is removed before each start); a blue-green switch is
-refused naming the socket, changing nothing; `specd rollback` goes back; clients, who connect to the
+refused naming the socket, changing nothing; so is a rollback to it while the deployment has a
+[proxy]; `specd rollback` goes back; clients, who connect to the
 socket, see the same id throughout."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specd.setup.sandbox import free_port
 from specd.unit.render import profile_of_unit
 from specd.unit.syntax import split_words
 from tests.conftest import LLAMA_SERVER, TINY_MODEL, Box
@@ -92,6 +94,16 @@ def test_a_unit_on_a_unix_socket_imports_switches_by_restart_refuses_blue_green_
     assert "nothing was changed" in refused.stderr and "Traceback" not in refused.stderr
     assert (box.unit_path.read_text(), main_pid(box)) == (unit_before, pid_before)
     assert not (box.manager.unit_dir / box.green_unit).exists()
+
+    # With a [proxy] (which forwards to a TCP port) a rollback to the socket generation is refused up front.
+    config = box.config_path.read_text()
+    box.config_path.write_text(config + f'\n[proxy]\nlisten = "127.0.0.1:{free_port()}"\n')
+    refused = box.specd("rollback")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"listens on the Unix socket {socket}" in refused.stderr and "[proxy]" in refused.stderr
+    assert "nothing was changed" in refused.stderr and "Traceback" not in refused.stderr
+    assert (box.unit_path.read_text(), main_pid(box)) == (unit_before, pid_before)
+    box.config_path.write_text(config)
 
     rolled = box.specd("rollback")
     assert rolled.returncode == 0, rolled.stdout + rolled.stderr
