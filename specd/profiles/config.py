@@ -20,6 +20,7 @@ from specd import paths
 from specd.errors import ConfigError
 from specd.profiles.axes import axes_problem
 from specd.profiles.schema import Key, Table, in_range, matches, one_of, validate
+from specd.profiles.tomlpos import where
 
 _UNIT = matches(r"[A-Za-z0-9:_.\\@-]{1,200}\.service", "a unit name ending in .service")
 _LISTEN = matches(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", "host:port")
@@ -86,6 +87,8 @@ CONFIG_SCHEMA = Table(
             "budget_minutes": Key(float, in_range(1, 10000), "the most a run may take"),
             "margin": Key(float, in_range(0, 10), "the wall-clock gain a switch needs, 0.05 = 5%"),
             "n": Key(int, in_range(1, 1000), "requests per profile"),
+            "max_n": Key(int, in_range(1, 100000), "the most requests per profile while the evidence is undecided "
+                                                   "(budget_minutes usually ends sampling first)"),
             "workload": Key(str, doc="recent (recorded traffic), a built-in name or a JSONL file"),
             "candidates": Key(list, doc="profiles to compare"),
             "sweep": Key(list, axes_problem, "vary the active profile's [speculative] keys instead of comparing "
@@ -145,6 +148,9 @@ class NotifyConfig:
     timeout_s: float = 20.0
 
 
+CAP_FACTOR = 32  # the tuner samples an undecided candidate up to 32 x n requests: in practice the time budget ends it
+
+
 @dataclass(frozen=True)
 class TunerConfig:
     enabled: bool = True
@@ -153,6 +159,7 @@ class TunerConfig:
     budget_minutes: float = 60.0
     margin: float = 0.05
     n: int = 10
+    max_n: int | None = None  # None: CAP_FACTOR x n
     workload: str = "recent"
     candidates: tuple[str, ...] = ()
     sweep: tuple[str, ...] = ()  # axes, as `specd tune --sweep` takes them (specd.profiles.axes)
@@ -318,14 +325,18 @@ def load_config(explicit: Path | None = None) -> Config:
         path=path,
         deployments=tuple(deployments),
         daemon=_daemon(data.get("daemon", {}), path.parent),
-        tuner=_tuner(data.get("tuner", {})),
+        tuner=_tuner(data.get("tuner", {}), path, text),
         notify=_notify(data.get("notify", {})),
     )
 
 
-def _tuner(raw: Mapping[str, Any]) -> TunerConfig:
+def _tuner(raw: Mapping[str, Any], path: Path, text: str) -> TunerConfig:
     lists = {key: tuple(str(item) for item in raw[key]) for key in ("candidates", "sweep") if key in raw}
-    return TunerConfig(**{**raw, **lists})
+    tuner = TunerConfig(**{**raw, **lists})
+    if tuner.max_n is not None and tuner.max_n < tuner.n:
+        raise ConfigError(f"{where(path, text, 'tuner', 'max_n')}: 'tuner.max_n' ({tuner.max_n}) must be at least "
+                          f"'tuner.n' ({tuner.n}): the first look is at n requests per profile")
+    return tuner
 
 
 def _shown(value: object, name: str = "") -> str:
@@ -354,6 +365,7 @@ def config_key_table() -> str:
                      and name == "listen" else "the profile's port + 1" if name == "spare_port"
                      else "the serving profile's port + 2" if isinstance(instance, RoutingConfig) and name == "port"
                      else "the profiles the table names" if isinstance(instance, RoutingConfig) and name == "profiles"
+                     else f"{CAP_FACTOR} x n" if isinstance(instance, TunerConfig) and name == "max_n"
                      else _shown(getattr(instance, name), name))
             rows.append(f"| `[{table}] {name}` | {key.doc} | {value} |")
     return "\n".join(rows) + "\n"

@@ -38,6 +38,7 @@ from typing import Any
 
 from specd.engines.metrics import SpecCounters
 from specd.errors import BadInput, Interrupted, SpecdError, UsageError
+from specd.profiles.config import CAP_FACTOR
 from specd.tune.noise import BoxLoad
 from specd.tune.replay import Done, Item, plan_rounds, replay_round
 from specd.tune.results import SEED, Report, Result, measure
@@ -49,7 +50,6 @@ __all__ = ["DeploymentTarget", "ModelTarget", "Reply", "Report", "Result", "Sett
            "bench_traffic", "measure", "request_body", "restoring", "run_bench"]
 
 WARMUP_NOTE = {"role": "system", "content": "Warm-up request; ignore."}
-CAP_FACTOR = 32  # the tuner samples an undecided candidate up to 32 x n requests: in practice the time budget ends it
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,8 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
     if deadline is None and budget_s is not None:
         deadline = time.monotonic() + budget_s
     settings = Settings(n=settings_n, max_tokens=max_tokens, deadline=deadline, concurrency=concurrency,
-                        cache_reuse=cache_reuse, temperature=temperature, max_n=max_n)
+                        cache_reuse=cache_reuse, temperature=temperature,
+                        max_n=max_n if max_n is not None else config.tuner.max_n)
     pin = pin_in_force(deployment.unit, time.time())
     own: DeploymentTarget | None = None
     if target is None:

@@ -148,8 +148,9 @@ def cron_in(seconds: float) -> tuple[str, float]:
 
 
 def tuner_table(cron: str, *, idle_s: float, budget_minutes: float, n: int, candidates: list[str]) -> str:
+    """A [tuner] table; the sample cap is 4 x n (max_n): a night on the tiny model takes minutes whatever it finds."""
     return (f'enabled = true\ncron = "{cron}"\nidle_minutes = {idle_s / 60.0:.4f}\nbudget_minutes = {budget_minutes}\n'
-            f'n = {n}\nworkload = "recent"\ncandidates = {json.dumps(candidates)}\n')
+            f'n = {n}\nmax_n = {4 * n}\nworkload = "recent"\ncandidates = {json.dumps(candidates)}\n')
 
 
 @dataclass(frozen=True)

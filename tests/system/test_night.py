@@ -93,7 +93,7 @@ def test_a_real_night_benches_what_the_proxy_recorded(box: Box, start_daemon: Ca
                                                       capture: bool) -> None:
     box.edit_profile("base", parallel=2)
     box.specd("switch", "autoregressive", check=True)
-    idle_s, budget = 18.0, 20.0  # the budget binds nothing here (n does); it lets a loaded box finish
+    idle_s, budget = 18.0, 20.0  # the budget binds nothing here (max_n = 4n does); it lets a loaded box finish
     daemon, fire_at = started_daemon(box, start_daemon, capture=capture, fire_in_s=12.0, idle_s=idle_s,
                                      budget_minutes=budget, n=4, candidates=["autoregressive", "ngram-simple"])
     mix = tiny_mix()

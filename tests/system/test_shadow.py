@@ -131,7 +131,7 @@ def test_tune_shadow_benches_beside_the_live_server_then_switches_once_if_it_dec
     live_pid = main_pid(box, box.unit)
     with LiveClient(box.port, pause_s=3.0) as live:
         result = box.specd("tune", "--shadow", "--no-verify", "-p", "ngram-simple", "--workload", "repeat-input",
-                           "--n", "2", "--max-tokens", "32", "--json", timeout=900)
+                           "--n", "2", "--max-n", "8", "--max-tokens", "32", "--json", timeout=900)
     assert result.returncode == 0, result.stderr
     decision = json.loads(result.stdout)
     assert any("samples clean" in note for note in decision["notes"])

@@ -43,8 +43,8 @@ def test_a_speculator_that_never_drafts_is_flagged_excluded_and_shown(box: Box) 
     add_profile(box, "fake-dead", "never-drafts", "ngram-simple")
     box.specd("switch", "fake-plain", check=True)
 
-    result = box.specd("tune", "--workload", "code", "--n", "4", "--max-tokens", "16", "--no-verify", "--json",
-                       "--profile", "fake-live", "--profile", "fake-dead", check=True)
+    result = box.specd("tune", "--workload", "code", "--n", "4", "--max-n", "16", "--max-tokens", "16", "--no-verify",
+                       "--json", "--profile", "fake-live", "--profile", "fake-dead", check=True)
 
     decision = json.loads(result.stdout)
     assert set(decision["estimates"]) == {"fake-plain", "fake-live"}, decision

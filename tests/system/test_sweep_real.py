@@ -66,7 +66,7 @@ def test_the_nightly_run_sweeps_the_live_profile_when_the_config_asks(
     workload = repeat_workload(tmp_path / "rewrite.jsonl")
     cron, _ = cron_in(12.0)
     daemon = start_daemon(tuner=f'enabled = true\ncron = "{cron}"\nidle_minutes = 0.05\nbudget_minutes = 5\n'
-                                f'n = 3\nworkload = "{workload}"\nsweep = ["ngram_simple_size_n=4,8"]\n')
+                                f'n = 3\nmax_n = 12\nworkload = "{workload}"\nsweep = ["ngram_simple_size_n=4,8"]\n')
 
     event = wait_for_night(box.unit, lambda what, cond, t: daemon.wait_for(what, cond, t), 900.0)
 

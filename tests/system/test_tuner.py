@@ -79,7 +79,7 @@ def _active(box: Box) -> str:
     return str(json.loads(box.specd("status", "--json", check=True).stdout)["active_profile"])
 
 
-@pytest.mark.timeout(1200)  # sequential sampling may take up to 4 x n requests per profile
+@pytest.mark.timeout(1200)  # sequential sampling may take up to 32 x n requests per profile (emulated: fast)
 def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box, tmp_path: Path) -> None:
     emulated_profiles(box, ("plain", "mtp"))
     box.specd("switch", "plain", check=True)
@@ -110,7 +110,7 @@ def test_tune_cli_follows_the_task_class_and_respects_dry_run_and_pins(box: Box,
     assert events[0]["detail"].startswith("switched to plain")
 
 
-@pytest.mark.timeout(1200)  # sequential sampling may take up to 4 x n requests per profile
+@pytest.mark.timeout(1200)  # sequential sampling may take up to 32 x n requests per profile (emulated: fast)
 def test_tune_cli_output_length_crossover(box: Box, tmp_path: Path) -> None:
     emulated_profiles(box, ("plain", "mtp", "dflash"), time_scale=0.005)
     box.specd("switch", "plain", check=True)

@@ -8,6 +8,7 @@ import pytest
 
 from specd.errors import ConfigError
 from specd.profiles.config import load_config, resolve_config_path
+from specd.tune.bench import Settings
 
 
 def test_shorthand_keys_work_as_written(tmp_path: Path) -> None:
@@ -55,6 +56,9 @@ def test_several_deployments_and_unit_selection(tmp_path: Path) -> None:
          "'draft_nmax' is not a [speculative] key a sweep can vary (sweepable: "),
         ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = "draft_n_max=2..8"\n',
          "'tuner.sweep' must be a list"),
+        ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nn = 12\nmax_n = 8\n',
+         "line 5: 'tuner.max_n' (8) must be at least 'tuner.n' (12)"),
+        ('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nmax_n = 0\n', "'tuner.max_n' must be >= 1, not 0"),
         ('unit = "a.service"\n', "'profiles_dir' is required"),
         ('unit = "a.service\nprofiles_dir = "p"\n', "TOML syntax error"),
     ],
@@ -81,3 +85,15 @@ def test_the_nightly_sweep_is_read_as_specd_tune_sweep_takes_it(tmp_path: Path) 
     path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nsweep = ["draft_n_max=2..4", "draft_n_max=6"]\n')
     with pytest.raises(ConfigError, match="names a key twice: draft_n_max, draft_n_max"):
         load_config(path)
+
+
+def test_the_sample_cap_is_the_budgets_unless_the_config_sets_one(tmp_path: Path) -> None:
+    """Without [tuner] max_n an undecided candidate is sampled up to 32 x n (the night's budget ends it
+    first in practice); with it, up to max_n."""
+    path = tmp_path / "specd.toml"
+    path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nn = 6\n')
+    tuner = load_config(path).tuner
+    assert tuner.max_n is None and Settings(n=tuner.n, max_n=tuner.max_n).cap == 192
+    path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nn = 6\nmax_n = 24\n')
+    tuner = load_config(path).tuner
+    assert Settings(n=tuner.n, max_n=tuner.max_n).cap == 24
