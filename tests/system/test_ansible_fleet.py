@@ -198,7 +198,7 @@ def test_tune_report_tabulates_comparable_results_from_every_box(boxes, tmp_path
     fleet_boxes, ansible = boxes
     ansible.write_inventory(fleet_boxes)
     args = ["--profile", "autoregressive", "--profile", "ngram-simple", "--workload", "code", "--n", "2",
-            "--max-tokens", "8", "--no-verify"]
+            "--max-n", "8", "--max-tokens", "8", "--no-verify"]
 
     run = ansible.playbook("tune_report", {"specd_tune_dir": str(tmp_path), "specd_tune_args": args})
 

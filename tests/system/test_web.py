@@ -66,7 +66,7 @@ def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
     workload.write_text("".join(json.dumps({
         "messages": [{"role": "user", "content": f"Repeat exactly: def f{i}(x):\n    return x + {i}\n"}],
         "max_tokens": 24, "specd": {"task_class": "code"}}) + "\n" for i in range(3)))
-    tuner = (f'enabled = false\nn = 3\nworkload = "{workload}"\n'
+    tuner = (f'enabled = false\nn = 3\nmax_n = 12\nworkload = "{workload}"\n'
              'candidates = ["autoregressive", "ngram-simple"]\n')  # "Bench now": short, on the real server
     daemon = start_daemon(daemon_extra=f'http_listen = "127.0.0.1:{port}"\n', tuner=tuner)
     url = f"http://127.0.0.1:{port}/"
