@@ -20,7 +20,7 @@ from specd import paths
 from specd.errors import ConfigError
 from specd.profiles.axes import axes_problem
 from specd.profiles.schema import Key, Table, in_range, matches, one_of, validate
-from specd.profiles.tomlpos import where
+from specd.profiles.tomlpos import where as key_place
 
 _UNIT = matches(r"[A-Za-z0-9:_.\\@-]{1,200}\.service", "a unit name ending in .service")
 _LISTEN = matches(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", "host:port")
@@ -334,7 +334,7 @@ def _tuner(raw: Mapping[str, Any], path: Path, text: str) -> TunerConfig:
     lists = {key: tuple(str(item) for item in raw[key]) for key in ("candidates", "sweep") if key in raw}
     tuner = TunerConfig(**{**raw, **lists})
     if tuner.max_n is not None and tuner.max_n < tuner.n:
-        raise ConfigError(f"{where(path, text, 'tuner', 'max_n')}: 'tuner.max_n' ({tuner.max_n}) must be at least "
+        raise ConfigError(f"{key_place(path, text, 'tuner', 'max_n')}: 'tuner.max_n' ({tuner.max_n}) must be at least "
                           f"'tuner.n' ({tuner.n}): the first look is at n requests per profile")
     return tuner
 
