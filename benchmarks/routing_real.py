@@ -19,7 +19,18 @@ three alike; the figure is the mix's wall clock, the sum over its requests. Inte
 repetitions of the paired ratio (routed / single in the same repetition). The box is shared and
 loaded: the load average is written with the results.
 
-    .venv/bin/python benchmarks/routing_real.py [--reps 6] [--max-tokens 40] [--train-rounds 2] [--out FILE.md]
+With `--mix text` the mix is instead text completions (/v1/completions), the form this base model is
+made for, drawn from benchmarks/text_workloads.py: `copy-edit` (a few-shot "fix the spelling" prompt
+whose answer repeats the paragraph: greedy, as an editing client sends it) and `prose` (a story's
+opening, sampled at --temperature with a fresh seed per repetition, the same seed for the three
+configurations of one request). Training and held-out prompts come from disjoint seed ranges. Each
+request's task class is what the proxy's classifier says of it, so the table is learned on the
+classes the router will see. On this model chat-shaped prose falls into repetition that n-gram
+drafts copy (n-gram wins there too), while sampled text prose gives n-gram nothing to copy: the
+mix the issue asks for, where n-gram wins on copy-style requests and loses on prose.
+
+    .venv/bin/python benchmarks/routing_real.py [--mix chat|text] [--reps 6] [--max-tokens 40]
+        [--train-rounds 2] [--temperature 0.8] [--margin 0.05] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -34,11 +45,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import httpx
 import tomlkit
 
 from specd.profiles.flags import binary_flags
@@ -47,12 +60,14 @@ from specd.proxy.proxy import Backend
 from specd.proxy.routes import Companion, RouteSet
 from specd.routing.table import RoutingTable, describe
 from specd.setup.sandbox import free_port
-from specd.tune.bench import Settings, bench_profiles
+from specd.traffic.taskclass import classify
+from specd.tune.bench import Reply, Settings, bench_profiles
 from specd.tune.routes import learn
 from specd.tune.workloads import Workload, WorkloadRequest, load_workload
 from specd.unit.render import build_argv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import text_workloads
 from routing_emulator import (
     FleetTarget,
     ProxyThread,
@@ -81,6 +96,53 @@ def start_server(profiles_dir: Path, name: str, port: int, log: Path) -> subproc
     return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
+class TextFleetTarget(FleetTarget):
+    """The bench's target for a text mix: the chat-shaped bench body sent as a text completion."""
+
+    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
+        assert self.current is not None
+        started = time.perf_counter()
+        answer = self.http.post(f"{self.urls[self.current]}/v1/completions", json=as_completion(body))
+        answer.raise_for_status()
+        return Reply(answer.json(), 1000.0 * (time.perf_counter() - started))
+
+
+def as_completion(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A one-message chat body as a text completion: the message's content is the prompt."""
+    prompt = "\n\n".join(str(m["content"]) for m in body["messages"])
+    return {k: v for k, v in body.items() if k != "messages"} | {"prompt": prompt, "model": "tiny"}
+
+
+def run_text(url: str, request: WorkloadRequest, seed: int) -> tuple[float, int]:
+    """One text completion through a proxy: (seconds, failed requests); sampled bodies get `seed`."""
+    body = as_completion(request.body) | {"cache_prompt": False, "stream": False}
+    if body.get("temperature"):
+        body["seed"] = seed
+    started = time.perf_counter()
+    try:
+        ok = httpx.post(f"{url}/v1/completions", json=body, timeout=600).status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    return time.perf_counter() - started, 0 if ok else 1
+
+
+TEXT_SEEDS = {"train": 1000, "held": 5000}  # disjoint seed ranges: disjoint prompts
+TEXT_PER_KIND = 6  # prompts of each kind in each half
+
+
+def split_text(max_tokens: int, temperature: float) -> tuple[list[WorkloadRequest], list[WorkloadRequest]]:
+    """Training and held-out text requests, copy-edit and prose alternating (each half fixed before any run)."""
+    halves: dict[str, list[WorkloadRequest]] = {"train": [], "held": []}
+    for half, first_seed in TEXT_SEEDS.items():
+        kinds = {kind: text_workloads.prompts(kind, first_seed, TEXT_PER_KIND) for kind in ("copy-edit", "prose")}
+        for edit, story in zip(kinds["copy-edit"], kinds["prose"], strict=True):
+            for prompt, sampling in ((edit, 0.0), (story, temperature)):
+                messages = [{"role": "user", "content": prompt}]
+                body = {"messages": messages, "max_tokens": max_tokens, "temperature": sampling}
+                halves[half].append(WorkloadRequest(body, classify(messages)))
+    return halves["train"], halves["held"]
+
+
 def split(max_tokens: int) -> tuple[list[WorkloadRequest], list[WorkloadRequest]]:
     train: list[WorkloadRequest] = []
     held: list[WorkloadRequest] = []
@@ -98,6 +160,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=40)
     parser.add_argument("--train-rounds", type=int, default=2,
                         help="times the training half is replayed on each profile to learn the table")
+    parser.add_argument("--mix", choices=("chat", "text"), default="chat",
+                        help="chat: built-in repeat-input + prose sets; text: copy-edit + sampled prose completions")
+    parser.add_argument("--temperature", type=float, default=0.8, help="the text mix's prose temperature")
+    parser.add_argument("--margin", type=float, default=0.05,
+                        help="the gain a class's route needs ([tuner] margin in specd.toml)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/routing-real.md")
     args = parser.parse_args()
     os.environ.setdefault("SPECD_CACHE", str(Path.home() / ".cache" / "specd"))
@@ -116,8 +183,9 @@ def main() -> None:
     try:
         for url in urls.values():
             wait_up(url, 300)
-        train, held = split(args.max_tokens)
-        target = FleetTarget(urls)
+        text = args.mix == "text"
+        train, held = split_text(args.max_tokens, args.temperature) if text else split(args.max_tokens)
+        target = TextFleetTarget(urls) if text else FleetTarget(urls)
         # Both servers stay resident: a round of one request per profile costs no switch, so the bench pairs
         # each request with its twin next to it in time and its interval counts every round (without this
         # the bench made 4 rounds of the whole training set, and its intervals had 4 clusters to go by).
@@ -125,7 +193,7 @@ def main() -> None:
         report = bench_profiles(target, list(PROFILES), Workload("train", tuple(train), origin="builtin"),
                                 Settings(n=args.train_rounds * len(train), concurrency=1, early_stop=False,
                                          cache_reuse=False))
-        table = learn(report.results, RoutingTable(), active="ngram-simple", margin=0.05, now=time.time(),
+        table = learn(report.results, RoutingTable(), active="ngram-simple", margin=args.margin, now=time.time(),
                       source=f"bench of {len(train)} training requests x {args.train_rounds}, one at a time").table
         ngram, plain = Backend(urls["ngram-simple"], "ngram-simple"), Backend(urls["autoregressive"], "autoregressive")
         proxies = {"single-ngram": ProxyThread(ngram, RouteSet()), "single-plain": ProxyThread(plain, RouteSet()),
@@ -138,10 +206,13 @@ def main() -> None:
             spent = dict.fromkeys(CONFIGS, 0.0)
             for index, request in enumerate(held):  # each request through every configuration back to back
                 order = ORDERS[(rep * len(held) + index) % len(ORDERS)]
-                row = RequestRow(rep, index, str(request.task_class))
+                kind = ("copy-edit" if index % 2 == 0 else "prose") if text else None
+                row = RequestRow(rep, index, f"{kind} ({request.task_class})" if kind else str(request.task_class))
                 for config in order:
                     before = dict(router.counts) if router is not None else {}
-                    seconds, failed = run_mix(proxies[config].url, [request], 1)
+                    url = proxies[config].url
+                    seconds, failed = (run_text(url, request, 7000 + 100 * rep + index) if text
+                                       else run_mix(url, [request], 1))
                     spent[config] += seconds
                     failures += failed
                     row.seconds[config] = seconds
@@ -227,10 +298,23 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
     vs_best = ratio_interval(walls["routed"], walls[best])
     other = "single-plain" if best == "single-ngram" else "single-ngram"
     vs_other = ratio_interval(walls["routed"], walls[other])
-    mix = {c: sum(1 for r in held if r.task_class == c) for c in ("code", "factual", "creative")}
+    mix = dict(Counter(str(r.task_class) for r in held))
+    if args.mix == "text":
+        command = (f"--mix text --temperature {args.temperature} --margin {args.margin} --reps {args.reps} "
+                   f"--max-tokens {args.max_tokens} --train-rounds {args.train_rounds}")
+        described = (f"{len(held)} text completions, copy-edit (greedy) and prose (temperature {args.temperature}, "
+                     f"a fresh seed each repetition) alternating, max_tokens {args.max_tokens}; the task classes the "
+                     f"proxy's classifier gives them: {mix}; prompts from seeds {TEXT_SEEDS['held']}.. of "
+                     f"benchmarks/text_workloads.py, the table learned on seeds {TEXT_SEEDS['train']}..; margin "
+                     f"{args.margin}")
+    else:
+        command = f"--reps {args.reps} --max-tokens {args.max_tokens} --train-rounds {args.train_rounds}"
+        described = (f"{len(held)} requests (labels of the built-in sets: {mix}; max_tokens capped at "
+                     f"{args.max_tokens}), the odd positions of `repeat-input` and `prose`; the table was learned "
+                     "on the even positions")
     lines = ["# Routing on the real tiny model: routed vs each single profile", "",
-             (f"**Command:** `.venv/bin/python benchmarks/routing_real.py --reps {args.reps} --max-tokens "
-             f"{args.max_tokens} --train-rounds {args.train_rounds}`. Date: {started_at:%Y-%m-%d %H:%M} UTC."), "",
+             (f"**Command:** `.venv/bin/python benchmarks/routing_real.py {command}`. "
+              f"Date: {started_at:%Y-%m-%d %H:%M} UTC."), "",
              (f"Machine before: {machine_before}. After: {machine()}. The 1-minute load average after each "
              f"repetition was {', '.join(f'{x:.1f}' for x in loads)} on 2 cores (the two servers and the client "
              "make about 2; more is other work on the box, and every figure carries that noise); each request ran "
@@ -238,9 +322,7 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              "back (each of the six orders in turn) and the mixes are compared by paired ratios."), "",
              ("Servers: the pinned llama-server CPU build, Gemma 3 270M Q4_K_M, profiles/tiny's `ngram-simple` and "
              "`autoregressive` with threads = 1 (one core each), parallel = 1."), "",
-             (f"Held-out mix: {len(held)} requests (labels of the built-in sets: {mix}; max_tokens capped at "
-             f"{args.max_tokens}), the odd positions of `repeat-input` and `prose`; the table was learned on the "
-             f"even positions. Failed requests over every run: {failures}."), "",
+             f"Held-out mix: {described}. Failed requests over every run: {failures}.", "",
              "## The learned table (training half)", "", "```", *describe(table), "```", "",
              "## Mix wall clock, one request at a time", "",
              "| configuration | s (mean, 95% interval) |", "|---|---|",
