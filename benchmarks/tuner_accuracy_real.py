@@ -192,14 +192,17 @@ def workload(name: str, kind: str, prompts: Sequence[str], max_tokens: int, temp
         for p in prompts))
 
 
-def measure_truth(target: ServerSetTarget, held_out: Workload, seeds: int, draft_prompts: int) -> dict[str, Any]:
-    """walls[profile][prompt][seed]: every held-out prompt on every profile (draft: the first few), `seeds`
-    draws each with different seeds, interleaved request by request."""
+def measure_truth(target: ServerSetTarget, held_out: Workload, draws: range, draft_prompts: int,
+                  into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """walls[profile][prompt][seed]: every held-out prompt on every profile (draft: the first few), one draw
+    per number in `draws` (its seed), interleaved request by request; added to `into` when given."""
     settings = Settings()
     count = len(held_out.requests)
-    walls: dict[str, list[list[float]]] = {p: [[] for _ in range(count)] for p in PROFILES}
-    tokens: dict[str, list[list[int]]] = {p: [[] for _ in range(count)] for p in PROFILES}
-    for draw in range(seeds):
+    found = into or {"walls": {p: [[] for _ in range(count)] for p in PROFILES},
+                     "output_tokens": {p: [[] for _ in range(count)] for p in PROFILES}}
+    walls: dict[str, list[list[float]]] = found["walls"]
+    tokens: dict[str, list[list[int]]] = found["output_tokens"]
+    for draw in draws:
         for index, request in enumerate(held_out.requests):
             shift = (index + draw) % len(PROFILES)
             order = PROFILES[shift:] + PROFILES[:shift]
@@ -210,7 +213,7 @@ def measure_truth(target: ServerSetTarget, held_out: Workload, seeds: int, draft
                 reply = target.complete(request_body(request, settings, cycle=draw))
                 walls[profile][index].append(reply.wall_ms)
                 tokens[profile][index].append(int(reply.payload.get("usage", {}).get("completion_tokens", 0)))
-    return {"walls": walls, "output_tokens": tokens}
+    return found
 
 
 def judge(walls: Mapping[str, list[list[float]]], margin: float, seed: int = 0) -> dict[str, Any]:
@@ -259,7 +262,13 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
     temperature = SETS[args.set]["temperature"]
     held_prompts = distinct_prompts(kind, args.heldout, 1000, set())
     sample_prompts = distinct_prompts(kind, tuner.n, 0, set(held_prompts))
+    held_out = workload(f"{name}-heldout", kind, held_prompts, max_tokens, temperature)
     started = time.time()
+    # around: half the truth's draws before the tuner's runs and half after, so a load that moves during the
+    # case lands on the truth as it lands on the tuner's bench (after: every draw once the tuner is done)
+    first = args.seeds // 2 if args.truth_when == "around" else 0
+    truth_data = measure_truth(target, held_out, range(first), args.draft_heldout)
+    before = time.time()
     decisions = []
     for run in range(args.tuner_runs or int(SETS[args.set]["tuner_runs"])):
         target.activate(PLAIN)
@@ -280,8 +289,7 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
         print(f"  {name} run {run + 1}: {decision.reason[:160]} ({decision.samples}, "
               f"{result.report.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
     tuned = time.time()
-    truth_data = measure_truth(target, workload(f"{name}-heldout", kind, held_prompts, max_tokens, temperature),
-                               args.seeds, args.draft_heldout)
+    truth_data = measure_truth(target, held_out, range(first, args.seeds), args.draft_heldout, into=truth_data)
     ended = time.time()
     truth = judge(truth_data["walls"], tuner.margin)
     print(f"{name}: truth best {truth['best']} (right {truth['right']}), tuner "
@@ -289,7 +297,8 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
           f"{ended - started:.0f} s, load {sampler.between(started, ended)}", file=sys.stderr, flush=True)
     return {"case": name, "kind": kind, "max_tokens": max_tokens, "temperature": temperature, "truth": truth,
             "tuner": decisions, "truth_samples": truth_data,
-            "seconds": {"tuner": round(tuned - started), "truth": round(ended - tuned)},
+            "seconds": {"truth_before": round(before - started), "tuner": round(tuned - before),
+                        "truth_after": round(ended - tuned)},
             "load_1min": sampler.between(started, ended)}
 
 
@@ -322,6 +331,10 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "truth_plain_behind_cases": sum(c["truth"]["plain_more_than_margin_behind"] for c in cases)}
 
 
+TRUTH_WHEN = {"after": "every draw after the tuner's runs of the case",
+              "around": "half the draws before the tuner's runs of the case and half after"}
+
+
 def markdown(result: dict[str, Any]) -> str:
     meta, summary = result["meta"], result["summary"]
     load = meta["load_1min"]
@@ -339,7 +352,8 @@ def markdown(result: dict[str, Any]) -> str:
          f"server per profile, every profile at --threads {meta['threads']}"),
         f"- requests: {meta['sampling']}",
         (f"- truth: every profile on {meta['heldout']} HELD-OUT prompts per case x {meta['seeds']} seeds (draft: "
-         f"the first {meta['draft_heldout']} prompts), interleaved request by request; truth = mean wall clock. A "
+         f"the first {meta['draft_heldout']} prompts), interleaved request by request, "
+         f"{TRUTH_WHEN[meta.get('truth_when', 'after')]}; truth = mean wall clock. A "
          "pick is RIGHT when the truth's paired bootstrap 95% interval of (pick's mean / best's mean) over the "
          f"held-out prompts reaches {1 / (1 - meta['tuner_margin']):.4f} (not shown to be more than the "
          "margin slower than the best). The truth says plain is TIED with the best when plain is the best or "
@@ -429,6 +443,8 @@ def main() -> None:
     parser.add_argument("--label", default="loaded", help="names the result files: idle or loaded")
     parser.add_argument("--heldout", type=int, default=6, help="held-out prompts per case")
     parser.add_argument("--seeds", type=int, default=2, help="draws (seeds) of each held-out prompt per profile")
+    parser.add_argument("--truth-when", choices=("after", "around"), default="after",
+                        help="the truth's draws all after the tuner's runs, or half before and half after")
     parser.add_argument("--draft-heldout", type=int, default=3, help="held-out prompts the slow draft profile runs")
     parser.add_argument("--tuner-runs", type=int, default=0, help="tuner runs per case (default: the set's)")
     parser.add_argument("--lengths", type=int, nargs="*", default=[32, 128])
@@ -499,7 +515,8 @@ def write_results(args: argparse.Namespace, tuner: TunerConfig, cases: list[dict
                         "; the tuner draws a fresh seed each time it replays a prompt again, the truth one per draw",
             "date": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "stem": stem,
             "commit": commit, "minutes": (ended - started) / 60, "heldout": args.heldout, "seeds": args.seeds,
-            "draft_heldout": args.draft_heldout, "tuner_runs": args.tuner_runs or SETS[args.set]["tuner_runs"],
+            "draft_heldout": args.draft_heldout, "truth_when": args.truth_when,
+            "tuner_runs": args.tuner_runs or SETS[args.set]["tuner_runs"],
             "tuner_n": tuner.n, "tuner_margin": tuner.margin, "threads": args.threads,
             "cap": Settings(n=tuner.n, max_n=args.max_n).cap, "budget_min": args.budget_min, "partial": partial,
             "load_1min": sampler.between(started, ended)}

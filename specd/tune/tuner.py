@@ -239,6 +239,9 @@ def tune_deployment(config: Config, deployment: Deployment, *, seams: SeamsFacto
     (the free slot; the caller then switches to the winner).
     """
     settings_n = n or config.tuner.n
+    if max_n is None and config.tuner.max_n is not None and config.tuner.max_n < settings_n:
+        raise UsageError(f"{config.path}: [tuner] max_n = {config.tuner.max_n} is below --n {settings_n}; "
+                         "pass --max-n too, or a smaller --n")
     chosen = workload if isinstance(workload, Workload) else resolve_workload(
         workload or config.tuner.workload, deployment, settings_n, period)
     if deadline is None and budget_s is not None:

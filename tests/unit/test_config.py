@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-from specd.errors import ConfigError
+from specd.errors import ConfigError, UsageError
 from specd.profiles.config import load_config, resolve_config_path
 from specd.tune.bench import Settings
+from specd.tune.tuner import tune_deployment
 
 
 def test_shorthand_keys_work_as_written(tmp_path: Path) -> None:
@@ -97,3 +99,18 @@ def test_the_sample_cap_is_the_budgets_unless_the_config_sets_one(tmp_path: Path
     path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nn = 6\nmax_n = 24\n')
     tuner = load_config(path).tuner
     assert Settings(n=tuner.n, max_n=tuner.max_n).cap == 24
+
+
+def test_an_n_above_the_configs_sample_cap_is_refused_naming_the_config(tmp_path: Path) -> None:
+    """`specd tune --n 20` with `[tuner] max_n = 16` in specd.toml: the 16 came from the file, so the error
+    names the file and the key (not only --max-n, which the user never passed), before anything is benched."""
+    path = tmp_path / "specd.toml"
+    path.write_text('unit = "a.service"\nprofiles_dir = "p"\n[tuner]\nmax_n = 16\n')
+    config = load_config(path)
+
+    def no_seams() -> NoReturn:
+        raise AssertionError("the check comes before any seam is built")
+
+    with pytest.raises(UsageError) as info:
+        tune_deployment(config, config.deployment(), seams=no_seams, workload="builtin:code", n=20)
+    assert f"{path}: [tuner] max_n = 16 is below --n 20" in str(info.value)
