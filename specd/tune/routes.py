@@ -31,7 +31,11 @@ from specd.traffic.taskclass import TASK_CLASSES, TaskClass
 from specd.tune.bench import Result
 from specd.tune.paired import Comparison, compare, interval, pairs_of
 
-MIN_PER_CLASS = 3  # requests of a class every candidate ran, before its route may move
+# Distinct requests of a class every candidate ran, before its route may move: replays of one request
+# measure that request again (its timing noise), not the class; on the real tiny model a route learned
+# from one copy-edit prompt replayed 8 times sent that class the wrong way on unseen prompts
+# (benchmarks/results/routing-real-text.md).
+MIN_PER_CLASS = 3
 LEVEL = 0.95  # one look at the evidence: the table is learned once per bench
 
 
@@ -129,10 +133,11 @@ def learn(rows: Mapping[str, Sequence[Result]], previous: RoutingTable, *, activ
         for profile, results in mine.items():
             if found := slowdowns(results):
                 table_slowdowns.setdefault(task_class, {})[profile] = found
-        shared = min((len(r) for r in mine.values()), default=0)
+        shared = min((len({r.request_index for r in results}) for results in mine.values()), default=0)
         if shared < min_n or len(mine) < 2:
             if mine:
-                skipped[task_class] = (f"{shared} request(s) of this class in the bench, fewer than {min_n}"
+                skipped[task_class] = (f"{shared} distinct request(s) of this class in the bench (a replay of "
+                                       f"one request counts once), fewer than {min_n}"
                                        if shared < min_n else "only one profile was benched on it")
             if old is not None:
                 routes[task_class] = Route(old.profile, old.reason, False, old.ratios)

@@ -71,6 +71,21 @@ def test_a_class_with_too_few_requests_keeps_its_route_and_says_so() -> None:
     assert "fewer than 3" in found.skipped["creative"]
 
 
+def test_one_request_replayed_in_many_rounds_is_one_request_not_evidence_for_its_class() -> None:
+    """The real run that found it: one copy-edit prompt of its class in the training half, replayed in 8
+    rounds, read as '17% faster, interval 0.81-0.85' and sent the class to plain; on unseen prompts of
+    the class n-gram took 0.70x plain's time. Replays measure the request again, not the class."""
+    def replayed(profile: str, ms: float) -> list[Result]:
+        return [Result(profile=profile, request_index=7, task_class="analysis", prompt_tokens=50, output_tokens=128,
+                       prefill_ms=20.0, decode_ms=ms - 20.0, wall_ms=ms * (1 + 0.01 * (r % 3)), position=7 + 12 * r,
+                       round=r) for r in range(8)]
+    previous = RoutingTable(routes={"analysis": Route("ngram", "earlier night")})
+    found = learn({"ngram": replayed("ngram", 3000.0), "plain": replayed("plain", 2500.0)}, previous,
+                  active="ngram", margin=0.05, source="test", now=2.0)
+    assert found.table.profile_for("analysis") == "ngram" and found.changed == ()
+    assert "1 distinct request(s)" in found.skipped["analysis"]
+
+
 def test_pairs_are_the_same_plan_position_on_both_profiles() -> None:
     found = paired(results("mtp", "code", 20.0), results("plain", "code", 40.0))
     assert found is not None and found.interval.pairs == 8 and found.verdict == "faster"
