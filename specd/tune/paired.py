@@ -229,15 +229,23 @@ def verdict_of(found: Interval, margin: float) -> Verdict:
     return "unclear"
 
 
-def compare(candidate: str, incumbent: str, pairs: Sequence[Pair], level: float, margin: float) -> Comparison:
-    """The candidate against the incumbent on their shared requests, per-token when lengths differed."""
+def compare(candidate: str, incumbent: str, pairs: Sequence[Pair], level: float, margin: float, *,
+            unseen: bool = False) -> Comparison:
+    """The candidate against the incumbent on their shared requests, per-token when lengths differed.
+
+    By default the bench's requests are the population (the recorded traffic, replayed): the interval is
+    over rounds. `unseen`: the requests stand for others of their kind not yet seen (a task class's
+    route serves future prompts), so the distinct request is the unit: the interval is over requests,
+    each its replays' mean, and a difference between requests counts as uncertainty."""
     if not pairs:
         raise UsageError(f"{candidate} and {incumbent} share no measured request")
-    rounds, weights, requests = [p.round for p in pairs], [p.weight for p in pairs], [p.request for p in pairs]
-    wall = interval([p.wall_log_ratio for p in pairs], rounds, level, weights, requests)
+    weights, requests = [p.weight for p in pairs], [p.request for p in pairs]
+    clusters = requests if unseen else [p.round for p in pairs]
+    strata = None if unseen else requests
+    wall = interval([p.wall_log_ratio for p in pairs], clusters, level, weights, strata)
     differ = sum(p.lengths_differ for p in pairs)
     measure: Measure = "per-token" if differ else "wall"
-    cost = interval([p.cost_log_ratio for p in pairs], rounds, level, weights, requests) if differ else wall
+    cost = interval([p.cost_log_ratio for p in pairs], clusters, level, weights, strata) if differ else wall
     return Comparison(candidate, incumbent, measure, cost, wall, verdict_of(cost, margin), differ,
                       sum(not p.quiet for p in pairs))
 

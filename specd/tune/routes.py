@@ -5,13 +5,16 @@ carries its request's task class, its place in the plan and its round, and the l
 every candidate ran the same requests. A class's requests differ in size far more than profiles
 differ in speed (64 or 1024 output tokens), so a candidate is judged by the tuner's paired rule
 (specd.tune.paired): the ratio of its wall clock to the incumbent's on the *same* request, averaged
-on the log scale and weighed by the request's size, with a t interval over the bench's rounds. A
-class's route moves only on the verdict "faster" (the whole interval below 1 - margin: clear
-evidence, the rule the serving profile moves by), never on a pin, and a class with too few requests
-keeps its route. The decision reads every pair, at the load each request was replayed at (the
-recorded mix's). Each route keeps every other profile's ratio to it on the requests that ran alone,
-and each profile's slowdown under load (the same request at load level L against alone, paired by
-request), so the router can tell when a busy speculative server answers later than an idle plain one.
+on the log scale and weighed by the request's size. Unlike the serving profile's decision, a route
+serves prompts of its class not seen yet, so the interval is a t interval over the class's DISTINCT
+requests (each its replays' mean), not over rounds: replaying one prompt measures that prompt again.
+A class's route moves only on the verdict "faster" (the whole interval below 1 - margin: clear
+evidence, the rule the serving profile moves by), never on a pin, and a class with fewer than
+MIN_PER_CLASS distinct requests keeps its route. The decision reads every pair, at the load each
+request was replayed at (the recorded mix's). Each route keeps every other profile's ratio to it on
+the requests that ran alone, and each profile's slowdown under load (the same request at load level L
+against alone, paired by request), so the router can tell when a busy speculative server answers
+later than an idle plain one.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def paired(candidate: Sequence[Result], incumbent: Sequence[Result], margin: flo
     pairs = pairs_of(candidate, incumbent)
     if not pairs:
         return None
-    return compare(candidate[0].profile, incumbent[0].profile, pairs, LEVEL, margin)
+    return compare(candidate[0].profile, incumbent[0].profile, pairs, LEVEL, margin, unseen=True)
 
 
 def slowdowns(results: Sequence[Result]) -> dict[int, Ratio]:
@@ -79,7 +82,7 @@ def _evidence(found: Comparison) -> str:
     r = found.interval
     hi = "unbounded" if not math.isfinite(r.hi) else f"{r.hi:.2f}"
     per = "; per output token, as lengths differed" if found.measure == "per-token" else ""
-    return f"ratio {r.ratio:.2f}, 95% interval {r.lo:.2f}-{hi}, {r.pairs} paired requests in {r.rounds} rounds{per}"
+    return f"ratio {r.ratio:.2f}, 95% interval {r.lo:.2f}-{hi}, {r.pairs} paired requests of {r.rounds} distinct{per}"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import pytest
 from specd.routing.table import Route, RoutingTable
 from specd.traffic.taskclass import TaskClass
 from specd.tune.bench import Result
+from specd.tune.paired import compare, pairs_of
 from specd.tune.routes import learn, paired
 
 SIZES = [64, 128, 256, 512, 1024, 96, 384, 768]  # output tokens: the spread a median cannot see through
@@ -84,6 +85,25 @@ def test_one_request_replayed_in_many_rounds_is_one_request_not_evidence_for_its
                   active="ngram", margin=0.05, source="test", now=2.0)
     assert found.table.profile_for("analysis") == "ngram" and found.changed == ()
     assert "1 distinct request(s)" in found.skipped["analysis"]
+
+
+def test_a_class_route_needs_its_prompts_to_agree_not_only_each_prompts_replays() -> None:
+    """Three prompts of a class, each replayed in 8 rounds with little noise: mtp is 40% faster on two and
+    35% slower on the third. Over rounds (the serving profile's rule, where the replayed traffic is the
+    population) that is a tight "faster"; the next prompt of the class could be like any of the three, so
+    the route's interval is over the prompts and does not clear the margin: the route stays."""
+    def rows(profile: str, per_request: list[float]) -> list[Result]:
+        return [Result(profile=profile, request_index=i, task_class="code", prompt_tokens=50, output_tokens=128,
+                       prefill_ms=20.0, decode_ms=ms - 20.0, wall_ms=ms * (1 + 0.005 * ((r + i) % 3)),
+                       position=i + 3 * r, round=r)
+                for r in range(8) for i, ms in enumerate(per_request)]
+    bench = {"mtp": rows("mtp", [600.0, 600.0, 1350.0]), "plain": rows("plain", [1000.0, 1000.0, 1000.0])}
+    over_rounds = compare("mtp", "plain", pairs_of(bench["mtp"], bench["plain"]), 0.95, 0.05)
+    assert over_rounds.verdict == "faster"  # what the route would have moved on before
+    previous = RoutingTable(routes={"code": Route("plain", "earlier night")})
+    found = learn(bench, previous, active="plain", margin=0.05, source="test", now=2.0)
+    assert found.table.profile_for("code") == "plain" and found.changed == ()
+    assert "24 paired requests of 3 distinct" in found.table.routes["code"].reason
 
 
 def test_pairs_are_the_same_plan_position_on_both_profiles() -> None:
