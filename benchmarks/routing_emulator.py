@@ -132,10 +132,16 @@ class FleetTarget:
     def activate(self, profile: str) -> None:
         self.current = profile  # type: ignore[assignment]
 
+    endpoint = "/v1/chat/completions"
+
+    def sent(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """What goes on the wire for a bench body (a subclass may reshape it)."""
+        return dict(body)
+
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
         assert self.current is not None
         started = time.perf_counter()
-        answer = self.http.post(f"{self.urls[self.current]}/v1/chat/completions", json=dict(body))
+        answer = self.http.post(f"{self.urls[self.current]}{self.endpoint}", json=self.sent(body))
         answer.raise_for_status()
         return Reply(answer.json(), 1000.0 * (time.perf_counter() - started))
 

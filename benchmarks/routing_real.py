@@ -61,7 +61,7 @@ from specd.proxy.routes import Companion, RouteSet
 from specd.routing.table import RoutingTable, describe
 from specd.setup.sandbox import free_port
 from specd.traffic.taskclass import classify
-from specd.tune.bench import Reply, Settings, bench_profiles
+from specd.tune.bench import Settings, bench_profiles
 from specd.tune.routes import learn
 from specd.tune.workloads import Workload, WorkloadRequest, load_workload
 from specd.unit.render import build_argv
@@ -99,12 +99,10 @@ def start_server(profiles_dir: Path, name: str, port: int, log: Path) -> subproc
 class TextFleetTarget(FleetTarget):
     """The bench's target for a text mix: the chat-shaped bench body sent as a text completion."""
 
-    def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
-        assert self.current is not None
-        started = time.perf_counter()
-        answer = self.http.post(f"{self.urls[self.current]}/v1/completions", json=as_completion(body))
-        answer.raise_for_status()
-        return Reply(answer.json(), 1000.0 * (time.perf_counter() - started))
+    endpoint = "/v1/completions"
+
+    def sent(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return as_completion(body)
 
 
 def as_completion(body: Mapping[str, Any]) -> dict[str, Any]:

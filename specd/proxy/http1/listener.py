@@ -121,9 +121,9 @@ class FrontServer:
         self._connections.discard(connection)
 
     def _evict_idle(self, needed: int) -> None:
-        idle = [(since, id(c), c) for c in self._connections if (since := c.idle_since) is not None]
-        oldest = heapq.nsmallest(max(needed, EVICT_BATCH), idle)
-        for _, _, connection in oldest:
+        idle = [(since, c) for c in self._connections if (since := c.idle_since) is not None]
+        oldest = heapq.nsmallest(max(needed, EVICT_BATCH), idle, key=lambda pair: pair[0])
+        for _, connection in oldest:
             self._connections.discard(connection)  # now: its connection_lost comes a loop turn later
             connection.close()
         self.evicted += len(oldest)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import time
 from collections import deque
@@ -46,6 +47,7 @@ from specd.proxy.http1.bodies import Body, BodyBuffer, HeldBytes
 from specd.proxy.http1.responder import Responder, error_body
 
 log = logging.getLogger("specd.proxy.proxy")
+_SINCE_ORDER = itertools.count()  # ties in loop time broken by when the wait began
 
 _BUSY_BODY = error_body(503, "specd proxy: too many client connections, all busy; retry")
 BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
@@ -136,6 +138,7 @@ class FrontConnection(asyncio.Protocol):
         # connection opened or the last answer ended) or its body; FrontServer's sweep enforces both.
         self._owes: Literal["headers", "body"] | None = "headers"
         self._since = self.loop.time()
+        self._since_order = next(_SINCE_ORDER)
         self._throttled: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._writing_paused = False
         self.keep_alive = True
@@ -150,12 +153,14 @@ class FrontConnection(asyncio.Protocol):
         return self._responder is not None
 
     @property
-    def idle_since(self) -> float | None:
-        """Loop time since when this connection waits for a request it has not begun sending (None:
-        a request is under way): what may be closed to make room, as nginx reuses its idle ones."""
+    def idle_since(self) -> tuple[float, int] | None:
+        """Loop time since when this connection waits for a request it has not begun sending, and the
+        order in which the connections began waiting (uvloop's clock ticks in milliseconds, so two
+        connections often share a time) (None: a request is under way): what may be closed to make
+        room, oldest first, as nginx reuses its idle ones."""
         if self.busy or self._queue or self._owes != "headers" or self._head_bytes or self._linger_until is not None:
             return None
-        return self._since
+        return self._since, self._since_order
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
@@ -259,6 +264,7 @@ class FrontConnection(asyncio.Protocol):
             self._refuse(*refused)
             return
         self._owes, self._since = "body", self.loop.time()
+        self._since_order = next(_SINCE_ORDER)
         expects = next((v for k, v in request.headers if k == b"expect"), None)
         if expects is not None and expects.strip().lower() == b"100-continue" and not self.busy and not self._queue:
             self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -343,6 +349,7 @@ class FrontConnection(asyncio.Protocol):
             self._next()
         else:
             self._owes, self._since = "headers", self.loop.time()
+            self._since_order = next(_SINCE_ORDER)
             if self._transport is not None and not self.closed:
                 self._transport.resume_reading()
 
