@@ -61,6 +61,7 @@ import numpy as np
 import tomlkit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from held_out_truth import TruthDuring, measure_truth
 from legacy_rule import legacy_pick
 from text_workloads import GENERATORS, TASK_CLASS
 
@@ -68,7 +69,7 @@ from specd.profiles.config import TunerConfig
 from specd.profiles.flags import binary_flags
 from specd.profiles.load import load_profile
 from specd.setup.sandbox import free_port
-from specd.tune.bench import Settings, request_body
+from specd.tune.bench import Settings
 from specd.tune.noise import BoxLoad
 from specd.tune.targets import Reply
 from specd.tune.tuner import tune
@@ -192,30 +193,6 @@ def workload(name: str, kind: str, prompts: Sequence[str], max_tokens: int, temp
         for p in prompts))
 
 
-def measure_truth(target: ServerSetTarget, held_out: Workload, draws: range, draft_prompts: int,
-                  into: dict[str, Any] | None = None) -> dict[str, Any]:
-    """walls[profile][prompt][seed]: every held-out prompt on every profile (draft: the first few), one draw
-    per number in `draws` (its seed), interleaved request by request; added to `into` when given."""
-    settings = Settings()
-    count = len(held_out.requests)
-    found = into or {"walls": {p: [[] for _ in range(count)] for p in PROFILES},
-                     "output_tokens": {p: [[] for _ in range(count)] for p in PROFILES}}
-    walls: dict[str, list[list[float]]] = found["walls"]
-    tokens: dict[str, list[list[int]]] = found["output_tokens"]
-    for draw in draws:
-        for index, request in enumerate(held_out.requests):
-            shift = (index + draw) % len(PROFILES)
-            order = PROFILES[shift:] + PROFILES[:shift]
-            for profile in order if draw % 2 == 0 else tuple(reversed(order)):
-                if profile == "draft" and index >= draft_prompts:
-                    continue
-                target.activate(profile)
-                reply = target.complete(request_body(request, settings, cycle=draw))
-                walls[profile][index].append(reply.wall_ms)
-                tokens[profile][index].append(int(reply.payload.get("usage", {}).get("completion_tokens", 0)))
-    return found
-
-
 def judge(walls: Mapping[str, list[list[float]]], margin: float, seed: int = 0) -> dict[str, Any]:
     """Means per profile, the best, each profile's paired bootstrap interval (over held-out prompts) of
     mean / best's mean, which picks count as right, and whether plain is confidently tied with the best."""
@@ -265,14 +242,17 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
     held_out = workload(f"{name}-heldout", kind, held_prompts, max_tokens, temperature)
     started = time.time()
     # around: half the truth's draws before the tuner's runs and half after, so a load that moves during the
-    # case lands on the truth as it lands on the tuner's bench (after: every draw once the tuner is done)
+    # case lands on the truth as it lands on the tuner's bench (after: every draw once the tuner is done;
+    # during: a truth step after every --truth-every requests of the tuner's, see held_out_truth.py)
     first = args.seeds // 2 if args.truth_when == "around" else 0
-    truth_data = measure_truth(target, held_out, range(first), args.draft_heldout)
+    truth_data = measure_truth(target, held_out, PROFILES, range(first), args.draft_heldout)
+    during = (TruthDuring(target, held_out, PROFILES, args.draft_heldout, args.truth_every, truth_data)
+              if args.truth_when == "during" else None)
     before = time.time()
     decisions = []
     for run in range(args.tuner_runs or int(SETS[args.set]["tuner_runs"])):
         target.activate(PLAIN)
-        result = tune(target, list(PROFILES), workload(f"{name}-sample", kind, sample_prompts, max_tokens,
+        result = tune(during or target, list(PROFILES), workload(f"{name}-sample", kind, sample_prompts, max_tokens,
                                                        temperature),
                       Settings(n=tuner.n, seed=42 + 100 * run, max_n=args.max_n,
                                deadline=None if args.budget_min is None else time.monotonic() + 60 * args.budget_min),
@@ -289,7 +269,9 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
         print(f"  {name} run {run + 1}: {decision.reason[:160]} ({decision.samples}, "
               f"{result.report.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
     tuned = time.time()
-    truth_data = measure_truth(target, held_out, range(first, args.seeds), args.draft_heldout, into=truth_data)
+    truth_data = (during.finish(args.seeds) if during is not None
+                  else measure_truth(target, held_out, PROFILES, range(first, args.seeds), args.draft_heldout,
+                                     into=truth_data))
     ended = time.time()
     truth = judge(truth_data["walls"], tuner.margin)
     print(f"{name}: truth best {truth['best']} (right {truth['right']}), tuner "
@@ -298,7 +280,9 @@ def run_case(target: ServerSetTarget, sampler: LoadSampler, kind: str, max_token
     return {"case": name, "kind": kind, "max_tokens": max_tokens, "temperature": temperature, "truth": truth,
             "tuner": decisions, "truth_samples": truth_data,
             "seconds": {"truth_before": round(before - started), "tuner": round(tuned - before),
-                        "truth_after": round(ended - tuned)},
+                        "truth_after": round(ended - tuned),
+                        "truth_during_tuner": round(during.truth_s) if during is not None else 0},
+            "truth_draws_per_prompt": min(len(draws) for draws in truth_data["walls"][PLAIN]),
             "load_1min": sampler.between(started, ended)}
 
 
@@ -332,7 +316,10 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 TRUTH_WHEN = {"after": "every draw after the tuner's runs of the case",
-              "around": "half the draws before the tuner's runs of the case and half after"}
+              "around": "half the draws before the tuner's runs of the case and half after",
+              "during": ("one prompt on every profile after every few requests of the tuner's, through its runs "
+                         "(at least the seeds' draws; more when the tuner ran long), so the truth ran at the "
+                         "loads the tuner ran at")}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -443,8 +430,11 @@ def main() -> None:
     parser.add_argument("--label", default="loaded", help="names the result files: idle or loaded")
     parser.add_argument("--heldout", type=int, default=6, help="held-out prompts per case")
     parser.add_argument("--seeds", type=int, default=2, help="draws (seeds) of each held-out prompt per profile")
-    parser.add_argument("--truth-when", choices=("after", "around"), default="after",
-                        help="the truth's draws all after the tuner's runs, or half before and half after")
+    parser.add_argument("--truth-when", choices=("after", "around", "during"), default="after",
+                        help="the truth's draws all after the tuner's runs, half before and half after, or a "
+                             "step at a time between the tuner's requests (at least --seeds draws)")
+    parser.add_argument("--truth-every", type=int, default=3,
+                        help="with --truth-when during: a truth step after every this many tuner requests")
     parser.add_argument("--draft-heldout", type=int, default=3, help="held-out prompts the slow draft profile runs")
     parser.add_argument("--tuner-runs", type=int, default=0, help="tuner runs per case (default: the set's)")
     parser.add_argument("--lengths", type=int, nargs="*", default=[32, 128])
