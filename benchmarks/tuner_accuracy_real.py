@@ -4,7 +4,9 @@ The truth is not the tuner's own model, nor the emulator: for every case (a work
 output length) each example profile of profiles/tiny is measured on HELD-OUT prompts (every
 held-out prompt, every profile, `--seeds` draws with different seeds, interleaved request by
 request so load drift on the shared box hits every profile alike; the draft profile, two to three
-times slower than plain on this box, only on the first `--draft-heldout` prompts). The tuner then
+times slower than plain on this box, only on the first `--draft-heldout` prompts), after the tuner's
+runs of the case, or (`--truth-when around`) half before and half after them, or (`--truth-when
+during`) a prompt at a time between the tuner's requests: see held_out_truth.py for why. The tuner then
 decides the way `specd tune` does (specd.tune.tuner.tune: paired sequential sampling, the [tuner]
 defaults n and margin, the box starting on autoregressive) on a SEPARATE sample of prompts from the
 same generator. The rule the tuner used before issue 31 (medians whose 95% intervals must not
