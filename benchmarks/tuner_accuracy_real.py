@@ -436,8 +436,8 @@ def main() -> None:
                         help="the truth's draws all after the tuner's runs, half before and half after, or a "
                              "step at a time between the tuner's requests (at least --seeds draws)")
     parser.add_argument("--truth-every", type=int, default=9,
-                        help="with --truth-when during: a truth step after every this many tuner requests (9: about a "
-                             "quarter of the time budget goes to the truth with three profiles in the race)")
+                        help="with --truth-when during: a truth step after every this many tuner requests (9: a third "
+                             "or more of the time budget goes to the truth, which runs every profile)")
     parser.add_argument("--draft-heldout", type=int, default=3, help="held-out prompts the slow draft profile runs")
     parser.add_argument("--tuner-runs", type=int, default=0, help="tuner runs per case (default: the set's)")
     parser.add_argument("--lengths", type=int, nargs="*", default=[32, 128])
