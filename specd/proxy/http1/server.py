@@ -18,8 +18,7 @@ What it does itself, so the proxy sees only whole requests:
   is never fed more of a head than that (httptools joins a header's pieces by concatenation, so
   an unbounded header costs time in the square of its size and stalls every connection);
 - request trailers are read and dropped: they never join the headers the handler sees;
-- `Expect: 100-continue` (any case) is answered; a malformed request gets a 400 and the connection
-  closes;
+- `Expect: 100-continue` (any case) is answered; a malformed request gets a 400 and the connection closes;
 - pipelined requests are answered in order, one at a time;
 - a response's headers leave with its first body bytes (one send where two would do), or alone at
   the end of the event loop's turn when no body bytes are ready;
@@ -47,7 +46,7 @@ from specd.proxy.http1.bodies import Body, BodyBuffer, HeldBytes
 from specd.proxy.http1.responder import Responder, error_body
 
 log = logging.getLogger("specd.proxy.proxy")
-_SINCE_ORDER = itertools.count()  # ties in loop time broken by when the wait began
+_SINCE_ORDER = itertools.count()  # uvloop's clock ticks in ms: ties go by when the wait began
 
 _BUSY_BODY = error_body(503, "specd proxy: too many client connections, all busy; retry")
 BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
@@ -134,11 +133,9 @@ class FrontConnection(asyncio.Protocol):
         self._queue: deque[tuple[ClientRequest, bool, bool] | Refusal] = deque()
         self._responder: Responder | None = None
         self._task: asyncio.Task[None] | None = None
-        # What the client owes, and since when (loop time): a request's headers (since the
-        # connection opened or the last answer ended) or its body; FrontServer's sweep enforces both.
+        # What the client owes (headers since the open or the last answer, or a body), since when; swept.
         self._owes: Literal["headers", "body"] | None = "headers"
-        self._since = self.loop.time()
-        self._since_order = next(_SINCE_ORDER)
+        self._since = self.loop.time(), next(_SINCE_ORDER)
         self._throttled: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._writing_paused = False
         self.keep_alive = True
@@ -154,13 +151,11 @@ class FrontConnection(asyncio.Protocol):
 
     @property
     def idle_since(self) -> tuple[float, int] | None:
-        """Loop time since when this connection waits for a request it has not begun sending, and the
-        order in which the connections began waiting (uvloop's clock ticks in milliseconds, so two
-        connections often share a time) (None: a request is under way): what may be closed to make
-        room, oldest first, as nginx reuses its idle ones."""
+        """(loop time, order) since when this connection waits for a request it has not begun sending
+        (None: a request is under way): what may be closed to make room, oldest first, as nginx does."""
         if self.busy or self._queue or self._owes != "headers" or self._head_bytes or self._linger_until is not None:
             return None
-        return self._since, self._since_order
+        return self._since
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
@@ -263,8 +258,7 @@ class FrontConnection(asyncio.Protocol):
         if refused is not None:
             self._refuse(*refused)
             return
-        self._owes, self._since = "body", self.loop.time()
-        self._since_order = next(_SINCE_ORDER)
+        self._owes, self._since = "body", (self.loop.time(), next(_SINCE_ORDER))
         expects = next((v for k, v in request.headers if k == b"expect"), None)
         if expects is not None and expects.strip().lower() == b"100-continue" and not self.busy and not self._queue:
             self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -348,8 +342,7 @@ class FrontConnection(asyncio.Protocol):
         if self._queue:
             self._next()
         else:
-            self._owes, self._since = "headers", self.loop.time()
-            self._since_order = next(_SINCE_ORDER)
+            self._owes, self._since = "headers", (self.loop.time(), next(_SINCE_ORDER))
             if self._transport is not None and not self.closed:
                 self._transport.resume_reading()
 
@@ -401,7 +394,7 @@ class FrontConnection(asyncio.Protocol):
             return
         if self.busy or self.closed or self._owes is None:
             return
-        if self._owes == "headers" and now - self._since > self._limits.header_timeout_s:
+        if self._owes == "headers" and now - self._since[0] > self._limits.header_timeout_s:
             self.close()
-        elif self._owes == "body" and now - self._since > self._limits.body_timeout_s:
+        elif self._owes == "body" and now - self._since[0] > self._limits.body_timeout_s:
             self._refuse(408, f"request body not received within {self._limits.body_timeout_s:g} s")
