@@ -78,6 +78,7 @@ from routing_emulator import (
     t_interval,
     wait_up,
 )
+from text_workloads import as_completion
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = ("ngram-simple", "autoregressive")
@@ -103,12 +104,6 @@ class TextFleetTarget(FleetTarget):
 
     def sent(self, body: Mapping[str, Any]) -> dict[str, Any]:
         return as_completion(body)
-
-
-def as_completion(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A one-message chat body as a text completion: the message's content is the prompt."""
-    prompt = "\n\n".join(str(m["content"]) for m in body["messages"])
-    return {k: v for k, v in body.items() if k != "messages"} | {"prompt": prompt, "model": "tiny"}
 
 
 def run_text(url: str, request: WorkloadRequest, seed: int) -> tuple[float, int]:

@@ -15,7 +15,8 @@ distribution. Deterministic: the same seed gives the same prompt.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 NAMES = ("Mara", "Tomas", "Ines", "Oskar", "Lena", "Hugo", "Nadia", "Pavel", "Greta", "Rafael", "Yuki", "Amara")
 PLACES = ("a fishing village on the northern coast", "the last house on a mountain road",
@@ -113,3 +114,9 @@ TASK_CLASS = {"prose": "creative", "copy-edit": "analysis", "code": "code", "cod
 def prompts(kind: str, first_seed: int, count: int) -> list[str]:
     """`count` prompts of a kind, seeds first_seed.. (disjoint seed ranges give disjoint samples)."""
     return [GENERATORS[kind](seed) for seed in range(first_seed, first_seed + count)]
+
+
+def as_completion(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat-shaped bench body as a text completion: the messages' contents are the prompt."""
+    prompt = "\n\n".join(str(m["content"]) for m in body["messages"])
+    return {k: v for k, v in body.items() if k != "messages"} | {"prompt": prompt, "model": "tiny"}

@@ -65,7 +65,7 @@ import tomlkit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from held_out_truth import TruthDuring, measure_truth
 from legacy_rule import legacy_pick
-from text_workloads import GENERATORS, TASK_CLASS
+from text_workloads import GENERATORS, TASK_CLASS, as_completion
 
 from specd.profiles.config import TunerConfig
 from specd.profiles.flags import binary_flags
@@ -102,8 +102,7 @@ class ServerSetTarget:
 
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
         """The chat-shaped bench body as a text completion: the messages' contents are the prompt."""
-        prompt = "\n\n".join(str(m["content"]) for m in body["messages"])
-        sent = {k: v for k, v in body.items() if k != "messages"} | {"prompt": prompt, "model": "tiny"}
+        sent = as_completion(body)
         started = time.perf_counter()
         answer = self.http.post(f"http://127.0.0.1:{self.ports[self._active]}/v1/completions", json=sent)
         wall_ms = 1000.0 * (time.perf_counter() - started)
