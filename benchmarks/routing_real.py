@@ -30,7 +30,7 @@ drafts copy (n-gram wins there too), while sampled text prose gives n-gram nothi
 mix the issue asks for, where n-gram wins on copy-style requests and loses on prose.
 
     .venv/bin/python benchmarks/routing_real.py [--mix chat|text] [--reps 6] [--max-tokens 40]
-        [--train-rounds 2] [--temperature 0.8] [--margin 0.05] [--out FILE.md]
+        [--train-rounds 2] [--temperature 0.8] [--margin 0.05] [--ngram-size-n N] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -158,6 +158,9 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.8, help="the text mix's prose temperature")
     parser.add_argument("--margin", type=float, default=0.05,
                         help="the gain a class's route needs ([tuner] margin in specd.toml)")
+    parser.add_argument("--ngram-size-n", type=int, default=None,
+                        help="the n-gram profile's lookup length ([speculative] ngram_simple_size_n; default: "
+                             "llama.cpp's 12): a short one drafts on common word pairs, wrongly in prose")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/routing-real.md")
     args = parser.parse_args()
     os.environ.setdefault("SPECD_CACHE", str(Path.home() / ".cache" / "specd"))
@@ -168,6 +171,10 @@ def main() -> None:
     base = tomlkit.parse((profiles_dir / "base.toml").read_text())
     base["threads"] = 1
     (profiles_dir / "base.toml").write_text(tomlkit.dumps(base))
+    if args.ngram_size_n is not None:
+        ngram_profile = tomlkit.parse((profiles_dir / "ngram-simple.toml").read_text())
+        ngram_profile["speculative"]["ngram_simple_size_n"] = args.ngram_size_n  # type: ignore[index]
+        (profiles_dir / "ngram-simple.toml").write_text(tomlkit.dumps(ngram_profile))
     ports = {name: free_port() for name in PROFILES}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     servers = [start_server(profiles_dir, name, port, scratch / f"{name}.log") for name, port in ports.items()]
@@ -292,16 +299,17 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
     other = "single-plain" if best == "single-ngram" else "single-ngram"
     vs_other = ratio_interval(walls["routed"], walls[other])
     mix = dict(Counter(str(r.task_class) for r in held))
+    sized = "" if args.ngram_size_n is None else f" --ngram-size-n {args.ngram_size_n}"
     if args.mix == "text":
         command = (f"--mix text --temperature {args.temperature} --margin {args.margin} --reps {args.reps} "
-                   f"--max-tokens {args.max_tokens} --train-rounds {args.train_rounds}")
+                   f"--max-tokens {args.max_tokens} --train-rounds {args.train_rounds}{sized}")
         described = (f"{len(held)} text completions, copy-edit (greedy) and prose (temperature {args.temperature}, "
                      f"a fresh seed each repetition) alternating, max_tokens {args.max_tokens}; the task classes the "
                      f"proxy's classifier gives them: {mix}; prompts from seeds {TEXT_SEEDS['held']}.. of "
                      f"benchmarks/text_workloads.py, the table learned on seeds {TEXT_SEEDS['train']}..; margin "
                      f"{args.margin}")
     else:
-        command = f"--reps {args.reps} --max-tokens {args.max_tokens} --train-rounds {args.train_rounds}"
+        command = f"--reps {args.reps} --max-tokens {args.max_tokens} --train-rounds {args.train_rounds}{sized}"
         described = (f"{len(held)} requests (labels of the built-in sets: {mix}; max_tokens capped at "
                      f"{args.max_tokens}), the odd positions of `repeat-input` and `prose`; the table was learned "
                      "on the even positions")
@@ -314,7 +322,9 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              "through the three configurations back to "
              "back (each of the six orders in turn) and the mixes are compared by paired ratios."), "",
              ("Servers: the pinned llama-server CPU build, Gemma 3 270M Q4_K_M, profiles/tiny's `ngram-simple` and "
-             "`autoregressive` with threads = 1 (one core each), parallel = 1."), "",
+             "`autoregressive` with threads = 1 (one core each), parallel = 1"
+             + ("." if args.ngram_size_n is None else
+                f"; `ngram-simple` with `ngram_simple_size_n = {args.ngram_size_n}` (llama.cpp's default is 12).")), "",
              f"Held-out mix: {described}. Failed requests over every run: {failures}.", "",
              "## The learned table (training half)", "", "```", *describe(table), "```", "",
              "## Mix wall clock, one request at a time", "",
