@@ -153,9 +153,10 @@ Progress = Callable[[str, int, int], None]  # profile, requests done, planned (0
 class _Metered:
     """The target, each reply marked with the box's CPU pressure while it ran."""
 
-    def __init__(self, inner: Target, meter: BoxLoad) -> None:
-        self.inner, self.meter = inner, meter
+    def __init__(self, inner: Target, meter: BoxLoad, clock: Callable[[], float]) -> None:
+        self.inner, self.meter, self.clock = inner, meter, clock
         self.concurrent = inner.concurrent
+        self.slowest_s = 0.0  # the longest request so far, on the bench's clock
 
     def active(self) -> str | None:
         return self.inner.active()
@@ -164,8 +165,9 @@ class _Metered:
         self.inner.activate(profile)
 
     def complete(self, body: Mapping[str, Any], in_flight: int = 1) -> Reply:
-        start = self.meter.read()
+        start, started = self.meter.read(), self.clock()
         reply = self.inner.complete(body, in_flight)
+        self.slowest_s = max(self.slowest_s, self.clock() - started)
         return replace(reply, box_load=self.meter.span(start, self.meter.read()))
 
     def vram_bytes(self) -> int | None:
@@ -198,10 +200,10 @@ class _Loop:
     """One bench: rounds of blocks (a profile replaying the round's requests), rule-driven (see the module doc)."""
 
     def __init__(self, target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
-                 progress: Progress | None, rule: Rule, meter: BoxLoad) -> None:
+                 progress: Progress | None, rule: Rule, meter: BoxLoad, clock: Callable[[], float]) -> None:
         self.target, self.workload, self.settings, self.progress, self.rule = target, workload, settings, progress, rule
-        self.meter = meter
-        self.metered = _Metered(target, meter)
+        self.meter, self.clock = meter, clock
+        self.metered = _Metered(target, meter, clock)
         traffic = bench_traffic(workload, settings)
         self.concurrency, cache_reuse = int(traffic["concurrency"]), bool(traffic["cache_reuse"])
         self.arrivals = settings.concurrency is None and workload.has_arrivals
@@ -211,7 +213,7 @@ class _Loop:
         self.current: str | None = None
         self.warmed: set[str] = set()
         self.slowest_switch_s = 0.0  # kept in reserve twice: the caller's way back (or on to a winner) must fit
-        self.slowest_block_s = 0.0
+        self.slowest_block_s = 0.0  # a whole block: its switch and warm-up too (none starts that cannot end in time)
 
     @property
     def deadline(self) -> float | None:
@@ -221,7 +223,10 @@ class _Loop:
         return self.settings.deadline - 2.0 * self.slowest_switch_s
 
     def spent(self, ahead_s: float = 0.0) -> bool:
-        return self.deadline is not None and time.monotonic() + ahead_s > self.deadline
+        return self.deadline is not None and self.clock() + ahead_s > self.deadline
+
+    def left_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self.clock()
 
     def body_of(self, item: Item) -> dict[str, Any]:
         return request_body(item.request, self.settings, self.report.cache_reuse, item.cycle)
@@ -232,9 +237,9 @@ class _Loop:
         self.current = None
         if self.progress is not None:
             self.progress(profile, len(self.report.results.get(profile, [])), self.rule.cap)
-        started = time.monotonic()
+        started = self.clock()
         self.target.activate(profile)
-        self.slowest_switch_s = max(self.slowest_switch_s, time.monotonic() - started)
+        self.slowest_switch_s = max(self.slowest_switch_s, self.clock() - started)
         self.current = profile
         self.report.switches += 1
         if self.cheap and profile in self.warmed:
@@ -249,24 +254,28 @@ class _Loop:
         attempt = 0
         while True:
             step = f"switch to {profile}" if profile != self.current else f"round {number + 1}"
+            started = self.clock()
             try:
                 self._switch_to(profile)
                 step = f"round {number + 1} ({len(items)} requests)"
-                started = time.monotonic()
                 before = self.metered.spec_counters()
+                last_start = None if self.deadline is None else self.deadline - self.metered.slowest_s
                 done = replay_round(self.metered, items, self.body_of, self.settings.concurrency,
-                                    arrivals=self.arrivals, deadline=self.deadline)
+                                    arrivals=self.arrivals, deadline=last_start, clock=self.clock)
                 self.metered.count(self.report, profile, before)
-                self.slowest_block_s = max(self.slowest_block_s, time.monotonic() - started)
+                self.slowest_block_s = max(self.slowest_block_s, self.clock() - started)
                 return done
             except Interrupted:
                 raise
             except SpecdError as exc:
                 attempt += 1
-                if isinstance(exc, BadInput) or attempt > self.settings.retries or self.spent():
+                if isinstance(exc, BadInput) or attempt > self.settings.retries or self.spent(self.slowest_block_s):
                     raise _StepFailed(step, exc) from exc
-                left = (self.deadline - time.monotonic()) if self.deadline is not None else None
-                waited = self.meter.wait_quiet(min(self.settings.quiet_wait_s, left if left is not None else 1e9))
+                left = self.left_s()  # a retry waits only as long as a whole block can still follow it
+                waited = self.meter.wait_quiet(min(self.settings.quiet_wait_s,
+                                                   1e9 if left is None else left - self.slowest_block_s))
+                if self.spent(self.slowest_block_s):
+                    raise _StepFailed(step, exc) from exc
                 self.current = None  # switch in again: a server stopped from outside comes back healthy first
                 self.report.notes.append(f"{profile}: {step} failed ({str(exc).splitlines()[0]}); tried again "
                                          f"after {waited:.0f} s waiting for a quieter box")
@@ -296,7 +305,7 @@ class _Loop:
 
     def run(self) -> Report:
         report, settings = self.report, self.settings
-        started = time.monotonic()
+        started = self.clock()
         rounds = plan_rounds(self.workload, self.rule.cap, settings.round_size(self.concurrency, self.cheap))
         rotation = list(report.profiles)
         first = 0
@@ -325,21 +334,23 @@ class _Loop:
         for profile in report.profiles:
             if profile not in report.results and profile not in report.failed:
                 report.notes.append(f"{profile}: not benched, the time budget was spent")
-        report.elapsed_s = time.monotonic() - started
+        report.elapsed_s = self.clock() - started
         return report
 
 
 def bench_profiles(target: Target, profiles: Sequence[str], workload: Workload, settings: Settings,
                    progress: Progress | None = None, rule: Rule | None = None,
-                   meter: BoxLoad | None = None) -> Report:
+                   meter: BoxLoad | None = None, clock: Callable[[], float] = time.monotonic) -> Report:
     """Bench without restoring, profiles interleaved round by round; the caller decides where the box ends up.
-    `rule` (default: specd bench's SeparationRule) says who leaves and when to stop."""
+    `rule` (default: specd bench's SeparationRule) says who leaves and when to stop. Nothing starts that the
+    slowest of its kind so far (a request; a block: switch, warm-up and replay) says cannot end by the
+    settings' deadline (on `clock`) less two switches, the caller's way back or on to a winner."""
     if not profiles:
         raise UsageError("nothing to bench: no profiles given")
     if len(set(profiles)) != len(profiles):
         raise UsageError(f"a profile is listed twice: {', '.join(profiles)}")
     chosen = rule or SeparationRule(settings.n, settings.floor, settings.early_stop)
-    return _Loop(target, profiles, workload, settings, progress, chosen, meter or BoxLoad()).run()
+    return _Loop(target, profiles, workload, settings, progress, chosen, meter or BoxLoad(clock=clock), clock).run()
 
 
 @contextmanager

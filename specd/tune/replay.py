@@ -125,10 +125,10 @@ def _levels(items: Sequence[Item], concurrency: int | None, arrivals: bool) -> l
 
 def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[Item], dict[str, Any]],
                  concurrency: int | None = None, *, arrivals: bool = False,
-                 deadline: float | None = None) -> list[Done]:
+                 deadline: float | None = None, clock: Callable[[], float] = time.monotonic) -> list[Done]:
     """Send one round; results come back in the round's order. The first error propagates once the
     requests already sent have finished; no request starts after it, nor after `deadline`
-    (time.monotonic(); the round then returns the requests that ran).
+    (on `clock`; the round then returns the requests that ran).
 
     Requests start in the round's order (by arrival offset in open loop), each once its
     conversation's previous turn has been answered and fewer than its level are in flight: at a
@@ -140,13 +140,13 @@ def replay_round(target: Target, items: Sequence[Item], body_of: Callable[[Item]
         answers: dict[str, str] = {}
         done = []
         for position, item in enumerate(items):
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and clock() > deadline:
                 break
             reply = target.complete(_live_history(body_of(item), answers), in_flight=levels[position])
             _remember(items, position, reply, answers)
             done.append(Done(item, reply, levels[position]))
         return done
-    return _Dispatcher(target, items, body_of, levels, arrivals, deadline).run()
+    return _Dispatcher(target, items, body_of, levels, arrivals, deadline, clock).run()
 
 
 def _remember(items: Sequence[Item], position: int, reply: Reply, answers: dict[str, str]) -> None:
@@ -159,9 +159,10 @@ class _Dispatcher:
     """One round against a concurrent target: the calling thread starts requests, a pool sends them."""
 
     def __init__(self, target: Target, items: Sequence[Item], body_of: Callable[[Item], dict[str, Any]],
-                 levels: Sequence[int], arrivals: bool, deadline: float | None) -> None:
+                 levels: Sequence[int], arrivals: bool, deadline: float | None,
+                 clock: Callable[[], float]) -> None:
         self.target, self.items, self.body_of, self.levels = target, items, body_of, levels
-        self.deadline = deadline
+        self.deadline, self.clock = deadline, clock
         first = min((i.request.arrival_s or 0.0 for i in items), default=0.0)
         self.offsets = [(i.request.arrival_s or 0.0) - first if arrivals else 0.0 for i in items]
         self.order = sorted(range(len(items)), key=lambda k: (self.offsets[k], k))
@@ -178,16 +179,16 @@ class _Dispatcher:
                     None)
 
     def run(self) -> list[Done]:
-        started_at = time.monotonic()
+        started_at = self.clock()
         waiting = list(self.order)
         with ThreadPoolExecutor(max_workers=min(max(self.levels), len(self.items))) as pool, self.cond:
             while waiting and self.failure is None:
-                if self.deadline is not None and time.monotonic() > self.deadline:
+                if self.deadline is not None and self.clock() > self.deadline:
                     break
                 head = self._ready(waiting)
-                delay = 0.0 if head is None else self.offsets[head] - (time.monotonic() - started_at)
+                delay = 0.0 if head is None else self.offsets[head] - (self.clock() - started_at)
                 if head is None or self.running >= self.levels[head] or delay > 0:
-                    until_deadline = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+                    until_deadline = None if self.deadline is None else max(self.deadline - self.clock(), 0.0)
                     waits = [w for w in (delay if head is not None and delay > 0 else None, until_deadline)
                              if w is not None]
                     self.cond.wait(min(waits) if waits else None)
