@@ -56,9 +56,10 @@ def test_the_tuner_benches_interleaved_and_ends_on_what_it_decided(box: Box, rea
     rewrite = _tune(box, str(repeat_workload(tmp_path / "rewrite.jsonl")), 6, 128)
     estimates = rewrite["estimates"]
     assert isinstance(estimates, dict) and set(estimates) == {"autoregressive", "ngram-simple"}, rewrite["notes"]
-    best, other = (("ngram-simple", "autoregressive") if rewrite["best"] == "ngram-simple"
-                   else ("autoregressive", "ngram-simple"))
-    assert estimates[best]["median_ms"] <= estimates[other]["median_ms"]  # "best" is the faster median
+    # "best" is the faster by the paired comparison (n-gram's wall clock over plain's, request by request),
+    # not by the medians: on a busy box the two can disagree
+    ratio = estimates["ngram-simple"]["ratio"]
+    assert (ratio < 1.0) == (rewrite["best"] == "ngram-simple"), (ratio, rewrite["best"], rewrite["reason"])
     # It switches only to a profile whose paired interval (its wall clock over the active one's, request by
     # request) lies wholly below 1 - margin; else it says why not.
     if rewrite["switch"]:
