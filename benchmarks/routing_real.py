@@ -62,7 +62,8 @@ from specd.routing.table import RoutingTable, describe
 from specd.setup.sandbox import free_port
 from specd.traffic.taskclass import classify
 from specd.tune.bench import Settings, bench_profiles
-from specd.tune.routes import learn
+from specd.tune.results import Result
+from specd.tune.routes import learn, paired
 from specd.tune.workloads import Workload, WorkloadRequest, load_workload
 from specd.unit.render import build_argv
 
@@ -123,10 +124,12 @@ TEXT_SEEDS = {"train": 1000, "held": 5000}  # disjoint seed ranges: disjoint pro
 TEXT_PER_KIND = 6  # prompts of each kind in each half
 
 
-def split_text(max_tokens: int, temperature: float) -> tuple[list[WorkloadRequest], list[WorkloadRequest]]:
-    """Training and held-out text requests, copy-edit and prose alternating (each half fixed before any run)."""
+def split_text(max_tokens: int, temperature: float, held_seed: int = TEXT_SEEDS["held"],
+               ) -> tuple[list[WorkloadRequest], list[WorkloadRequest]]:
+    """Training and held-out text requests, copy-edit and prose alternating (each half fixed before any run);
+    `held_seed` moves the held-out half to prompts no earlier run has seen."""
     halves: dict[str, list[WorkloadRequest]] = {"train": [], "held": []}
-    for half, first_seed in TEXT_SEEDS.items():
+    for half, first_seed in {"train": TEXT_SEEDS["train"], "held": held_seed}.items():
         kinds = {kind: text_workloads.prompts(kind, first_seed, TEXT_PER_KIND) for kind in ("copy-edit", "prose")}
         for edit, story in zip(kinds["copy-edit"], kinds["prose"], strict=True):
             for prompt, sampling in ((edit, 0.0), (story, temperature)):
@@ -161,6 +164,11 @@ def main() -> None:
     parser.add_argument("--ngram-size-n", type=int, default=None,
                         help="the n-gram profile's lookup length ([speculative] ngram_simple_size_n; default: "
                              "llama.cpp's 12): a short one drafts on common word pairs, wrongly in prose")
+    parser.add_argument("--held-seed", type=int, default=TEXT_SEEDS["held"],
+                        help="first seed of the text mix's held-out prompts (a fresh range: prompts no run has seen)")
+    parser.add_argument("--serving", choices=("ngram-simple", "learned"), default="ngram-simple",
+                        help="the routed proxy's serving profile: ngram-simple, or the one the tuner's paired rule "
+                             "picks on the training bench (plain, the incumbent, unless n-gram is clearly faster)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/routing-real.md")
     args = parser.parse_args()
     os.environ.setdefault("SPECD_CACHE", str(Path.home() / ".cache" / "specd"))
@@ -184,7 +192,7 @@ def main() -> None:
         for url in urls.values():
             wait_up(url, 300)
         text = args.mix == "text"
-        train, held = split_text(args.max_tokens, args.temperature) if text else split(args.max_tokens)
+        train, held = split_text(args.max_tokens, args.temperature, args.held_seed) if text else split(args.max_tokens)
         target = TextFleetTarget(urls) if text else FleetTarget(urls)
         # Both servers stay resident: a round of one request per profile costs no switch, so the bench pairs
         # each request with its twin next to it in time and its interval counts every round (without this
@@ -193,11 +201,15 @@ def main() -> None:
         report = bench_profiles(target, list(PROFILES), Workload("train", tuple(train), origin="builtin"),
                                 Settings(n=args.train_rounds * len(train), concurrency=1, early_stop=False,
                                          cache_reuse=False))
-        table = learn(report.results, RoutingTable(), active="ngram-simple", margin=args.margin, now=time.time(),
+        serving = args.serving if args.serving != "learned" else serving_profile(report.results, args.margin)
+        table = learn(report.results, RoutingTable(), active=serving, margin=args.margin, now=time.time(),
                       source=f"bench of {len(train)} training requests x {args.train_rounds}, one at a time").table
-        ngram, plain = Backend(urls["ngram-simple"], "ngram-simple"), Backend(urls["autoregressive"], "autoregressive")
-        proxies = {"single-ngram": ProxyThread(ngram, RouteSet()), "single-plain": ProxyThread(plain, RouteSet()),
-                   "routed": ProxyThread(ngram, RouteSet(True, (Companion(plain.url, "autoregressive"),), table))}
+        backends = {name: Backend(urls[name], name) for name in PROFILES}
+        companion = next(name for name in PROFILES if name != serving)
+        proxies = {"single-ngram": ProxyThread(backends["ngram-simple"], RouteSet()),
+                   "single-plain": ProxyThread(backends["autoregressive"], RouteSet()),
+                   "routed": ProxyThread(backends[serving],
+                                         RouteSet(True, (Companion(urls[companion], companion),), table))}
         walls: dict[str, list[float]] = {c: [] for c in CONFIGS}
         per_request: list[RequestRow] = []
         router = proxies["routed"].proxy.router
@@ -228,7 +240,14 @@ def main() -> None:
     finally:
         stop_all(proxies.values(), servers)
         shutil.rmtree(scratch, ignore_errors=True)
-    write(args, walls, table, held, failures, counts, loads, machine_before, started_at, per_request)
+    write(args, walls, table, held, failures, counts, loads, machine_before, started_at, per_request, serving)
+
+
+def serving_profile(results: Mapping[str, Sequence[Result]], margin: float) -> str:
+    """The profile a deployment would serve from after this bench: plain (the incumbent) unless n-gram is faster
+    on the whole training mix by the routes' paired rule (its interval below 1 - margin)."""
+    found = paired(results["ngram-simple"], results["autoregressive"], margin)
+    return "ngram-simple" if found is not None and found.verdict == "faster" else "autoregressive"
 
 
 @dataclass
@@ -292,7 +311,7 @@ def notes(counts: dict[str, int]) -> list[str]:
 
 def write(args: argparse.Namespace, walls: dict[str, list[float]], table: RoutingTable,
           held: Sequence[WorkloadRequest], failures: int, counts: dict[str, int], loads: Sequence[float],
-          machine_before: str, started_at: datetime, per_request: Sequence[RequestRow]) -> None:
+          machine_before: str, started_at: datetime, per_request: Sequence[RequestRow], serving: str) -> None:
     means = {c: t_interval(v) for c, v in walls.items()}
     best = min(("single-ngram", "single-plain"), key=lambda c: means[c].mean)
     vs_best = ratio_interval(walls["routed"], walls[best])
@@ -300,12 +319,14 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
     vs_other = ratio_interval(walls["routed"], walls[other])
     mix = dict(Counter(str(r.task_class) for r in held))
     sized = "" if args.ngram_size_n is None else f" --ngram-size-n {args.ngram_size_n}"
+    sized += "" if args.serving == "ngram-simple" else f" --serving {args.serving}"
+    sized += "" if args.held_seed == TEXT_SEEDS["held"] else f" --held-seed {args.held_seed}"
     if args.mix == "text":
         command = (f"--mix text --temperature {args.temperature} --margin {args.margin} --reps {args.reps} "
                    f"--max-tokens {args.max_tokens} --train-rounds {args.train_rounds}{sized}")
         described = (f"{len(held)} text completions, copy-edit (greedy) and prose (temperature {args.temperature}, "
                      f"a fresh seed each repetition) alternating, max_tokens {args.max_tokens}; the task classes the "
-                     f"proxy's classifier gives them: {mix}; prompts from seeds {TEXT_SEEDS['held']}.. of "
+                     f"proxy's classifier gives them: {mix}; prompts from seeds {args.held_seed}.. of "
                      f"benchmarks/text_workloads.py, the table learned on seeds {TEXT_SEEDS['train']}..; margin "
                      f"{args.margin}")
     else:
@@ -326,6 +347,8 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
              + ("." if args.ngram_size_n is None else
                 f"; `ngram-simple` with `ngram_simple_size_n = {args.ngram_size_n}` (llama.cpp's default is 12).")), "",
              f"Held-out mix: {described}. Failed requests over every run: {failures}.", "",
+             (f"Routed: served from `{serving}`" + (" (the training bench's pick by the paired rule)"
+              if args.serving == "learned" else " (fixed by --serving)") + ", the other profile its companion."), "",
              "## The learned table (training half)", "", "```", *describe(table), "```", "",
              "## Mix wall clock, one request at a time", "",
              "| configuration | s (mean, 95% interval) |", "|---|---|",
@@ -339,7 +362,7 @@ def write(args: argparse.Namespace, walls: dict[str, list[float]], table: Routin
     args.out.with_suffix(".json").write_text(json.dumps(
         {"walls_s": walls, "best_single": best, "routed_vs_best": [vs_best.mean, vs_best.lo, vs_best.hi],
          "routed_vs_other": [vs_other.mean, vs_other.lo, vs_other.hi], "table": table.as_json(),
-         "routed_counts": counts, "load_average": list(loads), "failures": failures,
+         "routed_counts": counts, "load_average": list(loads), "failures": failures, "serving": serving,
          "per_request": [asdict(r) for r in per_request]}, indent=1), encoding="utf-8")
     print("\n".join(lines))
 
