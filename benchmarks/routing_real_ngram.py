@@ -35,9 +35,9 @@ from routing_real import REPO, TEXT_SEEDS, run_text, split_text, start_server
 from specd.setup.sandbox import free_port
 
 
-def profiles_with(scratch: Path, length: int) -> Path:
-    """profiles/tiny at one thread per server, the n-gram profile at this lookup length."""
-    target = scratch / f"profiles-{length}"
+def profiles_with(scratch: Path, length: int, name: str) -> Path:
+    """profiles/tiny at one thread per server, the n-gram profile at this lookup length (a folder per server)."""
+    target = scratch / f"profiles-{name}"
     shutil.copytree(REPO / "profiles" / "tiny", target)
     base = tomlkit.parse((target / "base.toml").read_text())
     base["threads"] = 1
@@ -66,13 +66,14 @@ def main() -> None:
     failures = 0
     plain_port = free_port()
     plain_url = f"http://127.0.0.1:{plain_port}"
-    plain = start_server(profiles_with(scratch, 12), "autoregressive", plain_port, scratch / "plain.log")
+    plain = start_server(profiles_with(scratch, 12, "plain"), "autoregressive", plain_port, scratch / "plain.log")
     try:
         wait_up(plain_url, 300)
         for length in lengths:
             port = free_port()
             url = f"http://127.0.0.1:{port}"
-            server = start_server(profiles_with(scratch, length), "ngram-simple", port, scratch / f"ngram-{length}.log")
+            folder = profiles_with(scratch, length, f"ngram-{length}")
+            server = start_server(folder, "ngram-simple", port, scratch / f"ngram-{length}.log")
             try:
                 wait_up(url, 300)
                 for round_ in range(args.rounds):
