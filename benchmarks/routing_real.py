@@ -7,7 +7,8 @@ proxy set up three ways, one at a time:
 
     single-ngram   every request to the n-gram server (specd before routing, had the tuner picked it)
     single-plain   every request to the plain server
-    routed         the n-gram server serving, the plain one its companion; the table LEARNED by
+    routed         the n-gram server serving (or, with --serving learned, the profile the paired rule
+                   picks on the training bench), the other its companion; the table LEARNED by
                    specd.tune.routes from a bench of both profiles on the training half
 
 The mix is the built-in `repeat-input` (edit/rewrite asks whose answer copies the prompt: n-gram's
@@ -30,7 +31,8 @@ drafts copy (n-gram wins there too), while sampled text prose gives n-gram nothi
 mix the issue asks for, where n-gram wins on copy-style requests and loses on prose.
 
     .venv/bin/python benchmarks/routing_real.py [--mix chat|text] [--reps 6] [--max-tokens 40]
-        [--train-rounds 2] [--temperature 0.8] [--margin 0.05] [--ngram-size-n N] [--out FILE.md]
+        [--train-rounds 2] [--temperature 0.8] [--margin 0.05] [--ngram-size-n N]
+        [--serving ngram-simple|learned] [--held-seed 5000] [--out FILE.md]
 """
 
 from __future__ import annotations
