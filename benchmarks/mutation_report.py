@@ -98,6 +98,30 @@ NOTES: dict[str, str] = {
     "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_16": "the same",
     "specd.proxy.http1.responder.xǁResponderǁclient_left": ("the callback is cleared when the answer ends, so "
                                                             "`not ended` adds nothing once it is None"),
+    "specd.proxy.bodies.xǁBodyReaderǁ_executor": ("which pool reads a big body off the loop (its own one-thread "
+                                                 "pool, the loop's default pool, a two-thread one, a thread's "
+                                                 "name): the same document either way; the own pool only keeps a "
+                                                 "burst of big bodies off the default pool's threads"),
+    "specd.proxy.bodies.xǁBodyReaderǁread__mutmut_1": "the same: the loop's default pool instead of the own one",
+    "specd.proxy.bodies.xǁBodyReaderǁdocument__mutmut_1": "the same: the loop's default pool instead of the own one",
+    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_6": ("the (idle-since, connection) pairs sort by "
+                                                                       "their first element with or without the "
+                                                                       "key; only an exact tie differs"),
+    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_9": "the same: the key's default",
+    "specd.proxy.crashes.xǁCrashǁdescribe__mutmut_5": ("the journal line's wording when no profile is known "
+                                                      "(`profile )` instead of nothing): a person's text"),
+    "specd.proxy.relay.xǁRelayǁon_error__mutmut_6": ("the note stored beside a 499 (the client left): None is "
+                                                    "stored as no note; the status, which is what is counted, "
+                                                    "is asserted"),
+    "specd.proxy.relay.xǁRelayǁon_error__mutmut_8": "the same note, left out",
+    "specd.proxy.http1.server.xǁFrontConnectionǁ_read_on": ("not covered: reading on while an earlier answer "
+                                                            "is still being written (a pipelined body behind a "
+                                                            "busy request) buffers that body sooner; a test needs "
+                                                            "a pipelined body larger than the socket buffers"),
+    "specd.proxy.gate.xǁBackendGateǁ_poll__mutmut_1": ("killed now: test_gate::test_a_closed_gate_stops_polling_a_"
+                                                      "backend_that_stays_down"),
+    "specd.proxy.gate.xǁBackendGateǁresume__mutmut_1": ("killed now: test_gate::test_resume_without_a_new_pause_"
+                                                       "leaves_no_lease_to_close_the_gate_again"),
 }
 
 
@@ -149,6 +173,9 @@ def _only_strings_differ(diff: list[str]) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--command", default="`mutmut run` (pyproject's `[tool.mutmut]`: every module of "
+                        "specd/proxy/ mutated; the proxy's unit tests, each mutant against the tests that run its "
+                        "function)", help="how the mutants were run, for the page's first line")
     args = parser.parse_args()
     results = [line.strip().rsplit(": ", 1) for line in mutmut("results", "--all", "true").splitlines()
                if ": " in line]
@@ -166,8 +193,7 @@ def main() -> None:
     kinds = collections.Counter(kind for kind, *_ in rows)
     lines = [
         "# Mutation testing of the proxy's request path (specd/proxy/)", "",
-        ("- command: `mutmut run` (pyproject's `[tool.mutmut]`: every module of specd/proxy/ mutated; the proxy's "
-         "unit tests, each mutant against the tests that run its function), then "
+        (f"- command: {args.command}, then "
          "`python benchmarks/mutation_report.py --out benchmarks/results/mutation-proxy.md`"),
         (f"- machine: {platform.node()}: {platform.platform()}, {psutil.cpu_count()} CPUs (shared); Python "
          f"{sys.version.split()[0]}; date {datetime.datetime.now(datetime.UTC):%Y-%m-%d}"),

@@ -73,3 +73,37 @@ def test_a_held_request_gives_up_at_its_deadline_while_the_backend_stays_down() 
         gate.stop()
 
     asyncio.run(scenario())
+
+
+def test_resume_without_a_new_pause_leaves_no_lease_to_close_the_gate_again() -> None:
+    async def scenario() -> None:
+        probes: list[float] = []
+
+        async def counted() -> bool:
+            probes.append(time.monotonic())
+            return True
+
+        gate = BackendGate(counted, poll_s=0.01)
+        gate.pause(0.2)
+        past_the_lease = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.4, past_the_lease.set)  # after the lease's own timer
+        gate.resume()  # the switch ended early: the lease's timer goes with it
+        await gate.wait(time.perf_counter() + 30, 30)
+        checked = len(probes)
+        await past_the_lease.wait()
+        assert gate.open and gate.healthy and len(probes) == checked  # no second resume: no new hold, no probe
+        gate.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_closed_gate_stops_polling_a_backend_that_stays_down() -> None:
+    async def scenario() -> None:
+        gate = BackendGate(never_healthy, poll_s=0.01)
+        gate.mark_unhealthy()
+        gate.close()  # the proxy shuts down: nothing may go on probing /health behind it
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        await asyncio.wait_for(asyncio.gather(*others), 30)
+        assert gate.open
+
+    asyncio.run(scenario())
