@@ -13,6 +13,7 @@ import json
 import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,6 +149,29 @@ def test_released_bytes_of_a_burst_trigger_one_trim() -> None:
 
     assert asyncio.run(asyncio.wait_for(burst(), 30)).trims == 1
     give_back_free_memory()  # harmless to call at any time
+
+
+def test_each_burst_reaching_the_threshold_trims_once_on_a_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from specd.proxy import heap
+
+    trimmed_on: list[str] = []
+    monkeypatch.setattr(heap, "give_back_free_memory", lambda: trimmed_on.append(threading.current_thread().name))
+
+    async def bursts() -> Trimmer:
+        trimmer = Trimmer(after_bytes=1000, delay_s=0.01)
+        assert trimmer.trims == 0
+        for burst in range(2):
+            trimmer.released(600)
+            trimmer.released(400)  # exactly the threshold: a trim
+            while trimmer.trims == burst or len(trimmed_on) == burst:
+                await asyncio.sleep(0.01)
+        return trimmer
+
+    assert asyncio.run(asyncio.wait_for(bursts(), 30)).trims == 2
+    assert len(trimmed_on) == 2 and threading.main_thread().name not in trimmed_on  # off the event loop
 
 
 # ---- captured bodies ----------------------------------------------------------------------------
