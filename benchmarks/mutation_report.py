@@ -118,6 +118,24 @@ NOTES: dict[str, str] = {
                                                             "is still being written (a pipelined body behind a "
                                                             "busy request) buffers that body sooner; a test needs "
                                                             "a pipelined body larger than the socket buffers"),
+    "specd.proxy.routes.xǁRouterǁ__init__": ("how often a companion marked down is asked for /health (0.5 s): "
+                                            "how soon it is used again, not whether"),
+    "specd.proxy.routes.xǁRouterǁpick__mutmut_6": "`split(b\"?\")` without its limit: the same first part",
+    "specd.proxy.routes.xǁRouterǁmark_down__mutmut_3": ("a second /health poller for a companion already polled: "
+                                                       "both end when it answers; the same outcome"),
+    "specd.proxy.routes.xǁRouterǁmark_down__mutmut_4": "the same: a second poller",
+    "specd.proxy.routes.xǁRouterǁwait_idle__mutmut_11": "`>` or `>=` at the exact instant of the deadline",
+    "specd.proxy.routes.xǁRouterǁwait_idle__mutmut_14": ("how often `route off` looks at the in-flight count "
+                                                        "(every 20 ms or 1 s): how soon the companion stops"),
+    "specd.proxy.heap.xǁTrimmerǁ_trim__mutmut_2": ("the count after a trim starts at 1 byte instead of 0: the "
+                                                  "next trim one byte sooner"),
+    "specd.proxy.heap.x_give_back_free_memory": ("not covered by a unit test: what malloc_trim gives back is "
+                                                 "measured as the daemon's RSS after big bodies "
+                                                 "(benchmarks/results/hostile-bodies.md); its return value is "
+                                                 "not read"),
+    "specd.proxy.heap.x_keep_big_blocks_apart": ("not covered by a unit test (one call at the daemon's start): "
+                                                 "its effect is the RSS and CPU measured in "
+                                                 "benchmarks/results/hostile-bodies.md"),
     "specd.proxy.gate.xǁBackendGateǁ_poll__mutmut_1": ("killed now: test_gate::test_a_closed_gate_stops_polling_a_"
                                                       "backend_that_stays_down"),
     "specd.proxy.gate.xǁBackendGateǁresume__mutmut_1": ("killed now: test_gate::test_resume_without_a_new_pause_"
