@@ -107,3 +107,15 @@ def test_a_closed_gate_stops_polling_a_backend_that_stays_down() -> None:
         assert gate.open
 
     asyncio.run(scenario())
+
+
+def test_a_held_request_with_time_left_goes_when_the_pause_ends() -> None:
+    async def scenario() -> None:
+        gate = BackendGate(healthy, poll_s=0.01)
+        gate.pause(30)
+        asyncio.get_running_loop().call_soon(gate.resume)
+        await gate.wait(time.perf_counter() + 0.9, 0.9)  # under a second left: still held, not given up
+        assert gate.open
+        gate.stop()
+
+    asyncio.run(scenario())

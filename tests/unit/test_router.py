@@ -9,7 +9,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
-from specd.proxy.routes import Companion, Router, RouteSet
+from specd.proxy.routes import Companion, Routed, Router, RouteSet
 from specd.routing.table import Route, RoutingTable
 
 PRIMARY = "http://127.0.0.1:1"  # plain, the serving profile
@@ -136,3 +136,25 @@ def test_status_says_what_the_router_holds() -> None:
         router.stop()
 
     asyncio.run(scenario())
+
+
+def test_what_the_router_returns_is_what_the_traffic_row_and_the_counts_say() -> None:
+    router = Router(Resolve())
+    code, story = chat(CODE), chat("Write a short story about a lighthouse")
+    body = json.dumps(code).encode()
+    assert router.pick(b"/v1/embeddings", code, body, PRIMARY, "plain", True, 0) == Routed(None, "plain", body)
+    assert router.pick(b"/v1/chat/completions", code, body, PRIMARY, "plain", True, 0) == Routed(
+        MTP, "mtp", body, "code", "route")
+    story_body = json.dumps(story).encode()
+    assert router.pick(b"/v1/chat/completions", story, story_body, PRIMARY, "plain", True, 0) == Routed(
+        None, "plain", story_body, "creative", "route")
+    router.pick(b"/v1/chat/completions", code, body, PRIMARY, "plain", True, 0)
+    assert router.status()["routed"] == {"mtp route": 2, "plain route": 1}
+
+
+def test_per_request_mode_returns_the_stamped_body_for_the_primary() -> None:
+    router = Router(Resolve(RouteSet(True, (), TABLE, stamps={"code": {"speculative.n_max": 0}})))
+    body = json.dumps(chat(CODE)).encode()
+    routed = router.pick(b"/v1/chat/completions", chat(CODE), body, PRIMARY, "plain", True, 0)
+    assert (routed.url, routed.profile, routed.task_class, routed.reason) == (None, "plain", "code", "route")
+    assert json.loads(routed.body)["speculative.n_max"] == 0
