@@ -136,6 +136,8 @@ NOTES: dict[str, str] = {
     "specd.proxy.heap.x_keep_big_blocks_apart": ("not covered by a unit test (one call at the daemon's start): "
                                                  "its effect is the RSS and CPU measured in "
                                                  "benchmarks/results/hostile-bodies.md"),
+    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_3": ("equivalent: a comment line or `data: [DONE]` let through "
+                                                     "carries no token and no usage, so nothing more is noted"),
     "specd.proxy.gate.xǁBackendGateǁ_poll__mutmut_1": ("killed now: test_gate::test_a_closed_gate_stops_polling_a_"
                                                       "backend_that_stays_down"),
     "specd.proxy.gate.xǁBackendGateǁresume__mutmut_1": ("killed now: test_gate::test_resume_without_a_new_pause_"
