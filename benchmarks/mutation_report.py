@@ -198,7 +198,7 @@ def main() -> None:
                         "function)", help="how the mutants were run, for the page's first line")
     args = parser.parse_args()
     results = [line.strip().rsplit(": ", 1) for line in mutmut("results", "--all", "true").splitlines()
-               if ": " in line]
+               if ": " in line and line.strip().startswith("specd.proxy.")]  # this page: the proxy's mutants
     counts = collections.Counter(status for _, status in results)
     per_module: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for name, status in results:
@@ -215,7 +215,7 @@ def main() -> None:
         "# Mutation testing of the proxy's request path (specd/proxy/)", "",
         (f"- command: {args.command}, then "
          "`python benchmarks/mutation_report.py --out benchmarks/results/mutation-proxy.md`"),
-        (f"- machine: {platform.node()}: {platform.platform()}, {psutil.cpu_count()} CPUs (shared); Python "
+        (f"- machine: {platform.node()}: {platform.platform()}, {psutil.cpu_count()} CPUs; Python "
          f"{sys.version.split()[0]}; date {datetime.datetime.now(datetime.UTC):%Y-%m-%d}"),
         ("- what: a mutant *killed* made a test fail; *timeout* made one hang past mutmut's bound (also caught); "
          "*survived* passed every test that runs its function; *no tests*: no unit test runs the function "
