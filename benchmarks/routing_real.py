@@ -93,6 +93,20 @@ ORDERS = tuple(itertools.permutations(CONFIGS))
 SINGLE = {"ngram-simple": "single-ngram", "autoregressive": "single-plain"}
 
 
+def tiny_profiles(target: Path, ngram_size_n: int | None = None) -> Path:
+    """profiles/tiny copied to `target` at one thread per server, the n-gram profile's lookup length set when
+    given (llama.cpp's default otherwise)."""
+    shutil.copytree(REPO / "profiles" / "tiny", target)
+    base = tomlkit.parse((target / "base.toml").read_text())
+    base["threads"] = 1
+    (target / "base.toml").write_text(tomlkit.dumps(base))
+    if ngram_size_n is not None:
+        ngram = tomlkit.parse((target / "ngram-simple.toml").read_text())
+        ngram["speculative"]["ngram_simple_size_n"] = ngram_size_n  # type: ignore[index]
+        (target / "ngram-simple.toml").write_text(tomlkit.dumps(ngram))
+    return target
+
+
 def start_server(profiles_dir: Path, name: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     profile = load_profile(profiles_dir, name)
     argv = build_argv(profile, binary_flags(profile.binary, profile.launcher))
@@ -176,15 +190,7 @@ def main() -> None:
     os.environ.setdefault("SPECD_CACHE", str(Path.home() / ".cache" / "specd"))
     started_at, machine_before = datetime.now(UTC), machine()
     scratch = Path(tempfile.mkdtemp(prefix="routing-real-"))
-    profiles_dir = scratch / "profiles"
-    shutil.copytree(REPO / "profiles" / "tiny", profiles_dir)
-    base = tomlkit.parse((profiles_dir / "base.toml").read_text())
-    base["threads"] = 1
-    (profiles_dir / "base.toml").write_text(tomlkit.dumps(base))
-    if args.ngram_size_n is not None:
-        ngram_profile = tomlkit.parse((profiles_dir / "ngram-simple.toml").read_text())
-        ngram_profile["speculative"]["ngram_simple_size_n"] = args.ngram_size_n  # type: ignore[index]
-        (profiles_dir / "ngram-simple.toml").write_text(tomlkit.dumps(ngram_profile))
+    profiles_dir = tiny_profiles(scratch / "profiles", args.ngram_size_n)
     ports = {name: free_port() for name in PROFILES}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     servers = [start_server(profiles_dir, name, port, scratch / f"{name}.log") for name, port in ports.items()]

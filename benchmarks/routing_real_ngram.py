@@ -26,26 +26,11 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-import tomlkit
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from routing_emulator import machine, stop_all, t_interval, wait_up
-from routing_real import REPO, TEXT_SEEDS, run_text, split_text, start_server
+from routing_real import REPO, TEXT_SEEDS, run_text, split_text, start_server, tiny_profiles
 
 from specd.setup.sandbox import free_port
-
-
-def profiles_with(scratch: Path, length: int, name: str) -> Path:
-    """profiles/tiny at one thread per server, the n-gram profile at this lookup length (a folder per server)."""
-    target = scratch / f"profiles-{name}"
-    shutil.copytree(REPO / "profiles" / "tiny", target)
-    base = tomlkit.parse((target / "base.toml").read_text())
-    base["threads"] = 1
-    (target / "base.toml").write_text(tomlkit.dumps(base))
-    ngram = tomlkit.parse((target / "ngram-simple.toml").read_text())
-    ngram["speculative"]["ngram_simple_size_n"] = length  # type: ignore[index]
-    (target / "ngram-simple.toml").write_text(tomlkit.dumps(ngram))
-    return target
 
 
 def main() -> None:
@@ -66,13 +51,13 @@ def main() -> None:
     failures = 0
     plain_port = free_port()
     plain_url = f"http://127.0.0.1:{plain_port}"
-    plain = start_server(profiles_with(scratch, 12, "plain"), "autoregressive", plain_port, scratch / "plain.log")
+    plain = start_server(tiny_profiles(scratch / "profiles-plain"), "autoregressive", plain_port, scratch / "plain.log")
     try:
         wait_up(plain_url, 300)
         for length in lengths:
             port = free_port()
             url = f"http://127.0.0.1:{port}"
-            folder = profiles_with(scratch, length, f"ngram-{length}")
+            folder = tiny_profiles(scratch / f"profiles-ngram-{length}", length)
             server = start_server(folder, "ngram-simple", port, scratch / f"ngram-{length}.log")
             try:
                 wait_up(url, 300)
