@@ -115,7 +115,7 @@ class Box:
 
 @pytest.fixture
 def box(systemd_manager: PrivateSystemd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
-    """A deployment with the tiny example profiles, on a free port, with stability_s = 1."""
+    """A deployment with the tiny example profiles, on a free port, with stability_s = 1 and one thread."""
     unit = f"llama-test-{os.getpid()}-{next(_unit_numbers)}.service"
     port = free_port()
     profiles_dir = tmp_path / "profiles"
@@ -125,6 +125,11 @@ def box(systemd_manager: PrivateSystemd, tmp_path: Path, monkeypatch: pytest.Mon
     document["port"] = port
     document["stability_s"] = 1
     document["health_timeout_s"] = 60
+    # One thread per server: the suite runs two workers on a 2-core CI box, and a test may run two servers.
+    # llama.cpp's thread pool spin-waits at every barrier, so more threads than cores made a decode step
+    # take 1.7 s instead of 45 ms (a CI run, 2026-11-29); a one-thread server has no barrier to spin at.
+    # Tests about threads set them themselves.
+    document["threads"] = 1
     base.write_text(tomlkit.dumps(document))
     config_path = tmp_path / "specd.toml"
     config_path.write_text(f'unit = "{unit}"\nscope = "user"\nprofiles_dir = "{profiles_dir}"\nlock_timeout_s = 2\n')

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import uvicorn
@@ -101,6 +101,33 @@ def parse_args(argv: Sequence[str]) -> ServerOptions:
     )
 
 
+@dataclass(frozen=True)
+class Shape:
+    """The OpenAI shape an answer takes: a chat completion's message, or a text completion's text."""
+
+    text: bool
+
+    @property
+    def object(self) -> str:
+        return "text_completion" if self.text else "chat.completion"
+
+    @property
+    def chunk_object(self) -> str:
+        return "text_completion" if self.text else "chat.completion.chunk"
+
+    @property
+    def id_prefix(self) -> str:
+        return "cmpl" if self.text else "chatcmpl"
+
+    def content(self, text: str) -> dict[str, Any]:
+        return {"text": text} if self.text else {"message": {"role": "assistant", "content": text}}
+
+    def delta(self, piece: str) -> dict[str, Any]:
+        if self.text:
+            return {"text": piece}
+        return {"delta": {"content": piece} if piece else {}}
+
+
 def _error(code: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, "type": kind}}, status_code=code)
 
@@ -151,7 +178,22 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
         return guard(request) or JSONResponse(
             [{"id": s.id, "n_ctx": options.ctx_size, "is_processing": s.busy} for s in emulator.slots])
 
-    async def chat(request: Request) -> Response:
+    def read_prompt(body: Any, text: bool) -> tuple[list[dict[str, Any]], str] | JSONResponse:
+        """(the messages the plan classifies, the text a slot caches), or the 400 llama-server answers."""
+        if text:  # /v1/completions: a prompt string, classified as one user message
+            prompt = body.get("prompt") if isinstance(body, dict) else None
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if not isinstance(prompt, str) or not prompt:
+                return _error(400, "'prompt' must be a non-empty string", "invalid_request_error")
+            return [{"role": "user", "content": prompt}], prompt
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            return _error(400, "'messages' must be a non-empty list of message objects", "invalid_request_error")
+        return messages, prompt_text(messages)
+
+    async def answer(request: Request, text: bool) -> Response:
+        """A chat completion, or (`text`) a text completion: the same plan, llama-server's two shapes."""
         refused = guard(request)
         if refused:
             return refused
@@ -159,11 +201,10 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
             body = json.loads(await request.body())
         except ValueError as exc:
             return _error(400, f"invalid JSON body: {exc}", "invalid_request_error")
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            return _error(400, "'messages' must be a non-empty list of message objects",
-                          "invalid_request_error")
-        prompt = prompt_text(messages)
+        read = read_prompt(body, text)
+        if isinstance(read, JSONResponse):
+            return read
+        messages, prompt = read
         prompt_tokens = math.ceil(len(prompt) / emulator.model.chars_per_token)
         if prompt_tokens > options.ctx_size:
             return _error(400, f"request ({prompt_tokens} tokens) exceeds the available context size "
@@ -175,7 +216,8 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
         plan = emulator.plan(slot, messages, prompt, max_tokens, body.get("cache_prompt") is not False,
                              own_n_max if isinstance(own_n_max, int) and not isinstance(own_n_max, bool) else None)
         pieces = output_pieces(max_tokens, plan.task_class)
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+        shape = Shape(text)
+        base = {"id": f"{shape.id_prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
                 "model": options.aliases[0], "system_fingerprint": "b0-emulator"}
         usage = {"completion_tokens": max_tokens, "prompt_tokens": prompt_tokens,
                  "total_tokens": prompt_tokens + max_tokens}
@@ -189,34 +231,40 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
                 emulator.record(plan, prompt, "".join(pieces))
             finally:
                 await emulator.release(slot)
-            return JSONResponse({**base, "object": "chat.completion", "usage": usage,
-                                 "timings": timings_json(plan.timing), "choices": [
-                                     {"index": 0, "finish_reason": finish,
-                                      "message": {"role": "assistant", "content": "".join(pieces)}}]})
-        return StreamingResponse(stream(plan, pieces, base, usage, finish, prompt),
+            return JSONResponse({**base, "object": shape.object, "usage": usage,
+                                 "timings": timings_json(plan.timing),
+                                 "choices": [{"index": 0, "finish_reason": finish, **shape.content("".join(pieces))}]})
+        return StreamingResponse(stream(plan, pieces, base, usage, finish, prompt, shape),
                                  media_type="text/event-stream")
 
     async def stream(plan: Plan, pieces: list[str], base: dict[str, Any], usage: dict[str, int], finish: str,
-                     prompt: str) -> AsyncIterator[str]:
+                     prompt: str, shape: Shape) -> AsyncIterator[str]:
         def event(choice: dict[str, Any], **extra: Any) -> str:
-            chunk = {**base, "object": "chat.completion.chunk", "choices": [{"index": 0, **choice}], **extra}
+            chunk = {**base, "object": shape.chunk_object, "choices": [{"index": 0, **choice}], **extra}
             return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
 
         try:
             await emulator.sleep_ms(plan.timing.prompt_ms)
-            yield event({"finish_reason": None, "delta": {"role": "assistant", "content": None}})
+            if not shape.text:
+                yield event({"finish_reason": None, "delta": {"role": "assistant", "content": None}})
             decoded_ms = 0.0
             async for first, end, modelled_ms in emulator.decode(plan, time.monotonic()):
                 for piece in pieces[first:end]:
-                    yield event({"finish_reason": None, "delta": {"content": piece}})
+                    yield event({"finish_reason": None, **shape.delta(piece)})
                 decoded_ms = modelled_ms
             plan = replace(plan, timing=replace(plan.timing, predicted_ms=decoded_ms))
             emulator.record(plan, prompt, "".join(pieces))
-            final = {"finish_reason": finish, "delta": {}}
+            final = {"finish_reason": finish, **shape.delta("")}
             yield event(final, usage=usage, timings=timings_json(plan.timing))
             yield "data: [DONE]\n\n"
         finally:
             await emulator.release(plan.slot)
+
+    async def chat(request: Request) -> Response:
+        return await answer(request, text=False)
+
+    async def completion(request: Request) -> Response:
+        return await answer(request, text=True)
 
     routes = [
         Route("/health", health), Route("/v1/health", health),
@@ -224,6 +272,8 @@ def build_app(emulator: Emulator) -> Starlette:  # noqa: C901 - predates the com
         Route("/props", props), Route("/metrics", metrics), Route("/slots", slots),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completion, methods=["POST"]),
+        Route("/completions", completion, methods=["POST"]),
     ]
     return Starlette(routes=routes)
 

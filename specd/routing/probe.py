@@ -1,8 +1,12 @@
 """Does this server honour per-request draft settings? Ask it, and read what it drafted.
 
-Two requests to a speculative server, the same prompt (one whose answer repeats its input, so
-every kind of drafter drafts: n-gram lookup, a draft model, MTP heads), greedy: one as it is, one
-with `speculative.n_max = 0` and `speculative.n_min = 0`. `timings.draft_n` says what each drafted.
+Two text completions (`/v1/completions`) to a speculative server, the same prompt, greedy: one as it
+is, one with `speculative.n_max = 0` and `speculative.n_min = 0`. The prompt is code followed by the
+start of a copy of it, so any model continues the copy and every kind of drafter drafts: n-gram
+lookup (which drafts only from a long match in the context), a draft model, MTP heads. A text
+completion needs no chat template: a chat request ("repeat this code") was answered with chat-markup
+filler by the tiny Gemma 3 on these boxes, and n-gram lookup drafted nothing on it.
+`timings.draft_n` says what each drafted.
 Drafting on the first and not on the second: the engine honours per-request settings, and one
 server can serve every class with its own (specd.routing.stamp). Drafting on both: it ignores them
 (the pinned llama-server: `server-schema.cpp` compiles them out, "we disable speculative parameter
@@ -21,7 +25,7 @@ Verdict = Literal["honoured", "ignored", "refused", "unknown"]
 OFF = {"speculative.n_max": 0, "speculative.n_min": 0}
 _TEXT = "\n".join(f"def step_{i}(value):\n    total = value * {i} + {i * 7}\n    return total - {i}\n"
                   for i in range(1, 7))
-PROMPT = f"Repeat this Python code exactly as it is, with nothing before or after it:\n\n{_TEXT}"
+PROMPT = f"Python code:\n\n{_TEXT}\nThe same code, copied exactly:\n\n{_TEXT[:len(_TEXT) // 3]}"
 MAX_TOKENS = 64
 
 
@@ -59,7 +63,7 @@ def judge(draft_n: int | None, draft_n_off: int | None, off_status: int = 200, o
 
 
 def _body(alias: str | None, extra: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": MAX_TOKENS,
+    body: dict[str, Any] = {"prompt": PROMPT, "max_tokens": MAX_TOKENS,
                             "temperature": 0.0, "seed": 1, "cache_prompt": False, **extra}
     if alias:
         body["model"] = alias
@@ -75,7 +79,7 @@ def _draft_n(payload: Any) -> int | None:
 def probe(client: httpx.Client, base_url: str, alias: str | None, api_key: str | None = None) -> ProbeResult:
     """Ask the server at `base_url` (it must answer; errors other than a refusal propagate as httpx's)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    url = f"{base_url}/v1/chat/completions"
+    url = f"{base_url}/v1/completions"
     plain = client.post(url, json=_body(alias, {}), headers=headers)
     plain.raise_for_status()
     off = client.post(url, json=_body(alias, dict(OFF)), headers=headers)

@@ -332,6 +332,26 @@ def test_streaming_chunks(mtp_server: Server) -> None:
     assert final["usage"]["completion_tokens"] == 12 and final["timings"]["predicted_n"] == 12
 
 
+def test_text_completions_answer_in_the_text_completion_shape(mtp_server: Server) -> None:
+    """/v1/completions (the routing probe's request): a prompt string in, `text` out, the same timings."""
+    reply = mtp_server.client.post("/v1/completions", json={"prompt": "def merge(a, b):", "max_tokens": 9})
+    assert reply.status_code == 200, reply.text
+    answer = reply.json()
+    assert answer["object"] == "text_completion" and answer["id"].startswith("cmpl-")
+    assert isinstance(answer["choices"][0]["text"], str) and "message" not in answer["choices"][0]
+    assert answer["usage"]["completion_tokens"] == 9 == answer["timings"]["predicted_n"]
+    assert answer["timings"]["draft_n"] > 0  # MTP drafts on a text completion too
+    with mtp_server.client.stream("POST", "/completions",
+                                  json={"prompt": "def split(a):", "max_tokens": 5, "stream": True}) as response:
+        events = [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and {c["object"] for c in chunks} == {"text_completion"}
+    assert len([c for c in chunks if c["choices"][0]["text"]]) == 5 and chunks[-1]["timings"]["predicted_n"] == 5
+    for bad in ({"prompt": ""}, {"prompt": 3}, {"messages": CODE_ASK}):
+        refused = mtp_server.client.post("/v1/completions", json=bad)
+        assert refused.status_code == 400 and "'prompt'" in refused.json()["error"]["message"], bad
+
+
 def test_prompt_cache_reuse(mtp_server: Server) -> None:
     ask = "Write a Go function that reverses a slice in place."
     first = mtp_server.chat(ask, max_tokens=4)["timings"]
