@@ -23,12 +23,11 @@ from specd.emulator.model import (
     EmulatorModel,
     ModeModel,
     RequestTiming,
-    asks_to_repeat,
     decode_rate,
     plan_request,
     prometheus_text,
 )
-from specd.traffic.taskclass import TaskClass, classify, last_user_text
+from specd.traffic.taskclass import TaskClass, asks_to_repeat, classify, last_user_text
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,12 +44,6 @@ _TOP_KEYS = {
     "name", "noise_sigma", "seed", "chars_per_token", "default_max_tokens", "reference_class", "note",
 }
 
-_REPEAT_ASK = re.compile(
-    r"\b(?:rewrite|re-write|reformat|proofread|fix (?:the )?(?:typos|grammar|formatting)|edit|repeat|copy|"
-    r"add (?:type hints|docstrings|comments)|rename|convert .{0,40} to|translate|paraphrase|"
-    r"return the full)\b",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
@@ -129,11 +122,6 @@ def mode_for_spec_types(spec_types: Sequence[str], has_draft_model: bool) -> str
         if SPEC_TYPE_MODES[spec_type] != "none":
             return SPEC_TYPE_MODES[spec_type]
     return "draft" if has_draft_model else "none"
-
-
-def asks_to_repeat(text: str) -> bool:
-    """An edit/rewrite request with a sizeable body to work on: its answer mostly repeats the input."""
-    return len(text) >= 300 and _REPEAT_ASK.search(text) is not None
 
 
 def tokens_per_cost(alpha: float, n_max: int, step_cost: float) -> float:
@@ -257,8 +245,11 @@ def _mode(path: Path, name: str, raw: Any) -> ModeModel:
     for key in ("load_time_s", "prefill_points", "decode_points"):
         if key not in raw:
             raise _fail(path, where, f"missing key {key!r}")
-    acceptance = (_per_class(path, f"{where}.acceptance", raw["acceptance"], None)
-                  if "acceptance" in raw else {})
+    repeat_acceptance = _number(path, f"{where}.repeat_acceptance", raw.get("repeat_acceptance", 0.9))
+    given = raw.get("acceptance")
+    if isinstance(given, dict) and "edit" not in given:  # an edit's answer repeats its input: repeat_acceptance
+        given = {**given, "edit": repeat_acceptance}
+    acceptance = _per_class(path, f"{where}.acceptance", given, None) if "acceptance" in raw else {}
     if any(a > 1.0 for a in acceptance.values()):
         raise _fail(path, f"{where}.acceptance", "acceptance is a fraction between 0 and 1")
     return ModeModel(
@@ -271,7 +262,7 @@ def _mode(path: Path, name: str, raw: Any) -> ModeModel:
         draft_n_max=int(_number(path, f"{where}.draft_n_max", raw.get("draft_n_max", 3), 1.0)),
         batch_penalty=_number(path, f"{where}.batch_penalty", raw.get("batch_penalty", 0.0)),
         repeat_factor=_number(path, f"{where}.repeat_factor", raw.get("repeat_factor", 1.0)),
-        repeat_acceptance=_number(path, f"{where}.repeat_acceptance", raw.get("repeat_acceptance", 0.9)),
+        repeat_acceptance=repeat_acceptance,
         draft_fraction=_number(path, f"{where}.draft_fraction", raw.get("draft_fraction", 1.0)),
         draft_step_cost=_number(path, f"{where}.draft_step_cost", raw.get("draft_step_cost", 0.0)),
     )

@@ -4,6 +4,12 @@ Speculative decoding pays off by task class (seed 004: MTP draft acceptance is 7
 and 39-48% on creative writing), so the proxy tags traffic and the tuner weighs profiles by it.
 The guess must cost microseconds per request and give the same answer every time, so it is a
 keyword/shape score over the last user message, not a model.
+
+`edit` is judged on the request's shape, not its topic: a sizeable body to work on and an ask to
+give it back changed (fix, rewrite, rename, translate ...). Its answer mostly repeats the prompt,
+which is where n-gram lookup drafts well whatever the topic; judged by topic words, the same
+"fix the spelling" request fell in `creative` or `analysis` by the words of its paragraph
+(benchmarks/results/routing-real-text-learned.md).
 """
 
 from __future__ import annotations
@@ -11,11 +17,23 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, get_args
 
-TaskClass = Literal["code", "factual", "analysis", "creative"]
+TaskClass = Literal["code", "factual", "analysis", "creative", "edit"]
 TASK_CLASSES: tuple[TaskClass, ...] = get_args(TaskClass)
 
 # Ties go to the earlier class: code signals are the least ambiguous, "factual" is the fallback.
+# `edit` is not scored: an edit ask on a sizeable body decides it before any score is looked at.
 _PRIORITY: tuple[TaskClass, ...] = ("code", "creative", "analysis", "factual")
+
+# An ask to give the text back changed. With a sizeable body (EDIT_MIN_CHARS) it makes the request an
+# `edit`; the emulator models such answers as repeating the input (n-gram drafts accept well).
+_EDIT_ASK = re.compile(
+    r"\b(?:rewrite|re-write|reformat|refactor|proofread|edit|repeat|copy|paraphrase|translate|return the full|"
+    r"(?:fix|correct)(?: the| any| all)? (?:spelling|typos|grammar|formatting|punctuation|mistakes|errors)|"
+    r"keep everything else|everything else unchanged|"
+    r"add (?:type hints|docstrings|comments)|renamed?|convert .{0,40} to)\b",
+    re.IGNORECASE,
+)
+EDIT_MIN_CHARS = 300
 
 
 def _patterns(*words: str) -> re.Pattern[str]:
@@ -83,6 +101,11 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+def asks_to_repeat(text: str) -> bool:
+    """An edit/rewrite request with a sizeable body to work on: its answer mostly repeats the input."""
+    return len(text) >= EDIT_MIN_CHARS and _EDIT_ASK.search(text) is not None
+
+
 def scores(text: str) -> dict[TaskClass, float]:
     """Per-class evidence; exposed so callers and tests can see why a class won."""
     code = 3.0 * text.count("```") / 2 + 2.0 * len(_CODE_STRONG.findall(text))
@@ -93,16 +116,19 @@ def scores(text: str) -> dict[TaskClass, float]:
     words = len(text.split())
     if _WH_START.search(text) and words <= 25 and analysis == 0.0:
         factual += 2.0
-    return {"code": code, "factual": factual, "analysis": analysis, "creative": creative}
+    return {"code": code, "factual": factual, "analysis": analysis, "creative": creative, "edit": 0.0}
 
 
 def classify(messages: list[dict[str, Any]]) -> TaskClass:
     """Guess the task class of a chat request from its last user message.
 
-    No evidence at all means a short message is a factual question and a long one an analysis
+    An edit ask on a sizeable body is an `edit`, whatever its topic. Else the keyword scores decide;
+    no evidence at all means a short message is a factual question and a long one an analysis
     (long free-form asks tend to want reasoning, not a one-line answer).
     """
     text = last_user_text(messages)[:JUDGED_CHARS]
+    if asks_to_repeat(text):
+        return "edit"
     evidence = scores(text)
     best = max(evidence.values())
     if best <= 0.0:

@@ -30,7 +30,7 @@ import httpx
 from specd.deploy.history import Trigger
 from specd.deploy.seams import SeamsFactory
 from specd.deploy.switch import Switcher
-from specd.emulator.model import EmulatorModel, asks_to_repeat, plan_request
+from specd.emulator.model import EmulatorModel, plan_request
 from specd.endpoint import tcp_port
 from specd.engines.facts import facts_of
 from specd.engines.metrics import SpecCounters, read_counters
@@ -38,7 +38,7 @@ from specd.errors import HealthError, Interrupted, SpecdError, UsageError
 from specd.gpu import nvml as gpu
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
-from specd.traffic.taskclass import classify, last_user_text
+from specd.traffic.taskclass import asks_to_repeat, classify, last_user_text
 from specd.unit.parse import parse_unit
 
 REQUEST_TIMEOUT_S = 600.0

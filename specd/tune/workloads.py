@@ -60,7 +60,12 @@ _QUESTIONS: dict[TaskClass, tuple[str, ...]] = {
     "creative": ("Write a short story about the night shift at this depot.",
                  "Compose a poem inspired by the brass fittings in the ledger.",
                  "Imagine the depot a hundred years from now and write a fable about it."),
+    "edit": ("Rewrite the ledger below with its spelling fixed; keep everything else exactly as it is.",
+             "Return the full ledger below with every count written in words; everything else unchanged.",
+             "Copy the ledger below and correct any typos."),
 }
+# The classes the built-in long-context workload cycles through: questions about one long document.
+DOCUMENT_CLASSES: tuple[TaskClass, ...] = ("code", "factual", "analysis", "creative")
 
 
 @dataclass(frozen=True)
@@ -307,9 +312,12 @@ def question(task_class: TaskClass, index: int) -> str:
 
 
 def opening(task_class: TaskClass, prompt_tokens: int, seed: int, question_index: int) -> list[dict[str, str]]:
-    """A reference context then a question of the class: about `prompt_tokens` tokens in all."""
+    """A reference context then a question of the class: about `prompt_tokens` tokens in all. An edit
+    carries its body in the user's message (the text to give back changed), as edit requests do."""
     asked = question(task_class, question_index)
     context = filler_text(max(prompt_tokens - len(asked) // CHARS_PER_TOKEN, 1), seed)
+    if task_class == "edit":
+        return [{"role": "user", "content": f"{asked}\n\n{context}"}]
     return [{"role": "system", "content": f"Reference material:\n{context}"}, {"role": "user", "content": asked}]
 
 
@@ -324,8 +332,8 @@ def long_context(n: int = 12, seed: int = 0) -> Workload:
     lengths = (4096, 8192, 16384, 32768, 43000)
     outputs = (64, 256, 1024)
     requests = tuple(
-        ask(TASK_CLASSES[i % len(TASK_CLASSES)], lengths[i % len(lengths)], outputs[i % len(outputs)],
-            seed * 1000 + i, i // len(TASK_CLASSES), conversation=f"long-context-{i}")
+        ask(DOCUMENT_CLASSES[i % len(DOCUMENT_CLASSES)], lengths[i % len(lengths)], outputs[i % len(outputs)],
+            seed * 1000 + i, i // len(DOCUMENT_CLASSES), conversation=f"long-context-{i}")
         for i in range(n)
     )
     return Workload(name="long-context", requests=requests, origin="builtin")

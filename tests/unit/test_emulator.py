@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from specd.emulator.model import (
-    asks_to_repeat,
     decode_rate,
     expected_wall_ms,
     interpolate,
@@ -30,6 +29,7 @@ from specd.emulator.options import OPTIONS, help_text
 from specd.emulator.server import parse_args
 from specd.errors import PreflightError, UsageError
 from specd.profiles.flags import parse_help
+from specd.traffic.taskclass import asks_to_repeat
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = load_model()

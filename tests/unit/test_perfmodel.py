@@ -51,7 +51,7 @@ def synth(profile: str, prefill_rate: float, decode: object, factors: dict[TaskC
 
 
 FLAT: dict[TaskClass, float] = dict.fromkeys(TASK_CLASSES, 1.0)
-SPEC: dict[TaskClass, float] = {"code": 1.3, "factual": 1.1, "analysis": 0.9, "creative": 0.7}
+SPEC: dict[TaskClass, float] = {"code": 1.3, "factual": 1.1, "analysis": 0.9, "creative": 0.7, "edit": 1.5}
 
 
 @pytest.fixture(scope="module")

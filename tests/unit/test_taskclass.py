@@ -105,8 +105,43 @@ def test_scores_show_the_evidence() -> None:
     assert evidence["creative"] == 0
 
 
-def test_task_classes_tuple() -> None:
-    assert TASK_CLASSES == ("code", "factual", "analysis", "creative")
+PARAGRAPH = ("The committee met on Tuesday to discuss the budget for teh coming year. Several memebrs argued "
+             "that the libary neded new shelves and better lighting. The treasurer reportted that donnations had "
+             "increaced by a small amount since spring. A proposal to extend the opening hours was aproved.")
+CODE_BODY = "\n\n".join(f"def step_{i}(value):\n    total = value * {i}\n    return total - {i}" for i in range(6))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Fix the spelling mistakes in each text. Keep everything else exactly as it is.\n\nText: " + PARAGRAPH,
+        f"Proofread this paragraph and return it with the mistakes corrected:\n\n{PARAGRAPH}",
+        f"Translate the following into German:\n\n{PARAGRAPH}",
+        f"Refactor this module to use f-strings, nothing else:\n```python\n{CODE_BODY}\n```",
+        (f"# Original module\n{CODE_BODY}\n\n# The same module with step_1 renamed to step_one; everything else "
+         "unchanged\n"),
+    ],
+)
+def test_edit_an_ask_to_give_a_body_back_changed(text: str) -> None:
+    """The answer repeats the prompt's body (where n-gram drafts pay), whatever words the body holds."""
+    assert classify(user(text)) == "edit"
+
+
+@pytest.mark.parametrize("topic", [
+    "Write a short story about a lighthouse keeper and describe the storm.",  # creative words in the body
+    "Compare the two budgets and explain why the second one is larger; evaluate both.",  # analysis words
+    "What is the capital of the country where the meeting took place?",  # factual words
+])
+def test_edit_does_not_follow_the_topic_words_of_its_body(topic: str) -> None:
+    body = f"{topic} {PARAGRAPH}"
+    assert classify(user(f"Fix the spelling mistakes in this text and keep everything else:\n\n{body}")) == "edit"
+    assert classify(user(body)) != "edit"  # the same body with no edit ask is judged on its words
+
+
+def test_an_edit_ask_without_a_body_to_work_on_is_not_an_edit() -> None:
+    assert classify(user("Rewrite my cover letter so it sounds more confident.")) != "edit"
+    assert classify(user("Translate 'good morning' into German.")) == "factual"
+    assert classify(user("Refactor this class to use dataclasses:\nclass Point:\n    x: int")) == "code"
 
 
 @given(st.text(max_size=300))

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specd.emulator.model import asks_to_repeat
 from specd.errors import UsageError
-from specd.traffic.taskclass import classify, last_user_text
+from specd.traffic.taskclass import asks_to_repeat, classify, last_user_text
 from specd.tune.workloads import (
     BUILTIN_WORKLOADS,
     DATA_DIR,
