@@ -3,6 +3,11 @@
 `/health` 200 (503 "Loading model" is normal while loading), `/v1/models` lists the alias, a
 1-token completion to the alias succeeds, and then the unit keeps the same MainPID with no
 restarts for a stability window — `Restart=on-failure` can otherwise hide a crash loop.
+
+The completion waits in the server's queue like any request: on a busy server (a client's long
+answer holding its one slot, clients reaching a restarted server before the gate does) it is
+answered late, not never, so the gate gives it whatever is left of the health timeout (at least
+COMPLETION_MIN_S) instead of the HTTP client's read timeout.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from specd.endpoint import http_client, shown
 from specd.errors import HealthError
 
 _POLL_S = 0.25
+COMPLETION_MIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -41,8 +47,9 @@ def _alias_listed(payload: Any, alias: str) -> bool:
 
 
 def check_once(client: httpx.Client, base_url: str, alias: str | None, *, complete: bool = False,
-               api_key: str | None = None) -> HealthResult:
-    """One probe: health, alias listed, and (optionally) a 1-token completion.
+               api_key: str | None = None, completion_timeout_s: float | None = None) -> HealthResult:
+    """One probe: health, alias listed, and (optionally) a 1-token completion, given
+    `completion_timeout_s` to answer (else the client's timeout).
 
     alias None is router mode: /v1/models must list the presets (any model); no completion, which
     would load one on demand. api_key is sent as a bearer token and never appears in a message."""
@@ -68,7 +75,13 @@ def check_once(client: httpx.Client, base_url: str, alias: str | None, *, comple
         if complete:
             body = {"model": alias, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1,
                     "temperature": 0}
-            answer = client.post(f"{base_url}/v1/chat/completions", json=body, headers=headers)
+            waited = httpx.Timeout(completion_timeout_s, connect=2.0) if completion_timeout_s else client.timeout
+            try:
+                answer = client.post(f"{base_url}/v1/chat/completions", json=body, headers=headers, timeout=waited)
+            except httpx.TimeoutException as exc:
+                return HealthResult(False, f"a 1-token completion to '{alias}' had no answer within "
+                                           f"{waited.read or 0:.0f} s ({type(exc).__name__}; the server answers it "
+                                           "after the requests ahead of it in its queue)")
             if answer.status_code != 200 or not answer.json().get("choices"):
                 return HealthResult(False, f"a 1-token completion to '{alias}' failed: {answer.status_code} "
                                            f"{answer.text[:160]}")
@@ -141,7 +154,8 @@ def wait_healthy(
             time.sleep(_POLL_S)
         load_s = clock() - start
         tell("gate-health", f"/health 200 and /v1/models lists {alias or 'the presets'} after {load_s:.1f} s")
-        probe = check_once(http, base_url, alias, complete=True, api_key=api_key)
+        probe = check_once(http, base_url, alias, complete=True, api_key=api_key,
+                           completion_timeout_s=max(COMPLETION_MIN_S, deadline - clock()))
         if not probe.ok:
             raise HealthError(probe.detail)
         tell("gate-completion", f"a 1-token completion to {alias} answered" if alias else "router mode: no completion")
