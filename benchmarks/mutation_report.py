@@ -37,8 +37,16 @@ FALSY = {"False", "0", "0.0", '""', "[]", "()"}
 
 # mutant-name prefix -> why it is harmless, or which test now kills it
 NOTES: dict[str, str] = {
-    "specd.proxy.warmup.x_warm_up": "the empty warm-up's counts: `Warmed.describe` reads only `sent`, which is "
-                                    "falsy either way; the timed warm-up is tests/unit/test_warmup.py's",
+    "specd.proxy.warmup.x_warm_up__mutmut_8": ("the empty warm-up's counts: `Warmed.describe` reads only "
+                                               "`sent`, which is falsy either way"),
+    "specd.proxy.warmup.x_warm_up__mutmut_9": ("the empty warm-up's counts: `Warmed.describe` reads only "
+                                               "`sent`, which is falsy either way"),
+    "specd.proxy.warmup.x_warm_up__mutmut_10": ("the empty warm-up's counts: `Warmed.describe` reads only "
+                                               "`sent`, which is falsy either way"),
+    "specd.proxy.warmup.x_warm_up__mutmut_15": ("the empty warm-up's counts: `Warmed.describe` reads only "
+                                               "`sent`, which is falsy either way"),
+    "specd.proxy.warmup.x_warm_up__mutmut_16": ("the empty warm-up's counts: `Warmed.describe` reads only "
+                                               "`sent`, which is falsy either way"),
     "specd.proxy.relay.xǁRelayǁstop": "a second stop closes the upstream again; `close` is idempotent",
     "specd.proxy.http1.client.xǁUpstreamPoolǁdiscard_idle": "defence only: the re-send after a drop on a reused "
                                                             "connection goes on a fresh one whatever the pool "
@@ -142,6 +150,66 @@ NOTES: dict[str, str] = {
                                                       "backend_that_stays_down"),
     "specd.proxy.gate.xǁBackendGateǁresume__mutmut_1": ("killed now: test_gate::test_resume_without_a_new_pause_"
                                                        "leaves_no_lease_to_close_the_gate_again"),
+    'specd.proxy.attempts.xǁAttemptsǁ_pick__mutmut_5': (
+        'killed now: '
+        'test_attempts::test_a_conversation_that_began_on_the_primary_stays_there_when_its_next_turn_is_of_a_routed_class'),
+    'specd.proxy.attempts.xǁAttemptsǁcompanion_failed__mutmut_': (
+        'killed now: '
+        'test_attempts::test_a_failed_companion_attempt_moves_to_the_primary_and_a_failed_primary_attempt_does_not'),
+    'specd.proxy.routes.xǁRouterǁpick__mutmut_54': (
+        'killed now: '
+        'test_attempts::test_a_conversation_that_began_on_the_primary_stays_there_when_its_next_turn_is_of_a_routed_class'),
+    'specd.proxy.routes.xǁRouterǁpick__mutmut_7': (
+        'killed now: '
+        'test_router::test_a_target_whose_query_holds_another_question_mark_is_routed_by_its_path'),
+    'specd.proxy.routes.xǁRouterǁpick__mutmut_9': (
+        '`split(b"?", 2)`: the same first part'),
+    'specd.proxy.routes.xǁRouterǁpick__mutmut_90': (
+        'killed now: '
+        'test_router::test_a_busy_routed_companion_sends_the_next_request_to_the_idle_primary_at_the_sets_busy_at'),
+    'specd.proxy.routes.xǁRouterǁpick__mutmut_95': (
+        'killed now: '
+        'test_router::test_a_busy_routed_companion_sends_the_next_request_to_the_idle_primary_at_the_sets_busy_at'),
+    'specd.proxy.routes.xǁRouterǁrefresh__mutmut_6': (
+        'killed now: '
+        'test_router::test_a_refresh_keeps_the_conversations_on_companions_that_stay_and_forgets_those_that_left'),
+    'specd.proxy.routes.xǁRouterǁrefresh__mutmut_7': (
+        'killed now: '
+        'test_router::test_a_refresh_keeps_the_conversations_on_companions_that_stay_and_forgets_those_that_left'),
+    'specd.proxy.routes.xǁRouterǁstatus__mutmut_26': (
+        'killed now: '
+        'test_router::test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode'),
+    'specd.proxy.routes.xǁRouterǁstatus__mutmut_27': (
+        'killed now: '
+        'test_router::test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode'),
+    'specd.proxy.routes.xǁRouterǁstatus__mutmut_6': (
+        'killed now: '
+        'test_router::test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode'),
+    'specd.proxy.routes.xǁRouterǁ_poll__mutmut_4': (
+        'equivalent: `refresh` drops a companion that left the set from `down` in the '
+        'same step that changes the set, so the poller leaves its loop before it can see '
+        'the companion gone'),
+    'specd.proxy.routes.xǁRouterǁwait_idle__mutmut_9': (
+        'equivalent: `end` deletes a count that reaches 0, so a missing count is None or '
+        '0, falsy either way'),
+    'specd.proxy.gate.xǁBackendGateǁpass_through__mutmut_': (
+        'killed now: '
+        'test_gate::test_the_hold_histogram_records_no_wait_through_an_open_gate_and_the_wait_through_a_paused_one'),
+    'specd.proxy.gate.xǁBackendGateǁwait__mutmut_4': (
+        '`<` or `<=` at the exact instant of the deadline: a zero wait times out and the '
+        'next look raises'),
+    'specd.proxy.heap.xǁTrimmerǁ__init____mutmut_3': (
+        'killed now: test_body_shape::test_a_fresh_trimmer_waits_for_the_whole_threshold'),
+    'specd.proxy.bodies.xǁBodyReaderǁinline__mutmut_1': (
+        'killed now: '
+        'test_body_shape::test_the_loop_reads_bodies_up_to_its_bound_the_thread_up_to_the_reading_bound_and_nothing_past_it'),
+    'specd.proxy.bodies.xǁBodyReaderǁread_now__mutmut_': (
+        'killed now: '
+        'test_body_shape::test_the_loop_reads_bodies_up_to_its_bound_the_thread_up_to_the_reading_bound_and_nothing_past_it'),
+    'specd.proxy.bodies.xǁBodyReaderǁclose__mutmut_': (
+        "the reader's pool at the daemon's exit: parses still queued belong to requests "
+        'cut by the shutdown (cancelled or not, nobody reads them), and waiting for a '
+        'running one is bounded by the 8 MiB reading bound'),
 }
 
 
@@ -154,9 +222,19 @@ def diff_of(name: str) -> list[str]:
             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
+def note_matches(key: str, name: str) -> bool:
+    """A NOTES key names one mutant (`..._mutmut_12`: that one only, not `_mutmut_120`), every mutant of a
+    function (`x_warm_up`: its `__mutmut_N`, not `x_warm_up_bodies`'), or those a `..._mutmut_` prefix starts."""
+    if re.search(r"__mutmut_\d+$", key):
+        return name == key
+    if key.endswith("__mutmut_"):
+        return name.startswith(key)
+    return name.startswith(f"{key}__mutmut_")
+
+
 def classify(name: str, diff: list[str]) -> tuple[str, str]:
-    for prefix, note in NOTES.items():
-        if name.startswith(prefix):
+    for key, note in NOTES.items():
+        if note_matches(key, name):
             return "noted", note
     if _falsy_for_none(diff):
         return "falsy", ("a falsy value (`False`, `0`, `\"\"`, `[]`) swapped for `None` where it is only "

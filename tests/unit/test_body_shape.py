@@ -184,3 +184,34 @@ def test_a_captured_line_is_the_clients_object_on_one_line_with_specds_member_la
     assert json.loads(line) == {**json.loads(body), "specd": {"recorded_at": 1.5, "concurrency": 2}}
     assert json.loads(workload_line(b"{}", {"a": 1}) or b"") == {"specd": {"a": 1}}
     assert workload_line(b"[1]", {}) is None and workload_line(b"\xff{}", {}) is None
+
+
+def test_a_fresh_trimmer_waits_for_the_whole_threshold() -> None:
+    async def short_then_whole() -> tuple[int, int]:
+        trimmer = Trimmer(after_bytes=1000, delay_s=0.01)
+        trimmer.released(999)  # one byte short of the threshold: no trim
+        await asyncio.sleep(0.1)
+        before = trimmer.trims
+        trimmer.released(1)
+        while trimmer.trims == before:
+            await asyncio.sleep(0.01)
+        return before, trimmer.trims
+
+    assert asyncio.run(asyncio.wait_for(short_then_whole(), 30)) == (0, 1)
+
+
+def test_the_loop_reads_bodies_up_to_its_bound_the_thread_up_to_the_reading_bound_and_nothing_past_it() -> None:
+    from specd.proxy.bodies import BodyReader
+
+    reader = BodyReader(inline_bytes=64)
+    small = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    at_bound = small[:-1] + b" " * (64 - len(small)) + b"}"
+    assert len(at_bound) == 64 and reader.inline(at_bound) and not reader.inline(at_bound + b" ")
+    shape = reader.read_now(at_bound)
+    assert shape is not None and shape.unknown is None  # read on the loop, at exactly its bound
+    assert reader.read_now(at_bound + b" ") is None  # one byte more: the thread reads it
+    at_limit = b" " * MAX_READ_BYTES
+    assert reader.read_now(at_limit) is None  # still read, off the loop
+    past = reader.read_now(at_limit + b" ")
+    assert past is not None and past.unknown == f"body over {MAX_READ_BYTES} bytes"
+    reader.close()

@@ -119,3 +119,24 @@ def test_a_held_request_with_time_left_goes_when_the_pause_ends() -> None:
         gate.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_hold_histogram_records_no_wait_through_an_open_gate_and_the_wait_through_a_paused_one() -> None:
+    from specd.proxy.metrics import ProxyMetrics
+
+    def hold(metrics: ProxyMetrics, stat: str) -> float:
+        value = metrics.registry.get_sample_value(f"specd_proxy_hold_seconds_{stat}")
+        return 0.0 if value is None else value
+
+    async def scenario() -> None:
+        metrics = ProxyMetrics()
+        gate = BackendGate(healthy, poll_s=0.01)
+        await gate.wait(time.perf_counter() + 30, 30)  # open
+        await gate.pass_through(time.perf_counter() + 30, 30, metrics)
+        assert (hold(metrics, "count"), hold(metrics, "sum")) == (1.0, 0.0)
+        gate.pause(0.3)
+        await gate.pass_through(time.perf_counter() + 30, 30, metrics)  # held until the lease ends
+        assert hold(metrics, "count") == 2.0 and 0.25 <= hold(metrics, "sum") < 5.0
+        gate.stop()
+
+    asyncio.run(scenario())

@@ -158,3 +158,45 @@ def test_per_request_mode_returns_the_stamped_body_for_the_primary() -> None:
     routed = router.pick(b"/v1/chat/completions", chat(CODE), body, PRIMARY, "plain", True, 0)
     assert (routed.url, routed.profile, routed.task_class, routed.reason) == (None, "plain", "code", "route")
     assert json.loads(routed.body)["speculative.n_max"] == 0
+
+
+def test_a_target_whose_query_holds_another_question_mark_is_routed_by_its_path() -> None:
+    router = Router(Resolve())
+    assert pick_url(router, b"/v1/chat/completions?next=/a?b", chat(CODE)) == MTP
+
+
+def test_a_refresh_keeps_the_conversations_on_companions_that_stay_and_forgets_those_that_left() -> None:
+    async def scenario() -> None:
+        resolve = Resolve(RouteSet(True, (Companion(MTP, "mtp"), Companion(OTHER, "mtp")), TABLE))
+        router = Router(resolve, healthy=Health(), poll_s=30)
+        assert pick_url(router, b"/v1/chat/completions", chat(CODE)) == MTP  # a conversation on MTP
+        router.begin(MTP)  # MTP busy: the next one goes to OTHER, the other mtp server
+        assert pick_url(router, b"/v1/chat/completions", chat(f"{CODE}, and one that subtracts them")) == OTHER
+        assert router.status()["conversations"] == 2
+        resolve.now = RouteSet(True, (Companion(MTP, "mtp"),), TABLE)  # OTHER leaves
+        await router.refresh()
+        assert router.status()["conversations"] == 1  # MTP's stays: its prefix is still cached there
+        follow_up = {"messages": [{"role": "user", "content": CODE}, {"role": "assistant", "content": "def add"},
+                                  {"role": "user", "content": "Now a poem about it."}]}
+        picked = router.pick(b"/v1/chat/completions", follow_up, b"{}", PRIMARY, "plain", True, 0)
+        assert (picked.url, picked.reason) == (MTP, "conversation")
+        router.stop()
+
+    asyncio.run(scenario())
+
+
+def test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode() -> None:
+    router = Router(Resolve())
+    assert router.status()["companions"] == [{"url": MTP, "profile": "mtp", "up": True, "in_flight": 0}]
+    stamped = Router(Resolve(RouteSet(True, (), TABLE, stamps={"creative": {"speculative.n_max": 0}})))
+    assert stamped.status()["mode"] == "per-request"
+
+
+def test_a_busy_routed_companion_sends_the_next_request_to_the_idle_primary_at_the_sets_busy_at() -> None:
+    router = Router(Resolve(RouteSet(True, (Companion(MTP, "mtp"),), TABLE, busy_at=1)))
+    router.begin(MTP)  # one in flight on MTP: busy at 1; the table has no slowdowns to weigh
+    picked = router.pick(b"/v1/chat/completions", chat(CODE), b"{}", PRIMARY, "plain", True, 0)
+    assert (picked.url, picked.reason) == (None, "load")
+    patient = Router(Resolve())  # the default busy_at waits for more in flight
+    patient.begin(MTP)
+    assert pick_url(patient, b"/v1/chat/completions", chat(CODE)) == MTP
