@@ -210,6 +210,15 @@ NOTES: dict[str, str] = {
         "the reader's pool at the daemon's exit: parses still queued belong to requests "
         'cut by the shutdown (cancelled or not, nobody reads them), and waiting for a '
         'running one is bounded by the 8 MiB reading bound'),
+    "specd.proxy.exchange.xǁExchangeǁto_record__mutmut_": (
+        "killed now: test_exchange::test_the_traffic_row_of_a_whole_answer_carries_its_shape_usage_and_timings, "
+        "test_exchange::test_a_streams_output_length_comes_from_usage_else_timings_else_its_token_events"),
+    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_9": ("equivalent: a `data: [DONE]` let through carries no token "
+                                                      "and no usage, so nothing more is noted"),
+    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_10": "the same: `[DONE]` let through",
+    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_11": "the same: `[DONE]` let through",
+    "specd.proxy.exchange.x_json_object__mutmut_4": ("equivalent: both callers hand the result to `absorb`, which "
+                                                    "takes nothing but a dict"),
 }
 
 

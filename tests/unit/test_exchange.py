@@ -33,3 +33,42 @@ def test_a_stream_counts_its_token_events_and_keeps_the_final_usage_and_timings(
     assert exchange.ttft_ms == first  # the first token's time, not a later one's
     assert exchange.usage == {"completion_tokens": 3}
     assert exchange.timings == {"predicted_n": 3, "draft_n": 2}
+
+
+def test_the_traffic_row_of_a_whole_answer_carries_its_shape_usage_and_timings() -> None:
+    from specd.traffic.shape import RequestShape
+
+    shape = RequestShape(sampling='{"temperature":0.7}', conversation="c0ffee", turn=2, stream=False,
+                         task_class="edit")
+    exchange = Exchange("/v1/chat/completions", 3, lambda *_: None, shape=shape)
+    exchange.profile = "mtp"
+    exchange.absorb({"usage": {"prompt_tokens": 40, "completion_tokens": 7},
+                     "timings": {"prompt_n": 38, "prompt_ms": 12.5, "predicted_n": 7, "predicted_ms": 70.0,
+                                 "draft_n": 6, "draft_n_accepted": 4}})
+    row = exchange.to_record("llama.service", 200, 0.25, None)
+    assert (row.unit, row.profile, row.in_flight, row.task_class, row.stream, row.status) == (
+        "llama.service", "mtp", 3, "edit", False, 200)
+    assert row.total_ms == 250.0
+    assert (row.prompt_tokens, row.completion_tokens) == (40, 7)
+    assert (row.prompt_n, row.prompt_ms, row.predicted_n, row.predicted_ms) == (38, 12.5, 7, 70.0)
+    assert (row.draft_n, row.draft_n_accepted) == (6, 4)
+    assert (row.sampling, row.conversation, row.turn, row.shape_unknown) == ('{"temperature":0.7}', "c0ffee", 2, None)
+    unread = Exchange("/v1/chat/completions", 0, lambda *_: None, shape=RequestShape(unknown="body over 8 bytes"))
+    assert unread.to_record("u", 200, 0.1, None).shape_unknown == "body over 8 bytes"
+
+
+def test_a_streams_output_length_comes_from_usage_else_timings_else_its_token_events() -> None:
+    from specd.traffic.shape import RequestShape
+
+    def streamed(*events: bytes) -> int | None:
+        exchange = Exchange("/v1/chat/completions", 1, lambda *_: None, shape=RequestShape(stream=True))
+        exchange.scan(b"".join(events))
+        return exchange.to_record("u", 200, 1.0, None).completion_tokens
+
+    tokens = (delta("a"), delta("b"), delta("c"))
+    assert streamed(*tokens, event({"choices": [], "usage": {"completion_tokens": 3},
+                                    "timings": {"predicted_n": 5}})) == 3  # usage says it
+    assert streamed(*tokens, event({"choices": [], "timings": {"predicted_n": 5}})) == 5  # then the timings
+    assert streamed(*tokens) == 3  # then the token events counted
+    whole = Exchange("/v1/chat/completions", 1, lambda *_: None)  # not a stream, no usage: not known
+    assert whole.to_record("u", 200, 1.0, None).completion_tokens is None
