@@ -219,6 +219,21 @@ NOTES: dict[str, str] = {
     "specd.proxy.exchange.xǁExchangeǁscan__mutmut_11": "the same: `[DONE]` let through",
     "specd.proxy.exchange.x_json_object__mutmut_4": ("equivalent: both callers hand the result to `absorb`, which "
                                                     "takes nothing but a dict"),
+    "specd.proxy.warmup.x_warm_up__mutmut_19": (
+        "killed now: test_warmup::test_a_warm_up_without_a_key_sends_none_and_a_request_that_errors_is_not_counted_"
+        "answered"),
+    "specd.proxy.warmup.x_warm_up__mutmut_47": "killed now: the same test (a refused request counted answered)",
+    "specd.proxy.warmup.x_warm_up__mutmut_71": "killed now: the same test (the seconds as `now + started`)",
+    "specd.proxy.warmup.x_warm_up__mutmut_25": ("equivalent: no client timeout; `asyncio.wait(..., budget_s)` "
+                                               "bounds the warm-up and cancels what is left"),
+    "specd.proxy.warmup.x_warm_up__mutmut_29": ("not covered: httpx's default 5 s timeout would cut a long "
+                                               "prompt's warm-up before the 15 s budget; only a real transport "
+                                               "enforces timeouts (the tests' MockTransport does not)"),
+    "specd.proxy.warmup.x_warm_up__mutmut_60": ("the cancelled requests awaited before the client closes: without "
+                                               "it they finish cancelling after; the same counts and timing"),
+    "specd.proxy.warmup.x_warm_up_bodies__mutmut_6": ("not covered: `break` for `continue` after a body that parses "
+                                                     "but cannot be written back; json's reader and writer stop at "
+                                                     "the same nesting depth, so no such body was found to test"),
 }
 
 

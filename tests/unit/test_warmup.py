@@ -110,3 +110,19 @@ def test_a_server_that_does_not_answer_in_time_delays_the_flip_by_the_budget_onl
     assert time.monotonic() - started < 5
     assert (warmed.sent, warmed.answered) == (3, 1)
     assert asyncio.run(warm_up("http://new-server", [])).describe().startswith("no recent request")
+
+
+def test_a_warm_up_without_a_key_sends_none_and_a_request_that_errors_is_not_counted_answered() -> None:
+    keys: list[str | None] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers.get("authorization"))
+        if json.loads(request.content)["prompt"] == "refused":
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={})
+
+    requests = [Recent("/v1/completions", json.dumps({"prompt": p}).encode()) for p in ("refused", "fine")]
+    warmed = asyncio.run(warm_up("http://new-server", requests, transport=httpx.MockTransport(handler)))
+    assert (warmed.sent, warmed.answered) == (2, 1)
+    assert keys == [None, None]
+    assert 0.0 <= warmed.seconds < 5.0 and "1 of 2 recent prompt(s) in" in warmed.describe()
