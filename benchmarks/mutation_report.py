@@ -234,6 +234,44 @@ NOTES: dict[str, str] = {
     "specd.proxy.warmup.x_warm_up_bodies__mutmut_6": ("not covered: `break` for `continue` after a body that parses "
                                                      "but cannot be written back; json's reader and writer stop at "
                                                      "the same nesting depth, so no such body was found to test"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_2": (
+        "killed now: test_relay::"
+        "test_every_byte_reaches_the_client_and_every_event_is_counted_however_the_reads_split_them"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_4": "killed now: the same test",
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_13": "killed now: the same test",
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_16": "killed now: the same test",
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_20": "killed now: the same test",
+    "specd.proxy.relay.xǁRelayǁon_end__mutmut_1": "killed now: the same test",
+    "specd.proxy.relay.xǁRelayǁon_end__mutmut_3": "killed now: the same test",
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_7": (
+        "killed now: test_relay::"
+        "test_whole_events_go_on_at_once_and_a_partial_one_waits_for_its_end"),
+    "specd.proxy.relay.xǁRelayǁbegin__mutmut_5": (
+        "killed now: test_relay::"
+        "test_whole_events_go_on_at_once_and_a_partial_one_waits_for_its_end"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_15": (
+        "killed now: test_relay::"
+        "test_a_stream_without_event_boundaries_is_passed_on_in_bounded_pieces"),
+    "specd.proxy.relay.xǁRelayǁ__init____mutmut_4": ("equivalent: None and b\"\" are both falsy where `_pending` is "
+                                                   "tested, and the responder ends a body on either the same way"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_3": "equivalent: b\"\" + data is data",
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_12": "`<` or `<=` at exactly the 1 MiB bound",
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_10": ("`end == 0`: pending bytes that start with a blank "
+                                                      "line and hold no other boundary; the same bytes go on, one "
+                                                      "read sooner or later (llama-server sends no blank line of "
+                                                      "its own)"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_11": ("`end == 0`: pending bytes that start with a blank "
+                                                      "line and hold no other boundary; the same bytes go on, one "
+                                                      "read sooner or later (llama-server sends no blank line of "
+                                                      "its own)"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_17": ("`end == 0`: pending bytes that start with a blank "
+                                                      "line and hold no other boundary; the same bytes go on, one "
+                                                      "read sooner or later (llama-server sends no blank line of "
+                                                      "its own)"),
+    "specd.proxy.relay.xǁRelayǁon_data__mutmut_18": ("`end == 0`: pending bytes that start with a blank "
+                                                      "line and hold no other boundary; the same bytes go on, one "
+                                                      "read sooner or later (llama-server sends no blank line of "
+                                                      "its own)"),
 }
 
 
