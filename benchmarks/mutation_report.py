@@ -272,6 +272,13 @@ NOTES: dict[str, str] = {
                                                       "line and hold no other boundary; the same bytes go on, one "
                                                       "read sooner or later (llama-server sends no blank line of "
                                                       "its own)"),
+    "specd.proxy.relay.x_respond__mutmut_27": ("not covered: `[:2]` copies a second content-length only from "
+                                              "a backend that sent two on a HEAD or 304 answer"),
+    "specd.proxy.relay.x_respond__mutmut_48": "`<` or `<=` at exactly the 4 MiB scanning bound",
+    "specd.proxy.relay.x_respond__mutmut_": (
+        "killed now (each checked by hand): test_relay::test_a_whole_answer_is_passed_on_and_recorded_and_one_that_"
+        "breaks_off_is_a_502, test_a_head_or_304_answer_keeps_the_backends_length_and_a_refused_unread_body_closes_"
+        "the_connection, test_a_finished_stream_leaves_the_set_of_relays_a_shutdown_would_stop"),
 }
 
 

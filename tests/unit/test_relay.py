@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from specd.proxy.exchange import Exchange
 from specd.proxy.relay import _MAX_PENDING, Relay
@@ -109,3 +109,116 @@ def test_a_stream_without_event_boundaries_is_passed_on_in_bounded_pieces() -> N
     blob = b"x" * (_MAX_PENDING + 10)
     responder, _, _ = relay_of(blob[:_MAX_PENDING - 1], blob[_MAX_PENDING - 1:])
     assert responder.writes == [blob] and responder.received == blob  # not held past the bound
+
+
+# ---- a whole (not streamed) answer: specd.proxy.relay.respond ---------------------------------------
+
+
+class FakeWholeUpstream(FakeUpstream):
+    """A backend answer read whole, or one that breaks off while it is read (`fails`)."""
+
+    content_type = "application/json"
+
+    def __init__(self, status: int, body: bytes, *, head_only: bool = False, fails: bool = False,
+                 length: bytes | None = None) -> None:
+        super().__init__()
+        self.status, self.body, self.head_only, self.fails = status, body, head_only, fails
+        self.headers = [(b"content-type", b"application/json")] + ([(b"content-length", length)] if length else [])
+
+    async def read(self) -> bytes:
+        if self.fails:
+            raise ConnectionResetError("reset by peer")
+        return self.body
+
+
+class FakeWholeResponder(FakeResponder):
+    left = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None
+        self.errors: list[tuple[int, str, str]] = []
+        self.closed = False
+
+    def on_leave(self, callback: Callable[[], None]) -> None:
+        pass
+
+    def answer(self, status: int, headers: list[tuple[bytes, bytes]], content: bytes) -> None:
+        self.answered = (status, headers, content)
+
+    def error(self, status: int, message: str, kind: str) -> None:
+        self.errors.append((status, message, kind))
+
+    def close_connection(self) -> None:
+        self.closed = True
+
+
+def respond_to(upstream: FakeWholeUpstream, shape: RequestShape | None = None) -> tuple[FakeWholeResponder, Any, Any]:
+    from specd.proxy.relay import ClientWatch, respond
+
+    finished: list[tuple[int, str | None]] = []
+
+    async def run() -> tuple[FakeWholeResponder, Any, Any]:
+        responder = FakeWholeResponder()
+        exchange = Exchange("/v1/chat/completions", 1, lambda _e, status, _s, error: finished.append((status, error)),
+                            shape=shape or RequestShape())
+        watch = ClientWatch(responder)  # type: ignore[arg-type]
+        await respond(upstream, exchange, responder, watch, set())  # type: ignore[arg-type]
+        return responder, (exchange, finished), watch
+
+    return asyncio.run(run())
+
+
+def test_a_whole_answer_is_passed_on_and_recorded_and_one_that_breaks_off_is_a_502() -> None:
+    body = json.dumps({"choices": [], "usage": {"completion_tokens": 4}}).encode()
+    responder, (exchange, finished), watch = respond_to(FakeWholeUpstream(200, body))
+    assert responder.answered == (200, [(b"content-type", b"application/json")], body)
+    assert finished == [(200, None)] and exchange.usage == {"completion_tokens": 4} and watch.answered is True
+    assert not responder.closed
+    responder, (exchange, finished), _ = respond_to(FakeWholeUpstream(200, b"", fails=True))
+    assert responder.errors == [(502, "the backend dropped the response", "api_error")]
+    assert finished == [(502, "backend dropped the response: ConnectionResetError")]
+    assert exchange.failed_status == 502 and responder.answered is None
+
+
+def test_a_head_or_304_answer_keeps_the_backends_length_and_a_refused_unread_body_closes_the_connection() -> None:
+    head = FakeWholeUpstream(200, b"", head_only=True, length=b"42")
+    for upstream in (head, FakeWholeUpstream(304, b"", length=b"7")):
+        responder, _, _ = respond_to(upstream)
+        assert responder.answered is not None
+        lengths = [v for k, v in responder.answered[1] if k == b"content-length"]
+        assert lengths == [upstream.headers[1][1]], upstream.status
+        assert (b"content-type", b"application/json") in responder.answered[1]  # the other headers kept
+    plain, _, _ = respond_to(FakeWholeUpstream(200, b"{}", length=b"2"))
+    assert plain.answered is not None and all(k != b"content-length" for k, _ in plain.answered[1])  # its own
+    refused, _, _ = respond_to(FakeWholeUpstream(413, b"{}"), RequestShape(unknown="body over 8388608 bytes"))
+    assert refused.closed  # an unreadable body the backend refused: not repeated on a kept-alive connection
+    for status in (200, 500):
+        kept, _, _ = respond_to(FakeWholeUpstream(status, b"{}"), RequestShape(unknown="body over 8388608 bytes"))
+        assert not kept.closed, status
+
+
+class FakeStreamUpstream(FakeUpstream):
+    """A backend stream that sends STREAM and ends once the relay attaches to it."""
+
+    content_type = "text/event-stream"
+    head_only = False
+    headers: ClassVar[list[tuple[bytes, bytes]]] = [(b"content-type", b"text/event-stream")]
+
+    def attach(self, sink: Any) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(sink.on_data, STREAM)
+        loop.call_soon(sink.on_end)
+
+
+def test_a_finished_stream_leaves_the_set_of_relays_a_shutdown_would_stop() -> None:
+    from specd.proxy.relay import ClientWatch, respond
+
+    async def run() -> tuple[set[Any], FakeWholeResponder]:
+        responder, relays = FakeWholeResponder(), set()
+        exchange = Exchange("/v1/chat/completions", 1, lambda *_: None, shape=RequestShape(stream=True))
+        await respond(FakeStreamUpstream(), exchange, responder, ClientWatch(responder), relays)  # type: ignore[arg-type]
+        return relays, responder
+
+    relays, responder = asyncio.run(run())
+    assert responder.received == STREAM and relays == set()  # not kept: a set that grew with every stream
