@@ -14,7 +14,7 @@ from typing import Any, Self
 import httpx
 
 from specd.unit.render import profile_of_unit
-from tests.conftest import Box
+from tests.conftest import ONE_THREAD, Box
 from tests.fakes.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 
@@ -74,11 +74,13 @@ def traffic_requests(box: Box) -> int:
 
 @real_stack
 def test_switching_twice_and_rolling_back_under_load_fails_no_request(box: Box, start_daemon: Any) -> None:
+    box.edit_profile("base", threads=ONE_THREAD)  # decoding under load beside the other worker's tests
     box.specd("switch", "autoregressive", check=True)
     daemon = start_daemon()
     with Load(daemon.proxy_url) as load:
         daemon.wait_for("some traffic", lambda: load.sent >= 3)
-        for step in (("switch", "ngram-simple"), ("switch", "ngram-mod"), ("rollback",)):
+        for step in (("switch", "ngram-simple", "--strategy", "restart"),
+                     ("switch", "ngram-mod", "--strategy", "restart"), ("rollback", "--strategy", "restart")):
             box.specd(*step, check=True)
             before = load.sent
             daemon.wait_for(f"requests after {step}", lambda before=before: load.sent >= before + 2)
