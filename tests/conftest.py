@@ -23,11 +23,11 @@ from specd.profiles.config import Deployment, load_config
 from specd.setup.sandbox import PrivateSystemd, free_port, private_systemd_env
 
 REPO = Path(__file__).resolve().parent.parent
-# A test that decodes under load sets `threads=ONE_THREAD` on its box's base profile: the suite runs two
-# workers on a 2-core CI box, llama.cpp's thread pool spin-waits at every barrier, and with more threads
-# than cores a decode step took 1.7 s instead of 45 ms (CI, 2026-11-29); a one-thread server has no
-# barrier to spin at. (With a daemon, two one-thread servers fit the cores, so `auto` goes blue-green:
-# a test about the restart path says `--strategy restart`.)
+# Every box's servers run one thread: the suite runs two workers on a 2-core CI box, llama.cpp's thread
+# pool spin-waits at every barrier, and with more threads than cores a decode step took 1.7 s instead of
+# 45 ms (CI, 2026-11-29); a one-thread server has no barrier to spin at. With a daemon, two one-thread
+# servers fit the cores, so `auto` switches go blue-green: a test about the restart path is marked
+# `own_threads` and keeps the tiny profiles' own 2 threads (auto then restarts in place).
 ONE_THREAD = 1
 CACHE = Path(os.environ.get("SPECD_CACHE") or Path.home() / ".cache" / "specd")
 LLAMA_SERVER = CACHE / "llama-server" / "0.3.36-cpu" / "build" / "bin" / "llama-server"
@@ -120,8 +120,10 @@ class Box:
 
 
 @pytest.fixture
-def box(systemd_manager: PrivateSystemd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
-    """A deployment with the tiny example profiles, on a free port, with stability_s = 1."""
+def box(systemd_manager: PrivateSystemd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> Iterator[Box]:
+    """A deployment with the tiny example profiles, on a free port, with stability_s = 1 and one-thread
+    servers (ONE_THREAD; a test marked `own_threads` keeps the profiles' own)."""
     unit = f"llama-test-{os.getpid()}-{next(_unit_numbers)}.service"
     port = free_port()
     profiles_dir = tmp_path / "profiles"
@@ -131,6 +133,8 @@ def box(systemd_manager: PrivateSystemd, tmp_path: Path, monkeypatch: pytest.Mon
     document["port"] = port
     document["stability_s"] = 1
     document["health_timeout_s"] = 60
+    if request.node.get_closest_marker("own_threads") is None:
+        document["threads"] = ONE_THREAD
     base.write_text(tomlkit.dumps(document))
     config_path = tmp_path / "specd.toml"
     config_path.write_text(f'unit = "{unit}"\nscope = "user"\nprofiles_dir = "{profiles_dir}"\nlock_timeout_s = 2\n')

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
@@ -35,6 +36,7 @@ def _seconds_until_served(daemon: RunningDaemon, unit: str) -> float:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_ctrl_c_while_a_switch_drains_resumes_the_proxy_within_a_second(box: Box, start_daemon: Any,
                                                                         fault_results: FaultRecorder) -> None:
     daemon = start_daemon()
@@ -65,6 +67,7 @@ def test_ctrl_c_while_a_switch_drains_resumes_the_proxy_within_a_second(box: Box
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_a_killed_switch_cannot_hold_the_proxy_longer_than_its_lease(box: Box, start_daemon: Any,
                                                                      fault_results: FaultRecorder) -> None:
     from specd.daemon.control import DRAIN_LEASE_S

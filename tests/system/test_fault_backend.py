@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import Box
 from tests.fakes.fake_llama_server import ANSWER_500_MARKER, GARBAGE, GARBAGE_MARKER
@@ -54,6 +55,7 @@ def open_fds(pid: int) -> int:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_300_clients_at_once_each_get_one_answer_and_reach_the_server_once(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon, fake_log = fake_deployment(box, start_daemon)

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from specd.daemon.app import SHUTDOWN_GRACE_S
 from specd.daemon.control import DRAIN_LEASE_S
@@ -72,6 +73,7 @@ def clean_start(daemon: RunningDaemon, box: Box) -> None:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_the_daemon_killed_mid_drain_is_restarted_clean_and_the_switch_completes(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon = start_daemon(restart_as_shipped=True)
@@ -113,6 +115,7 @@ def waits_after(sent: list[Sent], moment: float) -> list[float]:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_sigterm_to_the_daemon_mid_switch_holds_no_client_past_the_lease_and_restarts_clean(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon = start_daemon()

@@ -109,6 +109,7 @@ def interrupt_at(box: Box, daemon: RunningDaemon, step: str, signal_name: str, r
 
 @real_stack
 @pytest.mark.timeout(1800)  # eight interrupted switches, each reverted under load, on one daemon
+@pytest.mark.own_threads
 def test_ctrl_c_at_every_step_of_a_switch_loses_no_request_and_leaves_the_proxy_serving(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon = start_daemon()
@@ -119,6 +120,7 @@ def test_ctrl_c_at_every_step_of_a_switch_loses_no_request_and_leaves_the_proxy_
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_sigterm_to_a_switch_before_and_after_its_restart_reverts_and_leaves_the_proxy_serving(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon = start_daemon()

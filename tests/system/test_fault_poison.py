@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box
@@ -44,6 +45,7 @@ def _fake_log(path: Path) -> tuple[list[str], list[str]]:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_a_poison_request_costs_one_restart_and_the_others_are_served(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon = start_daemon(grace_s=600)  # a rollback of the fresh profile would be the monitor blaming it

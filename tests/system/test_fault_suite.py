@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from specd.unit.render import profile_of_unit
 from tests.conftest import Box, alias_answers
@@ -68,6 +69,7 @@ def test_a_profile_replaced_by_a_symlink_is_followed_and_named_as_the_link(
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_the_state_database_deleted_under_the_daemon_is_recreated_and_serving_goes_on(
         box: Box, start_daemon: Any, fault_results: FaultRecorder) -> None:
     daemon = start_daemon()

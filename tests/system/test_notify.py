@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from specd.daemon.notifications import NOTICE_KINDS
 from specd.tune.workloads import save_workload
 from specd.unit.render import profile_of_unit
@@ -56,6 +58,7 @@ def check_message(message: dict[str, Any], box: Box, undo: str) -> None:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_every_kind_of_notification_reaches_a_local_receiver(box: Box, start_daemon: Any) -> None:
     box.specd("switch", "autoregressive", check=True)
     box.specd("switch", "ngram-simple", check=True)
@@ -106,6 +109,7 @@ def test_every_kind_of_notification_reaches_a_local_receiver(box: Box, start_dae
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_a_hanging_or_failing_notifier_never_holds_up_a_switch(box: Box, start_daemon: Any) -> None:
     box.specd("switch", "autoregressive", check=True)
     add_broken_profile(box)

@@ -37,6 +37,9 @@ def add_profile(box: Box, name: str, mode: str, spec_type: str, *, default_on: b
                             f'args = [{words}]\n[speculative]\ntype = "{spec_type}"\n')
 
 
+@pytest.mark.own_threads
+
+
 def test_a_speculator_that_never_drafts_is_flagged_excluded_and_shown(box: Box) -> None:
     add_profile(box, "fake-plain", "speculates", "none")
     add_profile(box, "fake-live", "speculates", "ngram-simple")

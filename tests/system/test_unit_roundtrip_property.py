@@ -155,6 +155,9 @@ def test_specd_reads_exec_start_as_systemd_does(systemd_manager: PrivateSystemd,
     assert rendered == expected, f"specd renders {specd_rendered_unit(expected)!r}; systemd runs {rendered}"
 
 
+@pytest.mark.own_threads
+
+
 def test_generated_units_cover_every_feature() -> None:
     """The generator reaches each feature the property is about (checked on a fixed sample)."""
     features = {"double quote": '"', "single quote": "'", "C escape": "\\x41", "%h": "%h", "%i": "%i",

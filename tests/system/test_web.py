@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -58,6 +59,7 @@ def generations(box: Box) -> list[Any]:
 
 
 @real_stack
+@pytest.mark.own_threads
 def test_the_page_switches_the_real_server_live_and_refuses_without_the_token(
         box: Box, start_daemon: Any, tmp_path: Path) -> None:
     box.specd("switch", "autoregressive", check=True)
