@@ -1,7 +1,7 @@
 """The mutation run over the proxy's request path, as a page: counts, and every mutant that lived.
 
     mutmut run                       # pyproject's [tool.mutmut]: specd/proxy/, the proxy's unit tests
-    python benchmarks/mutation_report.py --out benchmarks/results/mutation-proxy.md
+    python benchmarks/mutation_report.py --layer proxy --out benchmarks/results/mutation-proxy.md
 
 Reads `mutmut results` and `mutmut show` in the checkout. Each surviving mutant is listed with its
 diff and a reason it is harmless, or the test that now kills it: the reasons of a kind are written
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import importlib
 import platform
 import re
 import subprocess
@@ -35,251 +36,16 @@ KINDS: list[tuple[str, str, re.Pattern[str]]] = [
 ]
 FALSY = {"False", "0", "0.0", '""', "[]", "()"}
 
-# mutant-name prefix -> why it is harmless, or which test now kills it
-NOTES: dict[str, str] = {
-    "specd.proxy.warmup.x_warm_up__mutmut_8": ("the empty warm-up's counts: `Warmed.describe` reads only "
-                                               "`sent`, which is falsy either way"),
-    "specd.proxy.warmup.x_warm_up__mutmut_9": ("the empty warm-up's counts: `Warmed.describe` reads only "
-                                               "`sent`, which is falsy either way"),
-    "specd.proxy.warmup.x_warm_up__mutmut_10": ("the empty warm-up's counts: `Warmed.describe` reads only "
-                                               "`sent`, which is falsy either way"),
-    "specd.proxy.warmup.x_warm_up__mutmut_15": ("the empty warm-up's counts: `Warmed.describe` reads only "
-                                               "`sent`, which is falsy either way"),
-    "specd.proxy.warmup.x_warm_up__mutmut_16": ("the empty warm-up's counts: `Warmed.describe` reads only "
-                                               "`sent`, which is falsy either way"),
-    "specd.proxy.relay.xǁRelayǁstop": "a second stop closes the upstream again; `close` is idempotent",
-    "specd.proxy.http1.client.xǁUpstreamPoolǁdiscard_idle": "defence only: the re-send after a drop on a reused "
-                                                            "connection goes on a fresh one whatever the pool "
-                                                            "holds; closing the other idle ones saves a later "
-                                                            "request from meeting them",
-    "specd.proxy.proxy.xǁProxyǁ_follow__mutmut_1": "the same as discard_idle's: the re-send goes fresh anyway",
-    "specd.proxy.http1.client.x_answers_health_now": "the probe's timeout (1 s, 2 s or the default): how long a "
-                                                     "drop's judgement may take, not what it decides",
-    "specd.proxy.http1.client.xǁBackendConnectionǁdetach": "the connection is closed on the next line; nothing "
-                                                           "reads `response` on a closed connection",
-    "specd.proxy.http1.client.xǁBackendConnectionǁpause_reading": "a guard against a transport already closed: "
-                                                                  "uvloop's pause on a closing transport is a "
-                                                                  "no-op",
-    "specd.proxy.http1.client.xǁBackendConnectionǁresume_reading": "the same guard, for resume",
-    "specd.proxy.http1.listener.xǁFrontServerǁ_warn": "how often the cap's warning is logged (at most once a "
-                                                      "minute): the journal's volume, not behaviour",
-    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_2": "`id(c)` only breaks ties between "
-                                                                       "connections idle since the same instant",
-    "specd.proxy.gate.xǁBackendGateǁpause__mutmut_2": "`_paused_until` is only compared with None (is a pause "
-                                                      "on); the lease's end is its timer's",
-    "specd.proxy.http1.response.xǁUpstreamFailedǁ__init__": "the exception's text and the cause's name go into "
-                                                            "the error message only; `reused` is always passed",
-    "specd.proxy.resend.x_decide__mutmut_1": "a default every caller overrides (the proxy passes each argument)",
-    "specd.proxy.resend.x_decide__mutmut_3": "a default every caller overrides",
-    "specd.proxy.resend.xǁResendsǁafter__mutmut_1": "a default every caller overrides",
-    "specd.proxy.resend.xǁResendsǁafter__mutmut_2": "a default every caller overrides",
-    "specd.proxy.relay.x_read_whole": "the body of a 503 that broke off while loading, shown only if the hold "
-                                      "then expires: a placeholder either way",
-    "specd.proxy.relay.xǁClientWatchǁ_left": "a client that left is recorded 499 before this flag is read; "
-                                             "with it unset the cancellation propagates and the server closes "
-                                             "the connection it already lost",
-    "specd.proxy.proxy.xǁProxyǁshutdown": "the last wait after the streams were cut: they end at once, so it "
-                                          "returns before 5 s, 6 s or forever would matter",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_2": "an `or` of guards that are each "
-                                                                              "enough: the same closes",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_3": "the same",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_7": ("how long a refused client may "
-                                                                               "go on sending (5 s): a test would "
-                                                                               "need a client slower than the "
-                                                                               "sweep; not covered"),
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_close_lingering__mutmut_8": "the same: the linger's length",
-    "specd.proxy.http1.server.xǁFrontConnectionǁpause_writing": ("the flag matters only when an answer starts "
-                                                                  "while the socket is still backed up from the "
-                                                                  "one before (pipelining behind a slow reader); "
-                                                                  "not covered"),
-    "specd.proxy.http1.response.xǁUpstreamResponseǁpause_reading": ("a slow client's stream must not be cut by "
-                                                                     "the idle timeout while the backend is paused "
-                                                                     "for it: a test needs more than the socket "
-                                                                     "buffers in flight and a client slower than "
-                                                                     "the timeout; not covered"),
-    "specd.proxy.http1.response.xǁUpstreamResponseǁresume_reading": "the same, on resume",
-    "specd.proxy.http1.response.xǁUpstreamResponseǁ_check_stall__mutmut_5": "`<` or `<=` at the exact instant "
-                                                                            "of the timeout",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_10": "`head_only` None is falsy",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_11": "an error answer is whole; "
-                                                                              "`chunked_ok` is never read",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_answer_refusal__mutmut_16": "the same",
-    "specd.proxy.http1.responder.xǁResponderǁclient_left": ("the callback is cleared when the answer ends, so "
-                                                            "`not ended` adds nothing once it is None"),
-    "specd.proxy.bodies.xǁBodyReaderǁ_executor": ("which pool reads a big body off the loop (its own one-thread "
-                                                 "pool, the loop's default pool, a two-thread one, a thread's "
-                                                 "name): the same document either way; the own pool only keeps a "
-                                                 "burst of big bodies off the default pool's threads"),
-    "specd.proxy.bodies.xǁBodyReaderǁread__mutmut_1": "the same: the loop's default pool instead of the own one",
-    "specd.proxy.bodies.xǁBodyReaderǁdocument__mutmut_1": "the same: the loop's default pool instead of the own one",
-    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_6": ("the (idle-since, connection) pairs sort by "
-                                                                       "their first element with or without the "
-                                                                       "key; only an exact tie differs"),
-    "specd.proxy.http1.listener.xǁFrontServerǁ_evict_idle__mutmut_9": "the same: the key's default",
-    "specd.proxy.crashes.xǁCrashǁdescribe__mutmut_5": ("the journal line's wording when no profile is known "
-                                                      "(`profile )` instead of nothing): a person's text"),
-    "specd.proxy.relay.xǁRelayǁon_error__mutmut_6": ("the note stored beside a 499 (the client left): None is "
-                                                    "stored as no note; the status, which is what is counted, "
-                                                    "is asserted"),
-    "specd.proxy.relay.xǁRelayǁon_error__mutmut_8": "the same note, left out",
-    "specd.proxy.http1.server.xǁFrontConnectionǁ_read_on": ("not covered: reading on while an earlier answer "
-                                                            "is still being written (a pipelined body behind a "
-                                                            "busy request) buffers that body sooner; a test needs "
-                                                            "a pipelined body larger than the socket buffers"),
-    "specd.proxy.routes.xǁRouterǁ__init__": ("how often a companion marked down is asked for /health (0.5 s): "
-                                            "how soon it is used again, not whether"),
-    "specd.proxy.routes.xǁRouterǁpick__mutmut_6": "`split(b\"?\")` without its limit: the same first part",
-    "specd.proxy.routes.xǁRouterǁmark_down__mutmut_3": ("a second /health poller for a companion already polled: "
-                                                       "both end when it answers; the same outcome"),
-    "specd.proxy.routes.xǁRouterǁmark_down__mutmut_4": "the same: a second poller",
-    "specd.proxy.routes.xǁRouterǁwait_idle__mutmut_11": "`>` or `>=` at the exact instant of the deadline",
-    "specd.proxy.routes.xǁRouterǁwait_idle__mutmut_14": ("how often `route off` looks at the in-flight count "
-                                                        "(every 20 ms or 1 s): how soon the companion stops"),
-    "specd.proxy.heap.xǁTrimmerǁ_trim__mutmut_2": ("the count after a trim starts at 1 byte instead of 0: the "
-                                                  "next trim one byte sooner"),
-    "specd.proxy.heap.x_give_back_free_memory": ("not covered by a unit test: what malloc_trim gives back is "
-                                                 "measured as the daemon's RSS after big bodies "
-                                                 "(benchmarks/results/hostile-bodies.md); its return value is "
-                                                 "not read"),
-    "specd.proxy.heap.x_keep_big_blocks_apart": ("not covered by a unit test (one call at the daemon's start): "
-                                                 "its effect is the RSS and CPU measured in "
-                                                 "benchmarks/results/hostile-bodies.md"),
-    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_3": ("equivalent: a comment line or `data: [DONE]` let through "
-                                                     "carries no token and no usage, so nothing more is noted"),
-    "specd.proxy.gate.xǁBackendGateǁ_poll__mutmut_1": ("killed now: test_gate::test_a_closed_gate_stops_polling_a_"
-                                                      "backend_that_stays_down"),
-    "specd.proxy.gate.xǁBackendGateǁresume__mutmut_1": ("killed now: test_gate::test_resume_without_a_new_pause_"
-                                                       "leaves_no_lease_to_close_the_gate_again"),
-    'specd.proxy.attempts.xǁAttemptsǁ_pick__mutmut_5': (
-        'killed now: '
-        'test_attempts::test_a_conversation_that_began_on_the_primary_stays_there_when_its_next_turn_is_of_a_routed_class'),
-    'specd.proxy.attempts.xǁAttemptsǁcompanion_failed__mutmut_': (
-        'killed now: '
-        'test_attempts::test_a_failed_companion_attempt_moves_to_the_primary_and_a_failed_primary_attempt_does_not'),
-    'specd.proxy.routes.xǁRouterǁpick__mutmut_54': (
-        'killed now: '
-        'test_attempts::test_a_conversation_that_began_on_the_primary_stays_there_when_its_next_turn_is_of_a_routed_class'),
-    'specd.proxy.routes.xǁRouterǁpick__mutmut_7': (
-        'killed now: '
-        'test_router::test_a_target_whose_query_holds_another_question_mark_is_routed_by_its_path'),
-    'specd.proxy.routes.xǁRouterǁpick__mutmut_9': (
-        '`split(b"?", 2)`: the same first part'),
-    'specd.proxy.routes.xǁRouterǁpick__mutmut_90': (
-        'killed now: '
-        'test_router::test_a_busy_routed_companion_sends_the_next_request_to_the_idle_primary_at_the_sets_busy_at'),
-    'specd.proxy.routes.xǁRouterǁpick__mutmut_95': (
-        'killed now: '
-        'test_router::test_a_busy_routed_companion_sends_the_next_request_to_the_idle_primary_at_the_sets_busy_at'),
-    'specd.proxy.routes.xǁRouterǁrefresh__mutmut_6': (
-        'killed now: '
-        'test_router::test_a_refresh_keeps_the_conversations_on_companions_that_stay_and_forgets_those_that_left'),
-    'specd.proxy.routes.xǁRouterǁrefresh__mutmut_7': (
-        'killed now: '
-        'test_router::test_a_refresh_keeps_the_conversations_on_companions_that_stay_and_forgets_those_that_left'),
-    'specd.proxy.routes.xǁRouterǁstatus__mutmut_26': (
-        'killed now: '
-        'test_router::test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode'),
-    'specd.proxy.routes.xǁRouterǁstatus__mutmut_27': (
-        'killed now: '
-        'test_router::test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode'),
-    'specd.proxy.routes.xǁRouterǁstatus__mutmut_6': (
-        'killed now: '
-        'test_router::test_status_shows_an_idle_companion_with_nothing_in_flight_and_the_per_request_mode'),
-    'specd.proxy.routes.xǁRouterǁ_poll__mutmut_4': (
-        'equivalent: `refresh` drops a companion that left the set from `down` in the '
-        'same step that changes the set, so the poller leaves its loop before it can see '
-        'the companion gone'),
-    'specd.proxy.routes.xǁRouterǁwait_idle__mutmut_9': (
-        'equivalent: `end` deletes a count that reaches 0, so a missing count is None or '
-        '0, falsy either way'),
-    'specd.proxy.gate.xǁBackendGateǁpass_through__mutmut_': (
-        'killed now: '
-        'test_gate::test_the_hold_histogram_records_no_wait_through_an_open_gate_and_the_wait_through_a_paused_one'),
-    'specd.proxy.gate.xǁBackendGateǁwait__mutmut_4': (
-        '`<` or `<=` at the exact instant of the deadline: a zero wait times out and the '
-        'next look raises'),
-    'specd.proxy.heap.xǁTrimmerǁ__init____mutmut_3': (
-        'killed now: test_body_shape::test_a_fresh_trimmer_waits_for_the_whole_threshold'),
-    'specd.proxy.bodies.xǁBodyReaderǁinline__mutmut_1': (
-        'killed now: '
-        'test_body_shape::test_the_loop_reads_bodies_up_to_its_bound_the_thread_up_to_the_reading_bound_and_nothing_past_it'),
-    'specd.proxy.bodies.xǁBodyReaderǁread_now__mutmut_': (
-        'killed now: '
-        'test_body_shape::test_the_loop_reads_bodies_up_to_its_bound_the_thread_up_to_the_reading_bound_and_nothing_past_it'),
-    'specd.proxy.bodies.xǁBodyReaderǁclose__mutmut_': (
-        "the reader's pool at the daemon's exit: parses still queued belong to requests "
-        'cut by the shutdown (cancelled or not, nobody reads them), and waiting for a '
-        'running one is bounded by the 8 MiB reading bound'),
-    "specd.proxy.exchange.xǁExchangeǁto_record__mutmut_": (
-        "killed now: test_exchange::test_the_traffic_row_of_a_whole_answer_carries_its_shape_usage_and_timings, "
-        "test_exchange::test_a_streams_output_length_comes_from_usage_else_timings_else_its_token_events"),
-    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_9": ("equivalent: a `data: [DONE]` let through carries no token "
-                                                      "and no usage, so nothing more is noted"),
-    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_10": "the same: `[DONE]` let through",
-    "specd.proxy.exchange.xǁExchangeǁscan__mutmut_11": "the same: `[DONE]` let through",
-    "specd.proxy.exchange.x_json_object__mutmut_4": ("equivalent: both callers hand the result to `absorb`, which "
-                                                    "takes nothing but a dict"),
-    "specd.proxy.warmup.x_warm_up__mutmut_19": (
-        "killed now: test_warmup::test_a_warm_up_without_a_key_sends_none_and_a_request_that_errors_is_not_counted_"
-        "answered"),
-    "specd.proxy.warmup.x_warm_up__mutmut_47": "killed now: the same test (a refused request counted answered)",
-    "specd.proxy.warmup.x_warm_up__mutmut_71": "killed now: the same test (the seconds as `now + started`)",
-    "specd.proxy.warmup.x_warm_up__mutmut_25": ("equivalent: no client timeout; `asyncio.wait(..., budget_s)` "
-                                               "bounds the warm-up and cancels what is left"),
-    "specd.proxy.warmup.x_warm_up__mutmut_29": ("not covered: httpx's default 5 s timeout would cut a long "
-                                               "prompt's warm-up before the 15 s budget; only a real transport "
-                                               "enforces timeouts (the tests' MockTransport does not)"),
-    "specd.proxy.warmup.x_warm_up__mutmut_60": ("the cancelled requests awaited before the client closes: without "
-                                               "it they finish cancelling after; the same counts and timing"),
-    "specd.proxy.warmup.x_warm_up_bodies__mutmut_6": ("not covered: `break` for `continue` after a body that parses "
-                                                     "but cannot be written back; json's reader and writer stop at "
-                                                     "the same nesting depth, so no such body was found to test"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_2": (
-        "killed now: test_relay::"
-        "test_every_byte_reaches_the_client_and_every_event_is_counted_however_the_reads_split_them"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_4": "killed now: the same test",
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_13": "killed now: the same test",
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_16": "killed now: the same test",
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_20": "killed now: the same test",
-    "specd.proxy.relay.xǁRelayǁon_end__mutmut_1": "killed now: the same test",
-    "specd.proxy.relay.xǁRelayǁon_end__mutmut_3": "killed now: the same test",
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_7": (
-        "killed now: test_relay::"
-        "test_whole_events_go_on_at_once_and_a_partial_one_waits_for_its_end"),
-    "specd.proxy.relay.xǁRelayǁbegin__mutmut_5": (
-        "killed now: test_relay::"
-        "test_whole_events_go_on_at_once_and_a_partial_one_waits_for_its_end"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_15": (
-        "killed now: test_relay::"
-        "test_a_stream_without_event_boundaries_is_passed_on_in_bounded_pieces"),
-    "specd.proxy.relay.xǁRelayǁ__init____mutmut_4": ("equivalent: None and b\"\" are both falsy where `_pending` is "
-                                                   "tested, and the responder ends a body on either the same way"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_3": "equivalent: b\"\" + data is data",
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_12": "`<` or `<=` at exactly the 1 MiB bound",
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_10": ("`end == 0`: pending bytes that start with a blank "
-                                                      "line and hold no other boundary; the same bytes go on, one "
-                                                      "read sooner or later (llama-server sends no blank line of "
-                                                      "its own)"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_11": ("`end == 0`: pending bytes that start with a blank "
-                                                      "line and hold no other boundary; the same bytes go on, one "
-                                                      "read sooner or later (llama-server sends no blank line of "
-                                                      "its own)"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_17": ("`end == 0`: pending bytes that start with a blank "
-                                                      "line and hold no other boundary; the same bytes go on, one "
-                                                      "read sooner or later (llama-server sends no blank line of "
-                                                      "its own)"),
-    "specd.proxy.relay.xǁRelayǁon_data__mutmut_18": ("`end == 0`: pending bytes that start with a blank "
-                                                      "line and hold no other boundary; the same bytes go on, one "
-                                                      "read sooner or later (llama-server sends no blank line of "
-                                                      "its own)"),
-    "specd.proxy.relay.x_respond__mutmut_27": ("not covered: `[:2]` copies a second content-length only from "
-                                              "a backend that sent two on a HEAD or 304 answer"),
-    "specd.proxy.relay.x_respond__mutmut_48": "`<` or `<=` at exactly the 4 MiB scanning bound",
-    "specd.proxy.relay.x_respond__mutmut_": (
-        "killed now (each checked by hand): test_relay::test_a_whole_answer_is_passed_on_and_recorded_and_one_that_"
-        "breaks_off_is_a_502, test_a_head_or_304_answer_keeps_the_backends_length_and_a_refused_unread_body_closes_"
-        "the_connection, test_a_finished_stream_leaves_the_set_of_relays_a_shutdown_would_stop"),
+# the layers mutated ([tool.mutmut] in pyproject.toml): package, page title, notes module beside this file
+LAYERS = {
+    "proxy": ("specd.proxy.", "the proxy's request path (specd/proxy/)", "mutation_notes_proxy"),
+    "deploy": ("specd.deploy.", "the switch transaction and its seams (specd/deploy/)", "mutation_notes_deploy"),
 }
+
+
+def notes_of(layer: str) -> dict[str, str]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    return importlib.import_module(LAYERS[layer][2]).NOTES
 
 
 def mutmut(*args: str) -> str:
@@ -301,8 +67,8 @@ def note_matches(key: str, name: str) -> bool:
     return name.startswith(f"{key}__mutmut_")
 
 
-def classify(name: str, diff: list[str]) -> tuple[str, str]:
-    for key, note in NOTES.items():
+def classify(name: str, diff: list[str], notes: dict[str, str]) -> tuple[str, str]:
+    for key, note in notes.items():
         if note_matches(key, name):
             return "noted", note
     if _falsy_for_none(diff):
@@ -339,13 +105,16 @@ def _only_strings_differ(diff: list[str]) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layer", choices=sorted(LAYERS), default="proxy")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--command", default="`mutmut run` (pyproject's `[tool.mutmut]`: every module of "
-                        "specd/proxy/ mutated; the proxy's unit tests, each mutant against the tests that run its "
+                        "the layer mutated; its unit tests, each mutant against the tests that run its "
                         "function)", help="how the mutants were run, for the page's first line")
     args = parser.parse_args()
+    package, title, _ = LAYERS[args.layer]
+    notes = notes_of(args.layer)
     results = [line.strip().rsplit(": ", 1) for line in mutmut("results", "--all", "true").splitlines()
-               if ": " in line and line.strip().startswith("specd.proxy.")]  # this page: the proxy's mutants
+               if ": " in line and line.strip().startswith(package)]  # this page: the layer's mutants
     counts = collections.Counter(status for _, status in results)
     per_module: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for name, status in results:
@@ -354,14 +123,14 @@ def main() -> None:
     rows = []
     for name, status in lived:
         diff = diff_of(name)
-        kind, reason = classify(name, diff)
+        kind, reason = classify(name, diff, notes)
         shown = " / ".join(f"`{line[:110]}`" for line in diff).replace("|", "\\|")
         rows.append((kind, name, status, shown, reason))
     kinds = collections.Counter(kind for kind, *_ in rows)
     lines = [
-        "# Mutation testing of the proxy's request path (specd/proxy/)", "",
-        (f"- command: {args.command}, then "
-         "`python benchmarks/mutation_report.py --out benchmarks/results/mutation-proxy.md`"),
+        f"# Mutation testing of {title}", "",
+        (f"- command: {args.command}, then `python benchmarks/mutation_report.py --layer {args.layer} "
+         f"--out benchmarks/results/mutation-{args.layer}.md`"),
         (f"- machine: {platform.node()}: {platform.platform()}, {psutil.cpu_count()} CPUs; Python "
          f"{sys.version.split()[0]}; date {datetime.datetime.now(datetime.UTC):%Y-%m-%d}"),
         ("- what: a mutant *killed* made a test fail; *timeout* made one hang past mutmut's bound (also caught); "
@@ -373,7 +142,7 @@ def main() -> None:
           for module, c in sorted(per_module.items())),
         "", "## Every mutant that lived", "", "| kind | mutant | status | change | why it is harmless, or the test |",
         "|---|---|---|---|---|",
-        *(f"| {kind} | `{name.removeprefix('specd.proxy.')}` | {status} | {shown} | {reason} |"
+        *(f"| {kind} | `{name.removeprefix(package)}` | {status} | {shown} | {reason} |"
           for kind, name, status, shown, reason in sorted(rows)),
     ]
     text = "\n".join(lines) + "\n"

@@ -18,45 +18,45 @@ from dataclasses import dataclass
 
 import httpx
 
-from specd.engines.facts import VLLM
-from specd.engines.metrics import in_progress
+from specd.engines.facts import LLAMA_SERVER, VLLM
+from specd.engines.metrics import gauge, in_progress
 
-_DEFERRED = "llamacpp:requests_deferred"
-_PROCESSING = "llamacpp:requests_processing"
+_DEFERRED = LLAMA_SERVER.counter("requests_deferred")
 
 
-def _metric(text: str, name: str) -> int | None:
-    for line in text.splitlines():
-        if line.startswith((name + " ", name + "{")):
-            try:
-                return int(float(line.rsplit(" ", 1)[1]))
-            except ValueError:
-                return None
-    return None
+def _processing_slots(client: httpx.Client, url: str, headers: dict[str, str]) -> int | None:
+    try:
+        slots = client.get(url, headers=headers)
+        listed = slots.json() if slots.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(listed, list):
+        return None
+    return sum(1 for entry in listed if isinstance(entry, dict) and entry.get("is_processing"))
+
+
+def _metrics_page(client: httpx.Client, url: str, headers: dict[str, str]) -> str | None:
+    try:
+        metrics = client.get(url, headers=headers)
+    except httpx.HTTPError:
+        return None
+    return metrics.text if metrics.status_code == 200 else None
 
 
 def requests_in_progress(client: httpx.Client, base_url: str, api_key: str | None = None) -> int | None:
     """Requests the server at `base_url` is processing or has queued; None when it cannot say."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    processing: int | None = None
-    deferred = 0
-    try:
-        slots = client.get(f"{base_url}/slots", headers=headers)
-        if slots.status_code == 200 and isinstance(slots.json(), list):
-            processing = sum(1 for entry in slots.json() if isinstance(entry, dict) and entry.get("is_processing"))
-    except (httpx.HTTPError, ValueError):
-        pass
-    try:
-        metrics = client.get(f"{base_url}/metrics", headers=headers)
-        if metrics.status_code == 200:
-            deferred = _metric(metrics.text, _DEFERRED) or 0
-            if processing is None:
-                processing = _metric(metrics.text, _PROCESSING)
-            if processing is None:  # vLLM: no /slots; its gauges count running and waiting requests
-                processing = in_progress(metrics.text, VLLM)
-    except httpx.HTTPError:
-        pass
-    return None if processing is None else processing + deferred
+    processing = _processing_slots(client, f"{base_url}/slots", headers)
+    page = _metrics_page(client, f"{base_url}/metrics", headers)
+    if page is None:
+        return processing
+    if processing is not None:
+        return processing + int(gauge(page, _DEFERRED) or 0)
+    for facts in (LLAMA_SERVER, VLLM):  # no /slots (--no-slots, or vLLM): the gauges count running and queued
+        counted = in_progress(page, facts)
+        if counted is not None:
+            return counted
+    return None
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ class UnchangedPriority:
         return None
 
 
-def _has_cap_sys_nice(status: Path = Path("/proc/self/status")) -> bool:
+def has_cap_sys_nice(status: Path = Path("/proc/self/status")) -> bool:
     with contextlib.suppress(OSError, ValueError):
         for line in status.read_text().splitlines():
             if line.startswith("CapEff:"):
@@ -111,7 +111,7 @@ class ThreadNice:
         except (psutil.Error, OSError) as exc:
             return f"cannot read the priority of PID {pid}: {exc}"
         if not may_raise_to(nice, soft if soft != resource.RLIM_INFINITY else 40,
-                            root=os.geteuid() == 0, cap_sys_nice=_has_cap_sys_nice()):
+                            root=os.geteuid() == 0, cap_sys_nice=has_cap_sys_nice()):
             return ("it loads at full priority: giving it back after the gate would need root, "
                     "CAP_SYS_NICE or LimitNICE= in its unit")
         loading_nice = min(MAX_NICE, nice + self.step)

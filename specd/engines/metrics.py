@@ -52,6 +52,11 @@ def parse_counters(text: str, facts: EngineFacts) -> SpecCounters | None:
     return SpecCounters(int(sums[facts.drafted_counter]), int(sums.get(facts.accepted_counter, 0.0)))
 
 
+def gauge(text: str, name: str) -> float | None:
+    """One metric's value on a /metrics page (its label sets summed); None when the page lacks it."""
+    return _sample_sums(text).get(name)
+
+
 def in_progress(text: str, facts: EngineFacts) -> int | None:
     """Requests running plus queued, from the engine's gauges; None when the page has none of them."""
     sums = _sample_sums(text)

@@ -45,6 +45,8 @@ def _shares(settings: ServerSettings, devices: tuple[int, ...], free: tuple[int,
         given = [1.0] * len(devices)          # the Meta device cuts evenly (llama_meta_device_get_split_state)
     elif not any(given):
         given = [float(free[index]) if free is not None and index < len(free) else 1.0 for index in devices]
+        if not any(given):  # every GPU full: llama.cpp has nothing to weigh by; the estimate then says "no room"
+            given = [1.0] * len(devices)
     total = sum(given)
     if total <= 0:
         raise PreflightError("--tensor-split gives every GPU a share of 0")

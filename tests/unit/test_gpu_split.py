@@ -119,6 +119,11 @@ def test_layer_split_cuts_the_offloaded_layers_at_the_tensor_split_proportions()
     assert unnamed.shares == (0.25, 0.75)        # no share for a visible GPU: llama.cpp splits by free memory
 
 
+def test_gpus_with_no_free_memory_are_split_evenly_not_refused_as_a_bad_tensor_split() -> None:
+    full = place_layers(32, None, ServerSettings(), 2, free=(0, 0))  # both cards taken by running servers
+    assert full.shares == (0.5, 0.5)
+
+
 def test_per_gpu_estimate_splits_weights_and_cache_and_pays_a_context_on_each(llama8b: GgufInfo) -> None:
     one = estimate_vram(llama8b, None, 32768, None)
     layer = estimate_per_gpu(llama8b, None, ServerSettings(ctx_size=32768, tensor_split=(3.0, 1.0)), 2)

@@ -9,11 +9,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 
-from specd.deploy.priority import LOADING_NICE_STEP, Lowered, ThreadNice, may_raise_to
+from specd.deploy.priority import LOADING_NICE_STEP, Lowered, ThreadNice, has_cap_sys_nice, may_raise_to
 
 # Two threads now; one more for every line read (its native id printed), as a server starts its
 # pool threads while it loads.
@@ -89,3 +90,25 @@ def test_a_server_gone_before_its_priority_is_given_back_is_reported(server: sub
 def test_raising_a_priority_back_needs_privilege_or_rlimit_nice(nice: int, rlimit: int, root: bool, cap: bool,
                                                                allowed: bool) -> None:
     assert may_raise_to(nice, rlimit, root=root, cap_sys_nice=cap) is allowed
+
+
+@pytest.mark.parametrize(("capeff", "has"), [
+    ("000001ffffffffff", True),   # root's full set
+    ("0000000000800000", True),   # CAP_SYS_NICE (bit 23) alone
+    ("0000000000400000", False),  # bit 22 (CAP_SYS_PACCT) alone
+    ("0000000001000000", False),  # bit 24 (CAP_SYS_RESOURCE) alone
+    ("0000000000000000", False),  # an ordinary user
+])
+def test_cap_sys_nice_is_read_from_the_effective_capability_set(tmp_path: Path, capeff: str, has: bool) -> None:
+    status = tmp_path / "status"
+    status.write_text(f"Name:\tspecd\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t{capeff}\n"
+                      "CapBnd:\t000001ffffffffff\n")
+    assert has_cap_sys_nice(status) is has
+
+
+@pytest.mark.parametrize("text", ["Name:\tspecd\n", "CapEff:\tnot-hex\n", None])
+def test_a_status_file_without_a_readable_capeff_line_means_no_privilege(tmp_path: Path, text: str | None) -> None:
+    status = tmp_path / "status"
+    if text is not None:
+        status.write_text(text)
+    assert has_cap_sys_nice(status) is False

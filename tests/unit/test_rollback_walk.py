@@ -7,14 +7,18 @@ gate); the unit file, the content store and the history are real files in a tmp 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from specd.deploy.health import HealthResult
 from specd.deploy.history import History
-from specd.errors import UsageError
+from specd.deploy.unitfiles import write_backup
+from specd.errors import PreflightError, UsageError
 from specd.paths import StateDir
-from specd.profiles.config import Deployment
+from specd.profiles.config import Deployment, ProxyConfig
 from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, World, unit_text
 
 
@@ -66,3 +70,56 @@ def test_after_a_rollback_to_a_generation_the_walk_goes_on_from_that_generation(
     generations = {name: world.switcher().switch(name).generation.id for name in ("a", "b", "c")}
     world.switcher().rollback(to=generations["b"])
     assert rolled_back_to(world) == "a"  # the state before generation b
+
+
+@dataclass
+class RecordingGate(FakeGate):
+    """The FAKE gate of test_transaction, noting the settings each call was given."""
+
+    asked: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, base_url: str, alias: str, **settings: Any) -> HealthResult:
+        self.asked.append({"base_url": base_url, "alias": alias, **settings})
+        return super().__call__(base_url, alias, **settings)
+
+
+def test_without_history_a_rollback_installs_the_newest_differing_backup_gated_as_its_profile_says(
+        world: World) -> None:
+    (world.deployment.profiles_dir / "slow.toml").write_text(
+        'binary = "/opt/llama-server"\nmodel = "/m/slow.gguf"\nalias = "tiny"\nport = 8080\n'
+        "health_timeout_s = 77\nstability_s = 3\n")
+    world.unit_path.parent.mkdir(parents=True, exist_ok=True)
+    world.unit_path.write_text("[Service]\nExecStart=/opt/llama-server -m /m/hand.gguf --port 8080\n")
+    write_backup(world.unit_path, unit_text("slow"), "slow")
+    world.gate = gate = RecordingGate()
+    outcome = world.switcher().rollback()
+    assert world.unit_path.read_text() == unit_text("slow")
+    generation = outcome.generation
+    assert (generation.kind, generation.profile, generation.restores_id) == ("rollback", "slow", None)
+    assert gate.asked[-1]["timeout_s"] == 77 and gate.asked[-1]["stability_s"] == 3
+    assert gate.asked[-1]["base_url"].endswith(":8080") and gate.asked[-1]["alias"] == "tiny"
+
+
+def test_a_rollback_whose_profile_file_is_gone_is_gated_with_the_defaults(world: World) -> None:
+    world.switcher().switch("a")
+    world.switcher().switch("b")
+    world.gate = gate = RecordingGate()
+    (world.deployment.profiles_dir / "a.toml").unlink()
+    outcome = world.switcher().rollback()
+    assert outcome.generation.profile == "a" and world.unit_path.read_text() == unit_text("a")
+    assert gate.asked[-1]["timeout_s"] != 5  # the profile said 5; gone, the gate's defaults apply
+
+
+def test_a_rollback_to_a_unix_socket_is_refused_behind_the_proxy_and_changes_nothing(world: World) -> None:
+    socket_unit = "[Service]\nExecStart=/opt/llama-server -m /m/s.gguf --host /run/tiny.sock\n"
+    world.unit_path.parent.mkdir(parents=True, exist_ok=True)
+    world.unit_path.write_text(unit_text("a"))
+    write_backup(world.unit_path, socket_unit, None)
+    proxied = replace(world, deployment=replace(world.deployment, proxy=ProxyConfig(listen_port=9090)))
+    with pytest.raises(PreflightError) as refused:
+        proxied.switcher().rollback()
+    assert "listens on the Unix socket /run/tiny.sock" in str(refused.value)
+    assert "newest .pre-* backup" in str(refused.value)
+    assert world.unit_path.read_text() == unit_text("a") and not world.systemd.calls
+    world.switcher().rollback()  # without a proxy, clients connect to the socket: allowed
+    assert world.unit_path.read_text() == socket_unit

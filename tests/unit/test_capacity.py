@@ -1,0 +1,160 @@
+"""Does the new server fit beside the running one? The answer `--strategy auto`, routing and the shadow
+bench act on (specd.deploy.capacity): host memory and thread pools on the CPU, free VRAM on a GPU, and
+"does not fit" whenever the memory cannot be estimated (then auto restarts, as before blue-green)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specd.deploy.capacity import HostResources, capacity_check, fits_beside, text_fits, threads_of
+from specd.deploy.preflight import Preflight
+from specd.gpu.fit import HEADROOM
+from specd.gpu.gguf import GgufInfo, read_gguf_info
+from specd.gpu.settings import settings_from_argv
+from specd.gpu.vram import estimate_vram
+from specd.profiles.load import load_profile
+from specd.unit.parse import UnitCommand
+from tests.fakes.fake_nvml import FakeNvml, card
+from tests.gguf_factory import write_gguf
+
+PLENTY = 64 << 30
+
+
+def box(*, ram: int = PLENTY, cores: int = 8, physical: int = 4) -> HostResources:
+    return HostResources(available_ram=lambda: ram, cores=lambda: cores, physical_cores=lambda: physical)
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> GgufInfo:
+    return read_gguf_info(write_gguf(tmp_path / "m.gguf"))
+
+
+def cpu_argv(model_path: str, *extra: str) -> list[str]:
+    return ["llama-server", "-m", model_path, "-ngl", "0", *extra]
+
+
+def running(*extra: str) -> UnitCommand:
+    return UnitCommand(["llama-server", "-m", "/old.gguf", "-ngl", "0", *extra], {})
+
+
+@pytest.mark.parametrize(("argv", "env", "threads"), [
+    (["-t", "3"], {}, 3),
+    (["--threads", "5"], {}, 5),
+    ([], {"LLAMA_ARG_THREADS": "6"}, 6),
+    (["-t", "2"], {"LLAMA_ARG_THREADS": "6"}, 2),  # the command line wins over the environment
+    ([], {}, 4),  # llama-server's default: the physical cores
+    (["-t", "-1"], {}, 4),  # -1 and 0 mean the default too
+    (["-t", "0"], {}, 4),
+    (["-t", "many"], {}, 4),  # not a number: llama-server would refuse it; counted as the default
+])
+def test_the_threads_a_server_runs_are_read_from_its_flags_its_environment_or_its_default(
+        argv: list[str], env: dict[str, str], threads: int) -> None:
+    assert threads_of(["llama-server", *argv], env, box(physical=4)) == threads
+
+
+def test_a_model_specd_cannot_read_never_fits(model: GgufInfo) -> None:
+    verdict = fits_beside(cpu_argv("/m.gguf"), {}, None, None, running(), resources=box())
+    assert not verdict.fits
+    assert "cannot be estimated" in verdict.reason and "not a local GGUF" in verdict.reason
+
+
+def test_a_command_line_the_estimate_cannot_read_never_fits(model: GgufInfo) -> None:
+    verdict = fits_beside(cpu_argv("/m.gguf", "-c", "lots"), {}, model, None, running(), resources=box())
+    assert not verdict.fits
+    assert verdict.reason.startswith("its memory cannot be estimated (")
+
+
+def test_host_memory_must_hold_the_new_server_and_the_headroom_beside_the_old(model: GgufInfo,
+                                                                            tmp_path: Path) -> None:
+    argv = cpu_argv(str(tmp_path / "m.gguf"), "-t", "1")
+    estimate = estimate_vram(model, None, 0, None, settings=settings_from_argv(argv, {}))
+    needed = estimate.total_bytes - estimate.runtime_bytes  # the CUDA runtime is not host memory
+    exact = fits_beside(argv, {}, model, None, running("-t", "1"), resources=box(ram=needed + HEADROOM))
+    assert exact.fits, exact.reason
+    short = fits_beside(argv, {}, model, None, running("-t", "1"), resources=box(ram=needed + HEADROOM - 1))
+    assert not short.fits
+    assert "does not fit beside the running server" in short.reason and "host memory ~" in short.reason
+
+
+def test_the_thread_pools_of_both_servers_and_the_companions_must_fit_the_cores(model: GgufInfo,
+                                                                              tmp_path: Path) -> None:
+    argv = cpu_argv(str(tmp_path / "m.gguf"), "-t", "2")
+    full = fits_beside(argv, {}, model, None, running("-t", "2"), resources=box(cores=4))
+    assert full.fits and "2 + 2 threads on 4 cores" in full.reason
+    over = fits_beside(argv, {}, model, None, running("-t", "3"), resources=box(cores=4))
+    assert not over.fits and "3 + 2 threads on 4 cores" in over.reason and "share cores" in over.reason
+    crowded = fits_beside(argv, {}, model, None, running("-t", "1"), resources=box(cores=4),
+                          also=[running("-t", "2")])
+    assert not crowded.fits and "1 + 2 (companions) + 2 threads on 4 cores" in crowded.reason
+
+
+def test_nothing_running_counts_no_old_threads(model: GgufInfo, tmp_path: Path) -> None:
+    verdict = fits_beside(cpu_argv(str(tmp_path / "m.gguf"), "-t", "4"), {}, model, None, None,
+                          resources=box(cores=4))
+    assert verdict.fits and "0 + 4 threads on 4 cores" in verdict.reason
+
+
+def test_the_old_servers_environment_gives_its_threads(model: GgufInfo, tmp_path: Path) -> None:
+    old = UnitCommand(["llama-server", "-m", "/old.gguf", "-ngl", "0"], {"LLAMA_ARG_THREADS": "3"})
+    verdict = fits_beside(cpu_argv(str(tmp_path / "m.gguf"), "-t", "2"), {}, model, None, old,
+                          resources=box(cores=4))
+    assert not verdict.fits and "3 + 2 threads" in verdict.reason
+
+
+def test_on_a_gpu_the_free_vram_decides_and_threads_are_not_counted(model: GgufInfo, tmp_path: Path) -> None:
+    argv = ["llama-server", "-m", str(tmp_path / "m.gguf"), "-ngl", "99", "-t", "64"]
+    roomy = fits_beside(argv, {}, model, None, running("-t", "64"), nvml=FakeNvml([card(0, 20.0)]),
+                        resources=box(cores=2))
+    assert roomy.fits and roomy.reason.startswith("VRAM beside the running server: ")
+    full = fits_beside(argv, {}, model, None, running(), nvml=FakeNvml([card(0, 0.0)]), resources=box())
+    assert not full.fits and full.reason.startswith("VRAM beside the running server: ")
+
+
+def test_a_cpu_profile_on_a_gpu_box_is_judged_by_host_memory_and_threads(model: GgufInfo,
+                                                                        tmp_path: Path) -> None:
+    verdict = fits_beside(cpu_argv(str(tmp_path / "m.gguf"), "-t", "2"), {}, model, None, running("-t", "2"),
+                          nvml=FakeNvml([card(0, 0.0)]), resources=box(cores=2))
+    assert not verdict.fits and "2 + 2 threads on 2 cores" in verdict.reason
+
+
+def test_a_rollbacks_unit_text_is_judged_by_the_models_its_command_line_names(tmp_path: Path) -> None:
+    write_gguf(tmp_path / "m.gguf")
+    text = f"[Service]\nExecStart=llama-server -m {tmp_path / 'm.gguf'} -ngl 0 -t 2\n"
+    fits = text_fits(text, running("-t", "2"), resources=box(cores=4))
+    assert fits.fits and "2 + 2 threads on 4 cores" in fits.reason
+    missing = f"[Service]\nExecStart=llama-server -m {tmp_path / 'gone.gguf'} -ngl 0 -t 1\n"
+    verdict = text_fits(missing, None, resources=box(cores=4))
+    assert not verdict.fits and verdict.reason.startswith("its memory cannot be estimated (")
+    no_draft = f"[Service]\nExecStart=llama-server -m {tmp_path / 'm.gguf'} -md {tmp_path / 'gone.gguf'} -t 1\n"
+    assert not text_fits(no_draft, None, resources=box(cores=4)).fits
+
+
+def test_the_check_asks_for_the_companions_each_time_and_judges_a_unit_text(tmp_path: Path) -> None:
+    write_gguf(tmp_path / "m.gguf")
+    companions: list[UnitCommand] = []
+    check = capacity_check(None, beside=lambda: list(companions))
+    text = f"[Service]\nExecStart=llama-server -m {tmp_path / 'm.gguf'} -ngl 0 -t 1\n"
+    old = running("-t", "1")
+    alone = check(text, old)
+    companions.extend([running("-t", "64")])  # a companion started since: counted on the next check
+    crowded = check(text, old)
+    assert "(companions)" in crowded.reason and "(companions)" not in alone.reason
+    assert not crowded.fits
+
+
+def test_a_switchs_preflight_is_judged_with_its_profiles_environment_and_the_companions(tmp_path: Path) -> None:
+    model_path = write_gguf(tmp_path / "m.gguf")
+    (tmp_path / "p.toml").write_text(f'binary = "/usr/bin/true"\nmodel = "{model_path}"\nalias = "m"\nport = 8080\n'
+                                     '[env]\nLLAMA_ARG_THREADS = "2"\n')
+    argv = ["llama-server", "-m", str(model_path), "-ngl", "0"]  # the threads come from the profile's [env]
+    pre = Preflight(load_profile(tmp_path, "p"), argv, "", read_gguf_info(model_path), None)
+    companions: list[UnitCommand] = []
+    check = capacity_check(FakeNvml([]), beside=lambda: list(companions))  # no GPU: the CPU rule
+    alone = check(pre, running("-t", "1"))
+    assert "1 + 2 threads on" in alone.reason and "(companions)" not in alone.reason
+    companions.append(running("-t", "64"))
+    crowded = check(pre, running("-t", "1"))
+    assert not crowded.fits and "1 + 64 (companions) + 2 threads on" in crowded.reason
+    assert not check(pre, running("-t", "64")).fits
