@@ -432,3 +432,18 @@ def test_a_hand_edit_of_the_serving_green_unit_is_recorded(world: World) -> None
     generation = world.switcher().record_external_edit()
     assert generation is not None and generation.kind == "external-edit"
     assert world.switcher().rollback().generation.profile == "new"
+
+
+def test_an_old_server_that_died_on_its_own_during_a_failed_switch_is_brought_back(world: World) -> None:
+    class OldDiesThenBug:
+        """The old server dies by itself while the new one is gated, then the gate step fails."""
+
+        def __call__(self, step: str) -> None:
+            if step == "gate":
+                world.systemd.stop(UNIT)
+                raise RuntimeError("a bug in the gate")
+
+    with pytest.raises(SwitchFailed):
+        world.switcher(OldDiesThenBug()).switch("new")  # type: ignore[arg-type]
+    assert world.pointer() == "blue" and world.blue.read_text() == unit_text("old")
+    world.assert_one_server_named_by_the_pointer()  # the old one runs again, the new one is gone

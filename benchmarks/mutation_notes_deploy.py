@@ -1,0 +1,98 @@
+"""Why each surviving mutant of specd/deploy/ is harmless, or which test now kills it (read by
+benchmarks/mutation_report.py --layer deploy). Keys: a mutant's name, a function's, or a `..._mutmut_` prefix.
+
+Reasons used more than once are named once here."""
+
+D = "specd.deploy."
+ACTED = ("equivalent: an undo's True/False only feeds `acted` (\"nothing was changed\" or not), and whenever this "
+         "undo runs the write step's undo acts too, so `acted` is the same")
+HOOK = ("the step hook's detail or the step's note (`run.passed(point, text)`, `run.notes[-1]`): text for the status "
+        "page and the switch's notes; no behaviour reads it")
+WHERE = ("the file named in a parse error (`where=`) of a unit text that was parsed before this line: the error "
+         "cannot happen here, so the name is never shown")
+REACHABLE = ("equivalent in reachable states: blue-green runs only beside a running old server (the plan refuses "
+             "it otherwise, test_bluegreen), so there is always an old unit text and a saved PID")
+ROOT = ("not killed here: the unit tests run as root, where lowering and raising a nice value is always allowed; "
+        "the rule itself is `may_raise_to`, tested on its own (test_priority)")
+SECOND_NET = ("defence in depth: `_undo_restart` already restarts an old server that died before the revert "
+              "(test_plans::test_an_old_server_that_died_during_an_interrupted_switch_is_brought_back); this branch "
+              "is for one that dies between the undo and the settle, which no test can time")
+
+NOTES: dict[str, str] = {
+    # bluegreen
+    f"{D}bluegreen.x__drain": HOOK,
+    f"{D}bluegreen.x__flip__mutmut_19": HOOK, f"{D}bluegreen.x__flip__mutmut_20": HOOK,
+    f"{D}bluegreen.x__enable__mutmut_21": HOOK, f"{D}bluegreen.x__enable__mutmut_22": HOOK,
+    f"{D}bluegreen.x__flip_note": "what the switch's note says about telling the proxy: text",
+    f"{D}bluegreen.x__undo_flip__mutmut_10": HOOK, f"{D}bluegreen.x__undo_flip__mutmut_12": HOOK,
+    f"{D}bluegreen.x__undo_flip__mutmut_15": ACTED, f"{D}bluegreen.x__undo_enable__mutmut_10": ACTED,
+    f"{D}bluegreen.x__undo_enable__mutmut_21": ACTED, f"{D}bluegreen.x__undo_stop_old__mutmut_2": ACTED,
+    f"{D}bluegreen.x__undo_stop_old__mutmut_4": ACTED,
+    f"{D}bluegreen.x__old_kept__mutmut_12": REACHABLE, f"{D}bluegreen.x__save_enabled__mutmut_3": REACHABLE,
+    f"{D}bluegreen.x__save_old_server__mutmut_3": REACHABLE, f"{D}bluegreen.x__save_old_server__mutmut_16": REACHABLE,
+    f"{D}bluegreen.x__save_old_server__mutmut_9": ("equivalent: systemd reports MainPID 0 for a unit that is not "
+                                                   "running, so the PID saved is 0 either way"),
+    f"{D}bluegreen.x__save_old_server__mutmut_10": ("equivalent: systemd reports MainPID 0 for a unit that is not "
+                                                    "running, so the PID saved is 0 either way"),
+    f"{D}bluegreen.x__save_old_server__mutmut_12": ("a stopped old server's saved PID 1 instead of 0: no running "
+                                                    "llama-server has PID 1 (init), so `_old_kept` answers the same"),
+    f"{D}bluegreen.x__drain_old__mutmut_10": WHERE,
+    f"{D}bluegreen.x__drain_old__mutmut_11": "the polling client's timeout (5 s, 6 s or httpx's default): how long "
+                                             "one poll of /slots may take, not what the drain decides",
+    f"{D}bluegreen.x__drain_old__mutmut_12": "the polling client's timeout (5 s, 6 s or httpx's default): how long "
+                                             "one poll of /slots may take, not what the drain decides",
+    f"{D}bluegreen.x__drain_old__mutmut_24": ("equivalent in production: the seams' clock is the system clock; over "
+                                              "the fakes the old server is idle at the first poll"),
+    f"{D}bluegreen.x__drain_old__mutmut_16": ("a GAP left: the drain's polls without the API key; against a server "
+                                              "started with --api-key, /slots and /metrics would answer 401 and the "
+                                              "drain would judge the load unknown and stop the old server at once. "
+                                              "The unit tests' old server is a fake unit with no HTTP server"),
+    f"{D}bluegreen.x__drain_old__mutmut_22": ("a GAP left: the drain's polls without the API key (as _mutmut_16)"),
+    f"{D}bluegreen.x_settled__mutmut_2": "the name in the settle sentence when the old unit had no profile: text",
+    **{f"{D}bluegreen.x_settled__mutmut_{n}": ("killed now: test_bluegreen::test_an_old_server_that_died_on_its_own_"
+                                               "during_a_failed_switch_is_brought_back")
+       for n in (11, 12, 13, 14, 19, 20, 21)},
+    # steps
+    f"{D}steps.x__start__mutmut_4": ("a GAP left: the restart's seconds in history (sign); the fakes' clock stands "
+                                     "still, so restart_s is 0 either way; the system tier's history rows show it"),
+    **{f"{D}steps.x__start__mutmut_{n}": ("a GAP left: lowering the priority of MainPID 0 or 1; the fakes' units "
+                                          "always have a PID, and a started llama-server unit always has one")
+       for n in (7, 10, 11)},
+    f"{D}steps.x__undo_start__mutmut_3": HOOK, f"{D}steps.x__undo_start__mutmut_8": ACTED,
+    f"{D}steps.x_previous_text__mutmut_11": "the message of a revert that lost the previous text: text",
+    **{f"{D}steps.x_restart_settled__mutmut_{n}": "the settle sentence's wording: text" for n in (3, 4, 25, 26)},
+    **{f"{D}steps.x_restart_settled__mutmut_{n}": SECOND_NET for n in range(30, 40)},
+    f"{D}steps.x_restart_from_file__mutmut_5": "the message when the unit file is gone: text",
+    f"{D}steps.x_restart_from_file__mutmut_7": ("not killed over fakes (they ignore the unit); for real a `None` unit "
+                                                "is a D-Bus error: tests/system/test_crash.py revert points"),
+    f"{D}steps.x_restart_from_file__mutmut_8": ("not killed over fakes (they ignore the unit); for real a drain of "
+                                                "nothing: tests/system/test_drain_interrupt.py"),
+    **{f"{D}steps.x_restart_from_file__mutmut_{n}": HOOK for n in (13, 15, 17, 45, 47, 49, 50, 51)},
+    f"{D}steps.x_restart_from_file__mutmut_20": ("the profile name on the revert's gate target: only the gate's "
+                                                 "messages name it (the URL, alias and timeouts are the unit's)"),
+    f"{D}steps.x_restart_from_file__mutmut_25": WHERE,
+    **{f"{D}steps.x__undo_write__mutmut_{n}": HOOK for n in (16, 21, 22, 24, 29)},
+    f"{D}steps.x__undo_write__mutmut_1": ("a second put-back after the restart step's undo did it: it finds the file "
+                                          "as it was and changes nothing (test_plans counts one reload)"),
+    f"{D}steps.x__undo_write__mutmut_2": ("a second put-back after the restart step's undo did it: it finds the file "
+                                          "as it was and changes nothing (test_plans counts one reload)"),
+    f"{D}steps.x__undo_write__mutmut_4": ACTED, f"{D}steps.x__undo_write__mutmut_14": ACTED,
+    f"{D}steps.x__put_back_slot_file__mutmut_29": ACTED, f"{D}steps.x__put_back_slot_file__mutmut_51": ACTED,
+    f"{D}steps.x__put_back_slot_file__mutmut_31": ("equivalent: the unlink is reached only when the file was just "
+                                                   "read, so it exists"),
+    f"{D}steps.x__put_back_slot_file__mutmut_32": ("equivalent: the unlink is reached only when the file was just "
+                                                   "read, so it exists"),
+    **{f"{D}steps.x__put_back_slot_file__mutmut_{n}": ("the name of the fault-injection point (`revert-unit`) "
+                                                       "that tests/system/test_crash.py kills at; over fakes no "
+                                                       "fault is injected there") for n in (42, 45, 49, 50)},
+    f"{D}steps.x__put_back_slot_file__mutmut_48": "equivalent: Python's codec names are case-insensitive",
+    # history, unitfiles, intent, plan, slots
+    f"{D}history.xǁHistoryǁlist__mutmut_1": "the default page size of `specd history` (50 or 51 rows)",
+    f"{D}history.xǁHistoryǁevents__mutmut_1": "the default page size of `specd history` (50 or 51 rows)",
+    f"{D}history.xǁHistoryǁadd__mutmut_20": ("equivalent: SQLite always gives an INSERT's row id (never 0), so the "
+                                             "`or` fallback is never taken"),
+    f"{D}plan.x_target_from_text__mutmut_1": ("the default stability wait of a target read from a unit text; every "
+                                              "caller that gates passes the profile's own"),
+    f"{D}plan.x_target_from_text__mutmut_6": WHERE,
+    f"{D}slots.x_port_of__mutmut_12": WHERE,
+}

@@ -1,0 +1,123 @@
+"""What the Switcher passes between its parts, as a user meets it: who holds the lock and how long a command
+waits for it, the failed unit's journal and the history row after a failed switch, and the running server's
+PID handed to the preflight (whose VRAM check counts that server's memory as freed by a restart).
+Over the transaction's FAKE systemd client and health gate (tests/unit/test_transaction.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specd.deploy import intent as intents
+from specd.deploy.history import History
+from specd.deploy.preflight import Preflight
+from specd.deploy.seams import Seams
+from specd.deploy.switch import Switcher
+from specd.errors import HealthError, LockBusy, SwitchFailed
+from specd.gpu.gguf import GgufInfo
+from specd.paths import StateDir
+from specd.profiles.config import Deployment
+from specd.profiles.load import load_profile
+from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, FaultAt, World, unit_text
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    """test_transaction's world: profiles old and new, old installed and running."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    for name in ("old", "new"):
+        (profiles / f"{name}.toml").write_text(
+            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8080\n'
+            "health_timeout_s = 5\nstability_s = 0\n")
+    state = StateDir(tmp_path / "state" / "specd")
+    built = World(Deployment(UNIT, "user", profiles), FakeSystemdClient(), FakeGate(), History(state.db), state)
+    built.switcher().switch("old")
+    return built
+
+
+def quick(world: World) -> World:
+    """The same world with a lock wait of 0.3 s instead of 10."""
+    return replace(world, deployment=replace(world.deployment, lock_timeout_s=0.3))
+
+
+def test_a_command_that_meets_the_lock_names_what_holds_it(world: World) -> None:
+    with world.switcher().lock("switch mtp"), pytest.raises(LockBusy) as busy:
+        quick(world).switcher().switch("new")
+    assert f"{UNIT} is busy: pid " in str(busy.value) and "(switch mtp, since " in str(busy.value)
+
+
+def test_recording_a_hand_edit_never_waits_for_the_lock(world: World) -> None:
+    world.unit_path.write_text(unit_text("old") + "# edited by hand\n")
+    with world.switcher().lock("switch mtp"):
+        started = time.monotonic()
+        with pytest.raises(LockBusy):
+            world.switcher().record_external_edit()  # the watcher: the lock's holder will see the edit itself
+        assert time.monotonic() - started < 5.0  # not the deployment's 10 s wait
+    assert world.switcher().record_external_edit() is not None
+
+
+def test_recovery_without_waiting_skips_a_busy_lock_and_a_missing_intent(world: World) -> None:
+    with world.switcher().lock("switch mtp"):
+        assert world.switcher().recover(wait=False) is None  # no intent: the lock is not even asked for
+    intents.save(intents.Intent(UNIT, "switch", "restart", "new", "old", "blue", "blue"), world.state.intent(UNIT))
+    with world.switcher().lock("switch mtp"):
+        assert world.switcher().recover(wait=False) is None  # busy: the daemon comes back to it
+        with pytest.raises(LockBusy):
+            quick(world).switcher().recover()  # waits, then says who holds it
+    assert world.switcher().recover() is not None
+
+
+def test_a_failed_switch_reports_the_failed_units_journal_and_records_why(world: World) -> None:
+    asked: list[tuple[str, str]] = []
+    world.gate.failures.append(HealthError("the alias never answered"))
+    seams = Seams(world.deployment, world.state, world.history, connect=lambda: world.systemd)
+    switcher = Switcher(seams, gate=world.gate, fault=FaultAt(),
+                        journal=lambda unit, scope: asked.append((unit, scope)) or "journal of the failed unit",
+                        preflight=preflight_of(world))
+    with pytest.raises(SwitchFailed) as failed:
+        switcher.switch("new")
+    assert asked == [(UNIT, "user")]
+    assert failed.value.journal == "journal of the failed unit"
+    assert failed.value.revert_outcome == "reverted" and failed.value.generation_id is not None
+    row = world.history.get(failed.value.generation_id)
+    assert row is not None and row.outcome == "reverted" and "the alias never answered" in row.detail
+
+
+def test_a_switch_whose_revert_fails_too_says_so_in_history_and_in_its_error(world: World) -> None:
+    world.gate.failures.extend([HealthError("new is down"), HealthError("old is down too")])
+    with pytest.raises(SwitchFailed) as failed:
+        world.switcher().switch("new")
+    assert failed.value.revert_outcome == "failed" and failed.value.journal == "(fake journal)"
+    assert failed.value.generation_id is not None
+    row = world.history.get(failed.value.generation_id)
+    assert row is not None and row.outcome == "failed"
+    assert "new is down" in row.detail and "revert failed: " in row.detail and "old is down too" in row.detail
+
+
+def preflight_of(world: World, seen: list[int] | None = None):  # type: ignore[no-untyped-def]
+    def fake_preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
+        if seen is not None:
+            seen.append(current_main_pid)
+        return Preflight(load_profile(deployment.profiles_dir, name), [], unit_text(name), GgufInfo.__new__(GgufInfo),
+                         None)
+    return fake_preflight
+
+
+def test_the_preflight_is_told_the_running_servers_pid_and_none_when_nothing_runs(world: World,
+                                                                                 tmp_path: Path) -> None:
+    seen: list[int] = []
+    seams = Seams(world.deployment, world.state, world.history, connect=lambda: world.systemd)
+    switcher = Switcher(seams, gate=world.gate, fault=FaultAt(), journal=lambda unit, scope: "",
+                        preflight=preflight_of(world, seen))
+    switcher.switch("new")
+    assert seen == [world.systemd.main_pid - 1]  # the PID before the switch restarted it
+    world.unit_path.unlink()
+    world.systemd.active = False
+    switcher.switch("old")
+    assert seen[-1] == 0
