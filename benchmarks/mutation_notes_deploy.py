@@ -1,5 +1,6 @@
 """Why each surviving mutant of specd/deploy/ is harmless, or which test now kills it (read by
-benchmarks/mutation_report.py --layer deploy). Keys: a mutant's name, a function's, or a `..._mutmut_` prefix.
+benchmarks/mutation_report.py --layer deploy). Keys: a mutant's name, a function's, a `..._mutmut_` prefix,
+or any prefix ending in `*`.
 
 Reasons used more than once are named once here."""
 
@@ -96,3 +97,46 @@ NOTES: dict[str, str] = {
     f"{D}plan.x_target_from_text__mutmut_6": WHERE,
     f"{D}slots.x_port_of__mutmut_12": WHERE,
 }
+
+# Functions no selected unit test runs ("no tests"): the side effects the project tests for real, in the system
+# tier, which mutmut does not run per mutant. Each names the system tests that exercise it.
+SYSTEM = "no unit test runs it; exercised for real by "
+NOTES.update({
+    f"{D}systemd.xǁPydbusSystemdǁ*": (SYSTEM + "every switch of the system tier, against a private `systemd --user` "
+                                     "over a real D-Bus: tests/system/test_switch_real.py, test_crash.py, "
+                                     "test_bluegreen.py, test_switch_failures.py"),
+    f"{D}systemd.xǁSystemdClientǁ*": "the Protocol's `...` bodies: nothing runs them",
+    f"{D}systemd.xǁUnitStateǁdescribe": (SYSTEM + "the switch failures' messages: "
+                                          "tests/system/test_switch_failures.py"),
+    f"{D}systemd.x_connect_systemd": SYSTEM + "every system test (the composition root's D-Bus connection)",
+    f"{D}systemd.x__bus_error_text": SYSTEM + "tests/system/test_setup.py (doctor without a session bus)",
+    f"{D}systemd.x__no_bus_hint": SYSTEM + "tests/system/test_setup.py (doctor without a session bus)",
+    f"{D}systemd.x_systemd_is_pid1": SYSTEM + "tests/system/test_setup.py (doctor's checks of the box)",
+    f"{D}health.x_*": (SYSTEM + "the health gate of every real switch: tests/system/test_switch_real.py, "
+                      "test_switch_failures.py, test_gate_busy.py (real llama-server)"),
+    f"{D}health.xǁ_Stepsǁ*": (SYSTEM + "the health gate of every real switch: tests/system/test_switch_real.py, "
+                             "test_switch_failures.py, test_gate_busy.py (real llama-server)"),
+    f"{D}preflight.x_run_preflight": SYSTEM + "tests/system/test_preflight.py (real llama-server --help, real GGUFs)",
+    f"{D}preflight.x_vram_*": (SYSTEM + "tests/system/test_preflight.py; the estimate itself is specd.gpu's "
+                               "(unit-tested)"),
+    f"{D}preflight.x_hub_*": SYSTEM + "tests/system/test_preflight.py (a model from the Hub cache)",
+    f"{D}preflight.x_model_source_note": SYSTEM + "tests/system/test_preflight.py",
+    f"{D}preflight.x__model_info": SYSTEM + "tests/system/test_preflight.py",
+    f"{D}preflight.x__unit_text": SYSTEM + "tests/system/test_preflight.py, test_render.py",
+    f"{D}preflight.x_check_strict_modes": SYSTEM + "tests/system/test_preflight.py",
+    f"{D}preflight.x_environment_settings": SYSTEM + "tests/system/test_preflight.py (LLAMA_ARG_* checked against "
+                                                     "the real binary's --help)",
+    f"{D}preflight.x_check_port": SYSTEM + "tests/system/test_preflight.py, test_switch_failures.py (a port held by "
+                                           "another process)",
+    f"{D}preflight.x_vllm_preflight": SYSTEM + "tests/system/test_engines.py (the CPU vLLM build)",
+    f"{D}status.x_*": SYSTEM + "tests/system/test_cli.py (`specd status` on a real deployment), test_web.py",
+    f"{D}status.xǁStatusReportǁ*": SYSTEM + "tests/system/test_cli.py (`specd status --json`), test_web.py",
+    f"{D}companions.x_*": SYSTEM + "tests/system/test_routing.py (companion servers under the private systemd)",
+    f"{D}history.x_split_numbers": SYSTEM + "tests/system/test_web.py (the status page's history)",
+    f"{D}history.xǁGenerationǁas_dict": SYSTEM + "tests/system/test_web.py, test_cli.py (`specd history --json`)",
+    f"{D}history.xǁHistoryǁin_memory": SYSTEM + "tests/system/test_fault_suite.py (rollback with the state DB gone)",
+    f"{D}history.xǁHistoryǁprune": SYSTEM + "tests/system/test_daemon.py (the daemon's upkeep)",
+    f"{D}seams.x_default_http": SYSTEM + "every system test over HTTP (the composition root's client factory)",
+    f"{D}seams.xǁNoProxyǁserving": "a constant `False` for deployments without a daemon: nothing to mutate but it",
+    f"{D}priority.xǁUnchangedPriorityǁlower": "the read-only seams' constant reason text",
+})

@@ -24,7 +24,6 @@ from pathlib import Path
 import psutil
 
 MUTMUT = [sys.executable, "-m", "mutmut"]
-LIVED = ("survived", "no tests")
 
 # (kind, reason, test on the changed lines) for survivors that are harmless by their nature
 KINDS: list[tuple[str, str, re.Pattern[str]]] = [
@@ -59,7 +58,10 @@ def diff_of(name: str) -> list[str]:
 
 def note_matches(key: str, name: str) -> bool:
     """A NOTES key names one mutant (`..._mutmut_12`: that one only, not `_mutmut_120`), every mutant of a
-    function (`x_warm_up`: its `__mutmut_N`, not `x_warm_up_bodies`'), or those a `..._mutmut_` prefix starts."""
+    function (`x_warm_up`: its `__mutmut_N`, not `x_warm_up_bodies`'), or those a `..._mutmut_` prefix or a
+    `...*` key starts."""
+    if key.endswith("*"):
+        return name.startswith(key[:-1])
     if re.search(r"__mutmut_\d+$", key):
         return name == key
     if key.endswith("__mutmut_"):
@@ -119,7 +121,13 @@ def main() -> None:
     per_module: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for name, status in results:
         per_module[name.split(".x")[0]][status] += 1
-    lived = [(name, status) for name, status in results if status in LIVED]
+    lived = [(name, status) for name, status in results if status == "survived"]
+    untested: dict[str, list[str]] = collections.defaultdict(list)  # function -> its mutants no unit test runs
+    for name, status in results:
+        if status == "no tests":
+            untested[re.sub(r"__mutmut_\d+$", "", name)].append(name)
+    untested_rows = [(function, len(names), classify(names[0], [], notes)[1] or "to review")
+                     for function, names in sorted(untested.items())]
     rows = []
     for name, status in lived:
         diff = diff_of(name)
@@ -144,6 +152,11 @@ def main() -> None:
         "|---|---|---|---|---|",
         *(f"| {kind} | `{name.removeprefix(package)}` | {status} | {shown} | {reason} |"
           for kind, name, status, shown, reason in sorted(rows)),
+        "", "## Functions no unit test runs (their mutants: *no tests*)", "",
+        (f"{sum(n for _, n, _ in untested_rows)} mutants in {len(untested_rows)} functions; "
+        f"{sum(n for _, n, why in untested_rows if why == 'to review')} of them to review."), "",
+        "| function | mutants | why, or where it is tested |", "|---|---|---|",
+        *(f"| `{function.removeprefix(package)}` | {n} | {why} |" for function, n, why in untested_rows),
     ]
     text = "\n".join(lines) + "\n"
     if args.out is not None:
