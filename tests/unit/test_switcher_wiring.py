@@ -121,3 +121,15 @@ def test_the_preflight_is_told_the_running_servers_pid_and_none_when_nothing_run
     world.systemd.active = False
     switcher.switch("old")
     assert seen[-1] == 0
+
+
+def test_a_unit_file_deleted_during_a_failed_switch_is_put_back(world: World) -> None:
+    def delete_then_fail(step: str) -> None:
+        if step == "gate":
+            world.unit_path.unlink()  # someone removed the unit while the new server was gated
+            raise RuntimeError("a bug in the gate")
+
+    with pytest.raises(SwitchFailed) as failed:
+        world.switcher(fault=delete_then_fail).switch("new")  # type: ignore[arg-type]
+    assert failed.value.revert_outcome == "reverted"
+    assert world.unit_path.read_text() == unit_text("old")
