@@ -1,7 +1,8 @@
 """How busy a server is, asked of the server (specd.deploy.load): what a blue-green switch waits on before it
-stops the old server, and what a shadow bench stamps on each sample. The server's pages are served by
-httpx's own MockTransport with the texts llama-server and vLLM publish (their formats, not a server of
-ours: the real server's answers are read in tests/system/test_bluegreen.py and test_shadow.py)."""
+stops the old server, and what a shadow bench stamps on each sample. The pages come from FAKE servers (httpx's
+own MockTransport) in the formats llama-server and vLLM publish: a real server cannot be made to hold a deferred
+queue, publish vLLM's gauges or go away mid-drain on cue in milliseconds. The real llama-server's answers are
+read in tests/system/test_bluegreen.py and test_shadow.py."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}
 Page = tuple[int, str]
 
 
-def server(slots: Page | None, metrics: Page | None, seen: list[httpx.Request] | None = None) -> httpx.Client:
+def fake_server(slots: Page | None, metrics: Page | None, seen: list[httpx.Request] | None = None) -> httpx.Client:
     """A client whose server answers /slots and /metrics as given (None: the connection is refused)."""
     def handle(request: httpx.Request) -> httpx.Response:
         if seen is not None:
@@ -46,44 +47,44 @@ def slots(*processing: bool) -> Page:
 
 
 def test_processing_slots_and_deferred_requests_add_up() -> None:
-    client = server(slots(True, False, True), (200, LLAMA_METRICS.format(processing=2, deferred=3)))
+    client = fake_server(slots(True, False, True), (200, LLAMA_METRICS.format(processing=2, deferred=3)))
     assert requests_in_progress(client, "http://s") == 5
 
 
 def test_the_slots_alone_count_when_metrics_are_off() -> None:
-    assert requests_in_progress(server(slots(True, True), (501, "metrics disabled")), "http://s") == 2
-    assert requests_in_progress(server(slots(False), None), "http://s") == 0
+    assert requests_in_progress(fake_server(slots(True, True), (501, "metrics disabled")), "http://s") == 2
+    assert requests_in_progress(fake_server(slots(False), None), "http://s") == 0
 
 
 def test_without_slots_the_llama_server_gauges_count_processing_and_deferred() -> None:
     for no_slots in [(501, '{"error": "slots disabled"}'), (200, '{"not": "a list"}'), (200, "not json"), None]:
-        client = server(no_slots, (200, LLAMA_METRICS.format(processing=1, deferred=2)))
+        client = fake_server(no_slots, (200, LLAMA_METRICS.format(processing=1, deferred=2)))
         assert requests_in_progress(client, "http://s") == 3, no_slots
 
 
 def test_vllm_is_counted_by_its_running_and_waiting_gauges() -> None:
-    client = server((404, "Not Found"), (200, VLLM_METRICS.format(running=2, waiting=4)))
+    client = fake_server((404, "Not Found"), (200, VLLM_METRICS.format(running=2, waiting=4)))
     assert requests_in_progress(client, "http://s") == 6
 
 
 def test_a_server_that_cannot_say_is_none_not_idle() -> None:
-    assert requests_in_progress(server(None, None), "http://s") is None
-    assert requests_in_progress(server((404, ""), (200, "# no gauges here\nother_metric 1\n")), "http://s") is None
-    assert requests_in_progress(server((404, ""), (200, "garbage {{{")), "http://s") is None
+    assert requests_in_progress(fake_server(None, None), "http://s") is None
+    assert requests_in_progress(fake_server((404, ""), (200, "# no gauges here\nother_metric 1\n")), "http://s") is None
+    assert requests_in_progress(fake_server((404, ""), (200, "garbage {{{")), "http://s") is None
 
 
 def test_the_api_key_goes_with_both_questions_and_no_header_without_one() -> None:
     seen: list[httpx.Request] = []
-    requests_in_progress(server(slots(False), (200, LLAMA_METRICS.format(processing=0, deferred=0)), seen),
+    requests_in_progress(fake_server(slots(False), (200, LLAMA_METRICS.format(processing=0, deferred=0)), seen),
                          "http://s", "k-123")
     assert [(r.url.path, r.headers.get("authorization")) for r in seen] == [
         ("/slots", "Bearer k-123"), ("/metrics", "Bearer k-123")]
     seen.clear()
-    requests_in_progress(server(slots(False), None, seen), "http://s")
+    requests_in_progress(fake_server(slots(False), None, seen), "http://s")
     assert all("authorization" not in r.headers for r in seen)
 
 
-class Timeline:
+class FakeServerTimeline:
     """The server's count at each poll, on a clock that moves only when the waiter sleeps (binary fractions of
     a second, so that the times add up exactly)."""
 
@@ -116,14 +117,14 @@ class Timeline:
 
 
 def test_an_idle_server_is_idle_once_it_stays_quiet_for_the_quiet_time() -> None:
-    timeline = Timeline([0])
+    timeline = FakeServerTimeline([0])
     drained = timeline.wait()
     assert drained.idle is True and drained.busy_at_start == 0
     assert drained.waited_s == 0.25
 
 
 def test_the_wait_lasts_until_the_last_request_ends_and_a_late_one_restarts_the_quiet_time() -> None:
-    timeline = Timeline([2, 2, 1, 0, 1, 0, 0, 0, 0])  # a request arrives during the first quiet moment
+    timeline = FakeServerTimeline([2, 2, 1, 0, 1, 0, 0, 0, 0])  # a request arrives during the first quiet moment
     drained = timeline.wait()
     assert drained.idle is True and drained.busy_at_start == 2
     assert drained.waited_s == 0.875  # quiet from the poll at 0.625 s, for 0.25 s
@@ -131,7 +132,7 @@ def test_the_wait_lasts_until_the_last_request_ends_and_a_late_one_restarts_the_
 
 
 def test_a_server_still_busy_at_the_timeout_is_reported_busy() -> None:
-    timeline = Timeline([1])
+    timeline = FakeServerTimeline([1])
     drained = timeline.wait(timeout_s=1.0)
     assert drained.idle is False and drained.busy_at_start == 1
     assert drained.waited_s == 1.0
@@ -140,7 +141,7 @@ def test_a_server_still_busy_at_the_timeout_is_reported_busy() -> None:
 @pytest.mark.parametrize(("counts", "idle", "waited"), [([None], None, 0.0), ([1, 1, None], True, 0.25)])
 def test_a_server_that_cannot_say_is_not_waited_for(counts: list[int | None], idle: bool | None,
                                                      waited: float) -> None:
-    drained = Timeline(counts).wait()
+    drained = FakeServerTimeline(counts).wait()
     assert drained.idle is idle and drained.waited_s == waited
 
 
@@ -148,5 +149,5 @@ def test_waiting_uses_the_given_clock_only(monkeypatch: pytest.MonkeyPatch) -> N
     def no_real_sleep(seconds: float) -> None:
         raise AssertionError("slept for real")
     monkeypatch.setattr("time.sleep", no_real_sleep)
-    assert Timeline([1, 0, 0, 0]).wait().idle is True
+    assert FakeServerTimeline([1, 0, 0, 0]).wait().idle is True
 
