@@ -140,3 +140,20 @@ NOTES.update({
     f"{D}seams.xǁNoProxyǁserving": "a constant `False` for deployments without a daemon: nothing to mutate but it",
     f"{D}priority.xǁUnchangedPriorityǁlower": "the read-only seams' constant reason text",
 })
+
+# Killed by tests written after pass 2 began, each checked by hand against its mutation (benchmarks/results/
+# mutation-deploy.md lists how).
+WIRING = "tests/unit/test_switcher_wiring.py::"
+NOTES.update({
+    **{f"{D}switch.xǁSwitcherǁrecover__mutmut_{n}": (
+        f"killed now (checked by hand): {WIRING}test_recovery_without_waiting_skips_a_busy_lock_and_a_missing_intent")
+       for n in (2, 5, 7, 8, 9, 13)},
+    **{f"{D}switch.xǁSwitcherǁrecover__mutmut_{n}": (
+        f"killed now (checked by hand): {WIRING}test_recovery_waits_for_a_lock_that_is_let_go_within_the_wait")
+       for n in (10, 11, 12)},
+    f"{D}switch.xǁSwitcherǁrecover__mutmut_3": ("equivalent: with wait and no intent, recovery under the lock finds "
+                                                "no intent either and returns None"),
+    f"{D}switch.xǁSwitcherǁrecover__mutmut_6": "the lock holder's `what`, shown to a second caller: text",
+    f"{D}switch.xǁSwitcherǁrecover__mutmut_14": ("a 1 s wait instead of none for a busy lock when told not to wait: "
+                                                 "the daemon's recovery pass comes back later either way"),
+})

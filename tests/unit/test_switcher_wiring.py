@@ -5,6 +5,7 @@ Over the transaction's FAKE systemd client and health gate (tests/unit/test_tran
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -67,10 +68,32 @@ def test_recovery_without_waiting_skips_a_busy_lock_and_a_missing_intent(world: 
         assert world.switcher().recover(wait=False) is None  # no intent: the lock is not even asked for
     intents.save(intents.Intent(UNIT, "switch", "restart", "new", "old", "blue", "blue"), world.state.intent(UNIT))
     with world.switcher().lock("switch mtp"):
+        started = time.monotonic()
         assert world.switcher().recover(wait=False) is None  # busy: the daemon comes back to it
+        assert time.monotonic() - started < 5.0  # at once, not after the deployment's 10 s lock wait
         with pytest.raises(LockBusy):
             quick(world).switcher().recover()  # waits, then says who holds it
-    assert world.switcher().recover() is not None
+    assert world.switcher().recover(wait=False) is not None  # free: recovered without waiting for anything
+
+
+def test_recovery_waits_for_a_lock_that_is_let_go_within_the_wait(world: World) -> None:
+    intents.save(intents.Intent(UNIT, "switch", "restart", "new", "old", "blue", "blue"), world.state.intent(UNIT))
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with world.switcher().lock("switch mtp"):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.5, release.set).start()  # let go while recovery waits (the deployment allows 10 s)
+    try:
+        assert world.switcher().recover() is not None
+    finally:
+        release.set()
+        holder.join()
 
 
 def test_a_failed_switch_reports_the_failed_units_journal_and_records_why(world: World) -> None:
