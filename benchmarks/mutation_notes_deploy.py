@@ -157,3 +157,11 @@ NOTES.update({
     f"{D}switch.xǁSwitcherǁrecover__mutmut_14": ("a 1 s wait instead of none for a busy lock when told not to wait: "
                                                  "the daemon's recovery pass comes back later either way"),
 })
+NOTES.update({
+    **{f"{D}lock.x__holder__mutmut_{n}": (
+        f"killed now (checked by hand): {WIRING}test_a_command_that_meets_the_lock_names_what_holds_it")
+       for n in (17, 18, 19, 23, 24, 25)},
+    f"{D}lock.x__holder__mutmut_15": "equivalent: the holder record is far shorter than 4,096 bytes",
+    f"{D}lock.x__holder__mutmut_16": ("an empty lock file (taken, its record not yet written) read as unreadable: "
+                                      "\"another specd process\" either way"),
+})
