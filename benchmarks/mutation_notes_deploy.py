@@ -162,6 +162,6 @@ NOTES.update({
         f"killed now (checked by hand): {WIRING}test_a_command_that_meets_the_lock_names_what_holds_it")
        for n in (17, 18, 19, 23, 24, 25)},
     f"{D}lock.x__holder__mutmut_15": "equivalent: the holder record is far shorter than 4,096 bytes",
-    f"{D}lock.x__holder__mutmut_16": ("an empty lock file (taken, its record not yet written) read as unreadable: "
-                                      "\"another specd process\" either way"),
+    f"{D}lock.x__holder__mutmut_16": ("the wording for an empty lock file (taken, its record not yet written: a "
+                                      "moment's race): \"pid None (None, ...)\" or \"another specd process\""),
 })
