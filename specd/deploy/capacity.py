@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -108,7 +108,9 @@ def fits_beside(argv: Sequence[str], env: Mapping[str, str], model: GgufInfo | N
     if not isinstance(gpus, NoGpu) and settings.n_gpu_layers != 0:
         result = vram_check(argv, env, model, draft, 0, nvml=nvml)
         return Capacity(result.status == "ok", f"VRAM beside the running server: {result.message}")
-    estimate = estimate_vram(model, draft, 0, None, settings=settings)
+    # the same parts in host memory: every layer counted (with -ngl 0 the VRAM estimate is all zero)
+    on_host = replace(settings, n_gpu_layers=None, draft_n_gpu_layers=None)
+    estimate = estimate_vram(model, draft, 0, None, settings=on_host)
     needed = estimate.total_bytes - estimate.runtime_bytes
     available = resources.available_ram()
     ram = f"host memory ~{needed / GIB:.2f} GiB of {available / GIB:.2f} GiB available"

@@ -4,11 +4,12 @@ bench act on (specd.deploy.capacity): host memory and thread pools on the CPU, f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from specd.deploy.capacity import HostResources, capacity_check, fits_beside, text_fits, threads_of
+from specd.deploy.capacity import HostResources, both_fit, capacity_check, fits_beside, text_fits, threads_of
 from specd.deploy.preflight import Preflight
 from specd.gpu.fit import HEADROOM
 from specd.gpu.gguf import GgufInfo, read_gguf_info
@@ -17,7 +18,7 @@ from specd.gpu.vram import estimate_vram
 from specd.profiles.load import load_profile
 from specd.unit.parse import UnitCommand
 from tests.fakes.fake_nvml import FakeNvml, card
-from tests.gguf_factory import write_gguf
+from tests.gguf_factory import F16, write_gguf, write_header
 
 PLENTY = 64 << 30
 
@@ -29,6 +30,13 @@ def box(*, ram: int = PLENTY, cores: int = 8, physical: int = 4) -> HostResource
 @pytest.fixture
 def model(tmp_path: Path) -> GgufInfo:
     return read_gguf_info(write_gguf(tmp_path / "m.gguf"))
+
+
+def host_bytes(model: GgufInfo, draft: GgufInfo | None, argv: list[str], env: dict[str, str]) -> int:
+    """specd.gpu's estimate of the server with every layer counted, less the CUDA runtime: its host memory."""
+    settings = replace(settings_from_argv(argv, env), n_gpu_layers=None, draft_n_gpu_layers=None)
+    estimate = estimate_vram(model, draft, 0, None, settings=settings)
+    return estimate.total_bytes - estimate.runtime_bytes
 
 
 def cpu_argv(model_path: str, *extra: str) -> list[str]:
@@ -69,8 +77,7 @@ def test_a_command_line_the_estimate_cannot_read_never_fits(model: GgufInfo) -> 
 def test_host_memory_must_hold_the_new_server_and_the_headroom_beside_the_old(model: GgufInfo,
                                                                             tmp_path: Path) -> None:
     argv = cpu_argv(str(tmp_path / "m.gguf"), "-t", "1")
-    estimate = estimate_vram(model, None, 0, None, settings=settings_from_argv(argv, {}))
-    needed = estimate.total_bytes - estimate.runtime_bytes  # the CUDA runtime is not host memory
+    needed = host_bytes(model, None, argv, {})
     exact = fits_beside(argv, {}, model, None, running("-t", "1"), resources=box(ram=needed + HEADROOM))
     assert exact.fits, exact.reason
     short = fits_beside(argv, {}, model, None, running("-t", "1"), resources=box(ram=needed + HEADROOM - 1))
@@ -158,3 +165,60 @@ def test_a_switchs_preflight_is_judged_with_its_profiles_environment_and_the_com
     crowded = check(pre, running("-t", "1"))
     assert not crowded.fits and "1 + 64 (companions) + 2 threads on" in crowded.reason
     assert not check(pre, running("-t", "64")).fits
+
+
+def test_the_check_reads_the_gpus_it_was_given_for_a_unit_text_and_a_preflight(tmp_path: Path) -> None:
+    model_path = write_gguf(tmp_path / "m.gguf")
+    full_gpu = FakeNvml([card(0, 0.0)])
+    text = f"[Service]\nExecStart=llama-server -m {model_path} -ngl 99\n"
+    verdict = capacity_check(full_gpu)(text, None)
+    assert not verdict.fits and verdict.reason.startswith("VRAM beside the running server: ")
+    (tmp_path / "g.toml").write_text(f'binary = "/usr/bin/true"\nmodel = "{model_path}"\nalias = "m"\nport = 8080\n')
+    pre = Preflight(load_profile(tmp_path, "g"), ["llama-server", "-m", str(model_path), "-ngl", "99"], "",
+                    read_gguf_info(model_path), None)
+    verdict = capacity_check(full_gpu)(pre, None)
+    assert not verdict.fits and verdict.reason.startswith("VRAM beside the running server: ")
+
+
+def test_without_a_gpu_a_server_that_names_no_layer_count_is_judged_by_the_cpu_rule(model: GgufInfo,
+                                                                                  tmp_path: Path) -> None:
+    argv = ["llama-server", "-m", str(tmp_path / "m.gguf"), "-t", "1"]  # llama-server's default -ngl
+    verdict = fits_beside(argv, {}, model, None, None, nvml=FakeNvml([]), resources=box(cores=4))
+    assert verdict.fits and "0 + 1 threads on 4 cores" in verdict.reason
+
+
+def test_servers_that_name_no_threads_count_the_boxs_physical_cores(model: GgufInfo, tmp_path: Path) -> None:
+    argv = cpu_argv(str(tmp_path / "m.gguf"))
+    verdict = fits_beside(argv, {}, model, None, running(), resources=box(cores=16, physical=3),
+                          also=[running()])
+    assert "3 + 3 (companions) + 3 threads on 16 cores" in verdict.reason and verdict.fits
+    (tmp_path / "p.toml").write_text(f'binary = "/usr/bin/true"\nmodel = "{tmp_path / "m.gguf"}"\nalias = "m"\n'
+                                     "port = 8080\n")
+    pre = Preflight(load_profile(tmp_path, "p"), argv, "", model, None)
+    assert "3 + 3 threads on 4 cores" in both_fit(pre, running(), resources=box(cores=4, physical=3)).reason
+
+
+def test_a_cpu_profile_needs_host_memory_for_its_weights(tmp_path: Path) -> None:
+    """-ngl 0 puts no layer on a GPU: the VRAM estimate is zero, but the weights are in host memory."""
+    path = tmp_path / "1b.gguf"
+    big = write_header(path, "llama", 16, 2048, 32, 8, 8192, 64, 128256, True, F16)  # 2.3 GiB of f16 weights
+    argv = ["llama-server", "-m", str(path), "-ngl", "0", "-t", "1", "-c", "2048"]
+    verdict = fits_beside(argv, {}, big, None, None, resources=box(ram=2 << 30))
+    assert not verdict.fits and "host memory ~2.4" in verdict.reason
+
+
+def test_the_draft_model_and_the_environments_settings_count_in_host_memory(tmp_path: Path) -> None:
+    path = tmp_path / "1b.gguf"  # a 1B-shaped header: gigabytes of weights, so every part shows
+    big = write_header(path, "llama", 16, 2048, 32, 8, 8192, 64, 128256, True, F16)
+    argv = ["llama-server", "-m", str(path), "-ngl", "0", "-t", "1", "-c", "2048"]
+    just_enough = host_bytes(big, None, argv, {}) + HEADROOM  # the target alone fits, exactly
+    assert fits_beside(argv, {}, big, None, None, resources=box(ram=just_enough)).fits
+    assert not fits_beside(argv, {}, big, big, None, resources=box(ram=just_enough)).fits  # + a draft
+    assert not fits_beside(argv[:-2], {"LLAMA_ARG_CTX_SIZE": "8192"}, big, None, None,
+                           resources=box(ram=just_enough)).fits  # a larger cache, set in the unit's environment
+    (tmp_path / "p.toml").write_text(f'binary = "/usr/bin/true"\nmodel = "{path}"\nalias = "m"\nport = 8080\n')
+    with_draft = Preflight(load_profile(tmp_path, "p"), argv, "", big, big)
+    assert not both_fit(with_draft, None, resources=box(ram=just_enough)).fits
+    text = f"[Service]\nExecStart=llama-server -m {path} -md {path} -ngl 0 -t 1 -c 2048\n"
+    assert not text_fits(text, None, resources=box(ram=just_enough)).fits
+    assert text_fits(text.replace(f"-md {path} ", ""), None, resources=box(ram=just_enough)).fits
