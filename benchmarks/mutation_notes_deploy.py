@@ -165,3 +165,67 @@ NOTES.update({
     f"{D}lock.x__holder__mutmut_16": ("the wording for an empty lock file (taken, its record not yet written: a "
                                       "moment's race): \"pid None (None, ...)\" or \"another specd process\""),
 })
+BY_HAND = "killed now (checked by hand): "
+NOTES.update({
+    **{f"{D}preflight.x_check_socket__mutmut_{n}": "the refusal's hint: text" for n in (5, 7)},
+    f"{D}priority.x__set_nice__mutmut_3": ("a fourth pass for threads started meanwhile instead of three: the same "
+                                           "values on a server whose thread pool is up"),
+    f"{D}priority.x__set_nice__mutmut_8": ("a thread that ends between being listed and being changed: a race no "
+                                           "test can time (ProcessLookupError would escape)"),
+    f"{D}priority.x__threads__mutmut_6": ("a child that exits while its threads are listed: a race no test can time "
+                                          "(NoSuchProcess would escape)"),
+    **{f"{D}priority.x__threads__mutmut_{n}": ("a GAP left: direct children only; a server two levels below the "
+                                               "unit's main process (a launcher that runs a shell that runs it) would "
+                                               "keep its priority; no test starts one")
+       for n in (4, 5)},
+    **{f"{D}priority.xǁThreadNiceǁlower__mutmut_{n}": ROOT for n in (7, 8, 9, 10, 15, 16, 17, 18, 19, 20)},
+    **{f"{D}priority.xǁThreadNiceǁlower__mutmut_{n}": (BY_HAND + "tests/unit/test_priority.py::test_every_thread_"
+                                                       "loads_lowered_and_gets_its_priority_back (the parent is "
+                                                       "left alone; the Lowered names the server)")
+       for n in (33, 45)},
+    **{f"{D}priority.xǁThreadNiceǁlower__mutmut_{n}": ("the undo when lowering fails half-way: setpriority fails "
+                                                       "for a thread only when it vanished (suppressed) or without "
+                                                       "privilege (refused before): not reachable in a test as root")
+       for n in range(37, 45)},
+    f"{D}rollback.x__before_steps__mutmut_3": "equivalent: `history.get(None)` is None, as the else branch gives",
+    **{f"{D}rollback.x_rollback_target__mutmut_{n}": "the unit's name in the no-backup error: text" for n in (46, 65)},
+    **{f"{D}rollback.x_rollback_target__mutmut_{n}": (BY_HAND + "tests/unit/test_rollback_target.py (a newer "
+                                                      "backup that is the installed unit is passed over)")
+       for n in (48, 67)},
+    **{f"{D}rollback.x_rollback_target__mutmut_{n}": ("equivalent: for a switch `content_id` is the row itself, and "
+                                                      "for a rollback the row it restored has the same unit text and "
+                                                      "the same `content_id`")
+       for n in (53, 54)},
+    **{f"{D}rollback.x_walk_position__mutmut_{n}": "the loop guard's bound (10,000 or 10,001; < or <=)" for n in (3, 4)},
+    f"{D}rollback.x_walk_position__mutmut_6": ("equivalent: only rollback rows have a `restores_id`, so the `or` "
+                                               "admits no other row"),
+    f"{D}unitfiles.x_write_backup__mutmut_9": BY_HAND + "tests/unit/test_ports_and_backups.py (a 0640 unit's backup)",
+    f"{D}unitfiles.x_write_backup__mutmut_13": BY_HAND + "tests/unit/test_ports_and_backups.py (a 0640 unit's backup)",
+    f"{D}unitfiles.x_prune_backups__mutmut_5": BY_HAND + "tests/unit/test_ports_and_backups.py (a protected backup "
+                                                         "between two pruned ones)",
+    **{f"{D}unitfiles.x_prune_backups__mutmut_{n}": "equivalent: the backups were just listed, so they exist"
+       for n in (6, 7)},
+    f"{D}unitfiles.x_disk_free__mutmut_2": ("equivalent where it is called: the parent of a file specd writes is "
+                                            "on the same file system as the file"),
+    f"{D}systemd.x_journal_tail__mutmut_1": "the default number of lines shown (15 or 16); every caller names its own",
+    f"{D}systemd.x_journal_tail__mutmut_6": ("equivalent: every caller passes the output file; the default is for "
+                                             "the CLI's fallback"),
+    **{f"{D}systemd.x_journal_tail__mutmut_{n}": ("journalctl's time limit (10 s, 11 s or none): a journal that "
+                                                  "hangs, which no test can make")
+       for n in (58, 63, 67)},
+    f"{D}systemd.x_journal_tail__mutmut_64": "equivalent: `check` defaults to False",
+    f"{D}systemd.x_journal_tail__mutmut_68": ("check=True: a journalctl that exits non-zero would raise instead of "
+                                              "showing what it printed; the FAKE journalctl exits 0"),
+    **{f"{D}systemd.x_output_tail__mutmut_{n}": ("equivalent: the size read as 0 or +1 only moves where reading "
+                                                 "starts; a file under 64 KiB is read whole either way, and a larger "
+                                                 "one's first line in the window is cut anyway")
+       for n in (7, 8, 9, 10)},
+    f"{D}systemd.x_output_tail__mutmut_22": "equivalent: bytes.decode defaults to UTF-8",
+    f"{D}slots.x_port_beside__mutmut_7": WHERE, f"{D}slots.x_with_port__mutmut_11": WHERE,
+    f"{D}slots.x_with_port__mutmut_63": WHERE,
+    f"{D}slots.x_with_port__mutmut_65": "the message of a guard marked `pragma: no cover` (a quoting bug): text",
+    f"{D}slots.x_with_port__mutmut_48": ("equivalent: `rstrip()` also strips the newline, and a line ending in a "
+                                         "backslash is caught either way"),
+    f"{D}slots.x_port_beside__mutmut_16": ("a GAP left: the spare port when it differs from the serving one; the "
+                                           "tests' spare port is always the serving one's + 1 or equal to it"),
+})

@@ -95,10 +95,10 @@ def test_pruning_keeps_the_newest_and_the_protected_ones(tmp_path: Path) -> None
     start = datetime(2026, 11, 1, tzinfo=UTC)
     made = [write_backup(unit, f"text {n}", "p", backup_name(unit, "p", start + timedelta(minutes=n)))
             for n in range(5)]
-    removed = prune_backups(unit, keep=2, protect={made[0]})
-    assert sorted(removed) == sorted(made[1:3])
-    assert sorted(b.path for b in list_backups(unit)) == sorted([made[0], made[3], made[4]])
-    assert prune_backups(unit, keep=2, protect={made[0]}) == []
+    removed = prune_backups(unit, keep=2, protect={made[2]})  # one a pending switch still needs
+    assert sorted(removed) == sorted([made[0], made[1]])
+    assert sorted(b.path for b in list_backups(unit)) == sorted([made[2], made[3], made[4]])
+    assert prune_backups(unit, keep=2, protect={made[2]}) == []
 
 
 def test_history_reopens_its_database_when_the_file_was_deleted_or_replaced(tmp_path: Path) -> None:
@@ -133,8 +133,8 @@ def test_a_backup_of_a_unit_holding_a_key_is_as_private_as_the_unit(tmp_path: Pa
     backup = write_backup(unit, unit.read_text(), "mtp")
     assert backup.stat().st_mode & 0o777 == 0o600
     assert backup.name.startswith("llama.service.pre-") and backup.name.endswith("-mtp")
-    unit.chmod(0o644)
-    assert write_backup(unit, "public\n", None).stat().st_mode & 0o777 == 0o644
+    unit.chmod(0o640)  # the owner's own choice, no key in it: the backup keeps it too
+    assert write_backup(unit, "[Service]\nExecStart=/bin/true\n", None).stat().st_mode & 0o777 == 0o640
     assert list_backups(unit)[0].profile == "unmanaged"
 
 

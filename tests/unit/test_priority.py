@@ -61,10 +61,11 @@ def test_every_thread_loads_lowered_and_gets_its_priority_back(server: subproces
         assert isinstance(lowered, str) and "CAP_SYS_NICE" in lowered
         assert thread_nices(server.pid) == before  # refused: nothing was changed
         return
-    assert isinstance(lowered, Lowered)
+    assert isinstance(lowered, Lowered) and lowered.pid == server.pid
     nice = next(iter(before.values()))
     assert lowered.loading_nice == min(19, nice + LOADING_NICE_STEP)
     assert set(thread_nices(server.pid).values()) == {lowered.loading_nice}
+    assert set(thread_nices(os.getpid()).values()) == {nice}  # the server's parent (this test) is left alone
     start_thread(server)  # a thread the server starts while it loads inherits the lowered value
     during = thread_nices(server.pid)
     assert len(during) == len(before) + 1 and set(during.values()) == {lowered.loading_nice}
