@@ -196,7 +196,8 @@ NOTES.update({
                                                       "for a rollback the row it restored has the same unit text and "
                                                       "the same `content_id`")
        for n in (53, 54)},
-    **{f"{D}rollback.x_walk_position__mutmut_{n}": "the loop guard's bound (10,000 or 10,001; < or <=)" for n in (3, 4)},
+    **{f"{D}rollback.x_walk_position__mutmut_{n}": "the loop guard's bound (10,000 or 10,001; < or <=)"
+       for n in (3, 4)},
     f"{D}rollback.x_walk_position__mutmut_6": ("equivalent: only rollback rows have a `restores_id`, so the `or` "
                                                "admits no other row"),
     f"{D}unitfiles.x_write_backup__mutmut_9": BY_HAND + "tests/unit/test_ports_and_backups.py (a 0640 unit's backup)",
