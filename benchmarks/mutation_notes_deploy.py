@@ -230,3 +230,85 @@ NOTES.update({
     f"{D}slots.x_port_beside__mutmut_16": ("a GAP left: the spare port when it differs from the serving one; the "
                                            "tests' spare port is always the serving one's + 1 or equal to it"),
 })
+PRIVATE = ("a GAP left: the file's 0600 mode (`mode=385` is 0o601, the same for reading); nothing the tests read "
+           "depends on who else may read it; the unit's own mode is tested for backups (test_ports_and_backups)")
+TIMES = ("a GAP left: the timings recorded in history (preflight, restart, health, total seconds); the fakes' "
+         "clock stands still, so the unit tests cannot tell them; `specd history` shows them from the system tier")
+NOTES.update({
+    f"{D}capacity.x_text_fits__mutmut_7": WHERE,
+    **{f"{D}capacity.x_threads_of__mutmut_{n}": "equivalent: -1 and -2 both mean llama-server's default"
+       for n in (26, 29)},
+    f"{D}capacity.x_threads_of__mutmut_8": "equivalent: `UnitCommand.option` reads the command line only",
+    f"{D}capacity.x_fits_beside__mutmut_64": "equivalent: `settings=` overrides the context-size argument",
+    **{f"{D}capacity.x_fits_beside__mutmut_{n}": ("a GAP left: what the GPU path passes on to `vram_check` (the "
+                                                  "environment, the draft, PID 0); vram_check's own tests cover "
+                                                  "what it counts (test_gpu*.py), not this call")
+       for n in (30, 32, 39, 41)},
+    f"{D}capacity.x_fits_beside__mutmut_53": ("a GAP left: a draft model held on the CPU by `-ngld 0` beside a "
+                                              "target on the CPU; no test has a separate draft layer count"),
+    **{f"{D}history.xǁHistoryǁ__init____mutmut_{n}": ("outcome-equivalent: an identity that never matches makes "
+                                                      "every statement reopen the same file: slower, same rows")
+       for n in (16, 17)},
+    **{f"{D}history.xǁHistoryǁ_execute__mutmut_{n}": ("outcome-equivalent: an identity that never matches makes "
+                                                      "every statement reopen the same file: slower, same rows")
+       for n in (1, 17, 18)},
+    **{f"{D}history.xǁHistoryǁ_execute__mutmut_{n}": "the state-database error's message and hint: text"
+       for n in (23, 24, 25, 26)},
+    **{f"{D}intent.x_save__mutmut_{n}": "the intent file's JSON indentation: the same record" for n in (8, 10, 12)},
+    **{f"{D}intent.x_save__mutmut_{n}": PRIVATE for n in (3, 6, 13)},
+    **{f"{D}slots.x_write_pointer__mutmut_{n}": PRIVATE for n in (12, 15, 18)},
+    **{f"{D}unitfiles.xǁContentStoreǁput__mutmut_{n}": ("a GAP left: the content store's 0600 (its units may hold "
+                                                         "an API key; `durable.private_mode` makes any text with a "
+                                                         "key 0600 whatever the mode asked, which is why it lives)")
+       for n in (8, 11, 15)},
+    f"{D}slots.x_write_pointer__mutmut_7": ("the pointer's `unit` field is for a person reading the file: "
+                                            "`read_pointer` reads `slot` only"),
+    f"{D}slots.x_same_but_port__mutmut_2": ("equivalent: identical texts also compare equal after rewriting the "
+                                            "port to the one they share"),
+    **{f"{D}load.x_wait_until_idle__mutmut_{n}": ("the drain's default quiet time and poll interval (0.2 or 1.2 s; "
+                                                  "0.1 or 1.1 s): how long the drain lasts, not what it decides")
+       for n in (1, 2)},
+    **{f"{D}load.x_wait_until_idle__mutmut_{n}": ("a GAP left: the drain's polls without the API key (see "
+                                                  "bluegreen._drain_old__mutmut_16); the unit tests' fake servers "
+                                                  "ask for no key")
+       for n in (7, 10, 50, 53)},
+    f"{D}load.x_wait_until_idle__mutmut_57": "the count at the start, shown in the switch's note: text",
+    f"{D}load.x__metrics_page__mutmut_7": ("equivalent: a refused /metrics page (501, 404) has no gauges, so it "
+                                           "counts as none either way"),
+    f"{D}load.x__processing_slots__mutmut_8": ("equivalent: a refused /slots page's JSON is an error object, not a "
+                                               "list, so it counts as unknown either way"),
+    f"{D}seams.xǁSeamsǁlock__mutmut_10": "equivalent in production: the seams' clock is the system clock",
+    f"{D}seams.xǁSeamsǁlock__mutmut_11": ("a GAP left: the lock file named after no unit would serialize every "
+                                          "deployment's operations together; the tests have one deployment"),
+    **{f"{D}switch.xǁSwitcherǁ__init____mutmut_{n}": ("composition: the Switcher's own capacity check (GPUs, "
+                                                      "companions); unit tests pass theirs, tests/system/"
+                                                      "test_routing.py runs the real one beside companions")
+       for n in range(18, 24)},
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": TIMES for n in (109, 110, 111, 112, 116, 117, 118, 119, 124)},
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": HOOK for n in (126, 128)},
+    f"{D}switch.xǁSwitcherǁ_install__mutmut_96": "the message of a guard marked `pragma: no cover`: text",
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": HOOK for n in (25, 27)},
+    **{f"{D}switch.xǁSwitcherǁ{fn}__mutmut_{n}": "the lock holder's `what`, shown to a second caller: text"
+       for fn, ns in (("switch", (3,)), ("rollback", (3, 4, 5, 8)), ("record_external_edit", (1,))) for n in ns},
+    f"{D}switch.xǁSwitcherǁrecord_external_edit__mutmut_7": ("a 1 s wait instead of none for a busy lock: the "
+                                                             "watcher records the edit on its next look either way"),
+    **{f"{D}switch.xǁSwitcherǁrollback__mutmut_{n}": "the refusal's hint: text" for n in (47, 49)},
+    **{f"{D}switch.xǁSwitcherǁrollback__mutmut_{n}": TIMES for n in (101, 114)},
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": ("a GAP left: the new server's API key on the gate's target; "
+                                                    "over fakes the gate accepts any; tests/system/test_profile_"
+                                                    "kinds.py switches to a profile with a key for real")
+       for n in (64, 72, 73)},
+    f"{D}switch.xǁSwitcherǁ_revert__mutmut_18": "the operation named in the revert's message: text",
+    f"{D}switch.xǁSwitcherǁ_revert__mutmut_21": ("equivalent: a switch's or rollback's intent is written after its "
+                                                 "history row, so it always carries the id (a shadow bench's "
+                                                 "candidate is recovered apart); `or 0` only satisfies the type"),
+    f"{D}switch.xǁSwitcherǁactive_profile__mutmut_3": "equivalent: `profile_of_unit(\"\")` is None too",
+    f"{D}steps.x__undo_restart__mutmut_16": ACTED,
+    f"{D}steps.x__undo_restart__mutmut_37": ("not killed over fakes (they ignore the unit); for real a drain of "
+                                             "nothing: tests/system/test_drain_interrupt.py"),
+    **{f"{D}steps.x__undo_restart__mutmut_{n}": ("outcome-equivalent: with the keys broken the undo stops the unit "
+                                                 "instead of restarting it, and the settle step then brings a "
+                                                 "stopped old server back (restart_settled): the old server serves "
+                                                 "again either way, after a stop and a start")
+       for n in (19, 20, 27, 29, 30)},
+})
