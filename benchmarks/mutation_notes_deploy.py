@@ -312,3 +312,10 @@ NOTES.update({
                                                  "again either way, after a stop and a start")
        for n in (19, 20, 27, 29, 30)},
 })
+NOTES.update({
+    f"{D}capacity.x_capacity_check__mutmut_5": (BY_HAND + "tests/unit/test_capacity.py::test_the_check_asks_for_the_"
+                                                "companions_each_time_and_judges_a_unit_text"),
+    **{f"{D}capacity.x_fits_beside__mutmut_{n}": (BY_HAND + "tests/unit/test_capacity.py::test_the_draft_model_and_"
+                                                  "the_environments_settings_count_in_host_memory")
+       for n in (14, 16)},
+})

@@ -148,6 +148,7 @@ def test_the_check_asks_for_the_companions_each_time_and_judges_a_unit_text(tmp_
     companions.extend([running("-t", "64")])  # a companion started since: counted on the next check
     crowded = check(text, old)
     assert "(companions)" in crowded.reason and "(companions)" not in alone.reason
+    assert "1 + 1 threads" in alone.reason  # the running server's thread is counted too
     assert not crowded.fits
 
 
@@ -214,8 +215,9 @@ def test_the_draft_model_and_the_environments_settings_count_in_host_memory(tmp_
     just_enough = host_bytes(big, None, argv, {}) + HEADROOM  # the target alone fits, exactly
     assert fits_beside(argv, {}, big, None, None, resources=box(ram=just_enough)).fits
     assert not fits_beside(argv, {}, big, big, None, resources=box(ram=just_enough)).fits  # + a draft
-    assert not fits_beside(argv[:-2], {"LLAMA_ARG_CTX_SIZE": "8192"}, big, None, None,
-                           resources=box(ram=just_enough)).fits  # a larger cache, set in the unit's environment
+    assert not fits_beside(argv[:-2], {}, big, None, None, resources=box(ram=just_enough)).fits  # its default cache
+    assert fits_beside(argv[:-2], {"LLAMA_ARG_CTX_SIZE": "2048"}, big, None, None,
+                       resources=box(ram=just_enough)).fits  # the same cache, set in the unit's environment
     (tmp_path / "p.toml").write_text(f'binary = "/usr/bin/true"\nmodel = "{path}"\nalias = "m"\nport = 8080\n')
     with_draft = Preflight(load_profile(tmp_path, "p"), argv, "", big, big)
     assert not both_fit(with_draft, None, resources=box(ram=just_enough)).fits
