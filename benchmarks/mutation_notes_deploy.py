@@ -319,3 +319,40 @@ NOTES.update({
                                                   "the_environments_settings_count_in_host_memory")
        for n in (14, 16)},
 })
+NOTES.update({
+    **{f"{D}switch.xǁSwitcherǁ_record_edit_locked__mutmut_{n}": (
+        BY_HAND + f"{WIRING}test_a_hand_edit_is_recorded_with_a_backup_of_what_specd_had_installed")
+       for n in (13, 14, 16, 19, 20, 21, 33, 46)},
+    f"{D}switch.xǁSwitcherǁ_record_edit_locked__mutmut_15": ("equivalent: with no active generation there is no "
+                                                             "digest, and the store has no text under `None`"),
+    f"{D}switch.xǁSwitcherǁ_record_edit_locked__mutmut_17": ("equivalent: History.add stores a falsy backup path as "
+                                                             "NULL, so \"\" and None give the same row"),
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": (
+        BY_HAND + f"{WIRING}test_switching_to_the_active_profile_changes_nothing_and_says_so (47 and 51 applied; 48, "
+        "50 and 52 change what the same assertions read)")
+       for n in (47, 48, 50, 51, 52)},
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": (
+        BY_HAND + f"{WIRING}test_a_switch_is_gated_as_its_profile_says_and_reports_the_gates_result")
+       for n in (60, 62, 63, 70, 71)},
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": (
+        BY_HAND + f"{WIRING}test_a_switch_is_gated_as_its_profile_says_and_reports_the_gates_result")
+       for n in (14, 139)},
+    f"{D}switch.xǁSwitcherǁrollback__mutmut_9": (BY_HAND + "tests/unit/test_rollback_walk.py::test_a_hand_edit_"
+                                                 "before_a_rollback_is_recorded_and_kept_in_a_backup"),
+    f"{D}switch.xǁSwitcherǁrollback__mutmut_17": (BY_HAND + "tests/unit/test_rollback_walk.py::test_without_history_"
+                                                  "a_backup_that_is_the_installed_unit_is_passed_over"),
+    **{f"{D}switch.xǁSwitcherǁrollback__mutmut_{n}": ("equivalent for units specd rendered: the profile and the "
+                                                      "`where` of a generation's text are read from its marker "
+                                                      "instead of its row, which names the same profile")
+       for n in (26, 30)},
+    **{f"{D}switch.xǁSwitcherǁ{fn}__mutmut_{n}": WHERE for fn, n in (("switch", 97), ("switch", 98),
+                                                                   ("_text_capacity", 10), ("_text_capacity", 11))},
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": ("not killed over fakes (their unit_state ignores the unit); for "
+                                                    "real a `None` unit is a D-Bus error: every system-tier switch")
+       for n in (10,)},
+    f"{D}switch.xǁSwitcherǁswitch__mutmut_101": TIMES,
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": ("a GAP left: the refusal when the disk has no room for a backup; "
+                                                      "tests/system/small_disk.py's rig fills a real small file "
+                                                      "system for it")
+       for n in range(21, 27)},
+})

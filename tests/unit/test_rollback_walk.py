@@ -8,6 +8,7 @@ gate); the unit file, the content store and the history are real files in a tmp 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from specd.deploy.health import HealthResult
 from specd.deploy.history import History
-from specd.deploy.unitfiles import write_backup
+from specd.deploy.unitfiles import backup_name, write_backup
 from specd.errors import PreflightError, UsageError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment, ProxyConfig
@@ -123,3 +124,24 @@ def test_a_rollback_to_a_unix_socket_is_refused_behind_the_proxy_and_changes_not
     assert world.unit_path.read_text() == unit_text("a") and not world.systemd.calls
     world.switcher().rollback()  # without a proxy, clients connect to the socket: allowed
     assert world.unit_path.read_text() == socket_unit
+
+
+def test_a_hand_edit_before_a_rollback_is_recorded_and_kept_in_a_backup(world: World) -> None:
+    world.switcher().switch("a")
+    world.switcher().switch("b")
+    edited = unit_text("b") + "Environment=EDITED=1\n"
+    world.unit_path.write_text(edited)
+    assert rolled_back_to(world) == "b"  # the edit was a generation of its own: rollback undoes it first
+    kinds = [g.kind for g in world.history.list(UNIT)]
+    assert kinds[:2] == ["rollback", "external-edit"]
+
+
+def test_without_history_a_backup_that_is_the_installed_unit_is_passed_over(world: World) -> None:
+    hand = "[Service]\nExecStart=/opt/llama-server -m /m/hand.gguf --port 8080\n"
+    world.unit_path.parent.mkdir(parents=True, exist_ok=True)
+    world.unit_path.write_text(hand)
+    write_backup(world.unit_path, unit_text("a"), "a", backup_name(world.unit_path, "a", datetime(2026, 1, 1,
+                                                                                                 tzinfo=UTC)))
+    write_backup(world.unit_path, hand, None)  # newer, and the same as the unit now
+    world.switcher().rollback()
+    assert world.unit_path.read_text() == unit_text("a")

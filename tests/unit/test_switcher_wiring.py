@@ -24,6 +24,7 @@ from specd.gpu.gguf import GgufInfo
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
+from tests.unit.test_rollback_walk import RecordingGate
 from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, FaultAt, World, unit_text
 
 
@@ -159,3 +160,35 @@ def test_a_unit_file_deleted_during_a_failed_switch_is_put_back(world: World) ->
         world.switcher(fault=delete_then_fail).switch("new")  # type: ignore[arg-type]
     assert failed.value.revert_outcome == "reverted"
     assert world.unit_path.read_text() == unit_text("old")
+
+
+def test_a_hand_edit_is_recorded_with_a_backup_of_what_specd_had_installed(world: World) -> None:
+    active = world.history.active(UNIT)
+    assert active is not None
+    world.unit_path.write_text(unit_text("old") + "Environment=EDITED=1\n")
+    edit = world.switcher().record_external_edit()
+    assert edit is not None and edit.kind == "external-edit" and edit.previous_id == active.id
+    assert edit.detail == "the unit file was edited outside specd" and edit.profile == "old"
+    assert edit.backup_path is not None and Path(edit.backup_path).read_text() == unit_text("old")
+    assert world.switcher().record_external_edit() is None  # recorded once: the file is now what history says
+
+
+def test_switching_to_the_active_profile_changes_nothing_and_says_so(world: World) -> None:
+    active = world.history.active(UNIT)
+    calls = len(world.systemd.calls)
+    outcome = world.switcher().switch("old")
+    assert outcome.unchanged and outcome.generation == active and outcome.health is None
+    assert "already on profile old" in outcome.notes and len(world.systemd.calls) == calls
+
+
+def test_a_switch_is_gated_as_its_profile_says_and_reports_the_gates_result(world: World) -> None:
+    (world.deployment.profiles_dir / "slow.toml").write_text(
+        'binary = "/opt/llama-server"\nmodel = "/m/slow.gguf"\nalias = "tiny"\nport = 8080\n'
+        "health_timeout_s = 77\nstability_s = 3\n")
+    world.gate = gate = RecordingGate()
+    outcome = world.switcher().switch("slow")
+    asked = gate.asked[-1]
+    assert (asked["alias"], asked["timeout_s"], asked["stability_s"]) == ("tiny", 77, 3)
+    assert outcome.health is not None and outcome.health.ok
+    backups = sorted(world.unit_path.parent.glob(f"{UNIT}.pre-*"))
+    assert backups and backups[-1].name.endswith("-old") and backups[-1].read_text() == unit_text("old")
