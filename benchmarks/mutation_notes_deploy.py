@@ -356,3 +356,8 @@ NOTES.update({
                                                       "system for it")
        for n in range(21, 27)},
 })
+NOTES.update({
+    **{f"{D}rollback.x_walk_position__mutmut_{n}": (BY_HAND + "tests/unit/test_rollback_target.py::test_a_rollback_"
+                                                    "whose_previous_row_was_pruned_stands_for_what_it_restored")
+       for n in (15, 30, 31, 32)},
+})

@@ -141,3 +141,14 @@ def test_looking_changes_nothing(files: Box) -> None:
     before = (files.history.list(UNIT), sorted(files.unit_path.parent.iterdir()), backup.read_text())
     files.target("b")
     assert (files.history.list(UNIT), sorted(files.unit_path.parent.iterdir()), backup.read_text()) == before
+
+
+def test_a_rollback_whose_previous_row_was_pruned_stands_for_what_it_restored(files: Box) -> None:
+    first = files.generation("a")
+    second = files.generation("b", previous=first)
+    files.generation("a", previous=second, kind="rollback", restores=first)
+    files.history.conn.execute("DELETE FROM generations WHERE id = ?", (second,))  # pruned by the daemon's upkeep
+    files.history.conn.commit()
+    with pytest.raises(UsageError) as refused:  # it stands for `a`, where history now begins
+        files.target("a")
+    assert f"generation {first} is where {UNIT}'s history begins" in str(refused.value)
