@@ -361,3 +361,45 @@ NOTES.update({
                                                     "whose_previous_row_was_pruned_stands_for_what_it_restored")
        for n in (15, 30, 31, 32)},
 })
+CAPACITY_INPUTS = ("a GAP left: what the Switcher hands its capacity check (the new unit text or preflight, the "
+                   "running unit); the unit tests' capacity is a fake that ignores its arguments, and "
+                   "tests/unit/test_capacity.py tests the check itself")
+NOTES.update({
+    **{f"{D}bluegreen.x_choose__mutmut_{n}": WHERE for n in (72, 77, 86, 87, 100)},
+    **{f"{D}bluegreen.x_choose__mutmut_{n}": ("a GAP left: the refusal when the new server's port cannot be chosen "
+                                              "(a unit specd did not render); no unit test has such a unit")
+       for n in range(101, 107)},
+    f"{D}bluegreen.x_choose__mutmut_91": ("equivalent for units specd rendered: rewriting a port to the one it has "
+                                          "gives the same text"),
+    f"{D}bluegreen.x_choose__mutmut_60": ("not killed over fakes (the fake proxy link ignores the unit); for real "
+                                          "the daemon's control socket answers for its unit: tests/system/"
+                                          "test_bluegreen.py"),
+    **{f"{D}bluegreen.x_stop_stray_free_slot__mutmut_{n}": ("not killed over fakes (they ignore the unit); for "
+                                                            "real a `None` unit is a D-Bus error")
+       for n in (19, 20)},
+    f"{D}steps.x__backup__mutmut_5": "equivalent: the backup has a name exactly when there is a current unit",
+    f"{D}steps.x__backup__mutmut_13": "equivalent: with `target=` given, the profile only names a default target",
+    **{f"{D}steps.x__gate__mutmut_{n}": ("a GAP left: the API key on the gate's probes; over fakes the gate "
+                                         "accepts any; tests/system/test_profile_kinds.py gates a profile with a "
+                                         "key for real")
+       for n in (8, 14)},
+    f"{D}steps.x__reload__mutmut_2": "not killed over fakes (they ignore the unit); for real a D-Bus error",
+    f"{D}steps.x__restart__mutmut_5": TIMES,
+    f"{D}steps.x__save_server__mutmut_3": ("equivalent: without a current unit systemd reports the unit inactive, "
+                                           "which is what None stands for"),
+    f"{D}steps.x__save_server__mutmut_12": ("a stopped server's saved PID 1 instead of 0: no llama-server has PID "
+                                            "1 (init), so the comparisons answer the same"),
+    **{f"{D}steps.x__write__mutmut_{n}": (BY_HAND + f"{WIRING}test_a_profiles_key_file_is_written_private_before_"
+                                          "its_unit (2, 3, 4 and 7 applied; 5, 6 and 8 fail the same write)")
+       for n in (2, 3, 4, 5, 6, 7, 8)},
+    f"{D}steps.x__write__mutmut_11": PRIVATE,
+    **{f"{D}steps.x__write__mutmut_{n}": ("the name of the fault-injection point (`unit`) that the fault tests "
+                                          "kill at; over fakes no fault is injected there")
+       for n in (14, 17)},
+    f"{D}switch.xǁSwitcherǁ_recover_locked__mutmut_21": "whether a stray server's stop is logged: the journal's text",
+    **{f"{D}switch.xǁSwitcherǁ_recover_locked__mutmut_{n}": "which lines of the recovery message the event keeps"
+       for n in (50, 51)},
+    **{f"{D}switch.xǁSwitcherǁ_text_capacity__mutmut_{n}": CAPACITY_INPUTS for n in (1, 2, 5, 6)},
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": CAPACITY_INPUTS for n in (88, 89, 92, 93)},
+    **{f"{D}switch.xǁSwitcherǁrollback__mutmut_{n}": CAPACITY_INPUTS for n in (94, 95)},
+})

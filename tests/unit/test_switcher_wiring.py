@@ -192,3 +192,22 @@ def test_a_switch_is_gated_as_its_profile_says_and_reports_the_gates_result(worl
     assert outcome.health is not None and outcome.health.ok
     backups = sorted(world.unit_path.parent.glob(f"{UNIT}.pre-*"))
     assert backups and backups[-1].name.endswith("-old") and backups[-1].read_text() == unit_text("old")
+
+
+def test_a_profiles_key_file_is_written_private_before_its_unit(world: World, tmp_path: Path) -> None:
+    key_file = tmp_path / "secrets" / "new.key"
+    key_file.parent.mkdir()
+    order: list[str] = []
+
+    def preflight(deployment: Deployment, name: str, *, current_main_pid: int = 0) -> Preflight:
+        return Preflight(load_profile(deployment.profiles_dir, name), [], unit_text(name), GgufInfo.__new__(GgufInfo),
+                         None, secrets=((key_file, "sk-test-1234"),))
+
+    def note(step: str) -> None:
+        if step == "gate":
+            order.append(f"key {'there' if key_file.exists() else 'missing'} at the gate")
+
+    seams = Seams(world.deployment, world.state, world.history, connect=lambda: world.systemd)
+    Switcher(seams, gate=world.gate, fault=note, journal=lambda unit, scope: "", preflight=preflight).switch("new")
+    assert key_file.read_text() == "sk-test-1234" and key_file.stat().st_mode & 0o777 == 0o600
+    assert order == ["key there at the gate"]
