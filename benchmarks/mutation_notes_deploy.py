@@ -31,10 +31,9 @@ NOTES: dict[str, str] = {
     f"{D}bluegreen.x__undo_stop_old__mutmut_4": ACTED,
     f"{D}bluegreen.x__old_kept__mutmut_12": REACHABLE, f"{D}bluegreen.x__save_enabled__mutmut_3": REACHABLE,
     f"{D}bluegreen.x__save_old_server__mutmut_3": REACHABLE, f"{D}bluegreen.x__save_old_server__mutmut_16": REACHABLE,
-    f"{D}bluegreen.x__save_old_server__mutmut_9": ("equivalent: systemd reports MainPID 0 for a unit that is not "
-                                                   "running, so the PID saved is 0 either way"),
-    f"{D}bluegreen.x__save_old_server__mutmut_10": ("equivalent: systemd reports MainPID 0 for a unit that is not "
-                                                    "running, so the PID saved is 0 either way"),
+    **{f"{D}bluegreen.x__save_old_server__mutmut_{n}": ("equivalent: systemd reports MainPID 0 for a unit that "
+                                                        "is not running, so the PID saved is 0 either way")
+       for n in (9, 10)},
     f"{D}bluegreen.x__save_old_server__mutmut_12": ("a stopped old server's saved PID 1 instead of 0: no running "
                                                     "llama-server has PID 1 (init), so `_old_kept` answers the same"),
     f"{D}bluegreen.x__drain_old__mutmut_10": WHERE,
@@ -73,16 +72,15 @@ NOTES: dict[str, str] = {
                                                  "messages name it (the URL, alias and timeouts are the unit's)"),
     f"{D}steps.x_restart_from_file__mutmut_25": WHERE,
     **{f"{D}steps.x__undo_write__mutmut_{n}": HOOK for n in (16, 21, 22, 24, 29)},
-    f"{D}steps.x__undo_write__mutmut_1": ("a second put-back after the restart step's undo did it: it finds the file "
-                                          "as it was and changes nothing (test_plans counts one reload)"),
-    f"{D}steps.x__undo_write__mutmut_2": ("a second put-back after the restart step's undo did it: it finds the file "
-                                          "as it was and changes nothing (test_plans counts one reload)"),
+    **{f"{D}steps.x__undo_write__mutmut_{n}": ("a second put-back after the restart step's undo did it: it finds "
+                                               "the file as it was and changes nothing (test_plans counts one "
+                                               "reload)")
+       for n in (1, 2)},
     f"{D}steps.x__undo_write__mutmut_4": ACTED, f"{D}steps.x__undo_write__mutmut_14": ACTED,
     f"{D}steps.x__put_back_slot_file__mutmut_29": ACTED, f"{D}steps.x__put_back_slot_file__mutmut_51": ACTED,
-    f"{D}steps.x__put_back_slot_file__mutmut_31": ("equivalent: the unlink is reached only when the file was just "
-                                                   "read, so it exists"),
-    f"{D}steps.x__put_back_slot_file__mutmut_32": ("equivalent: the unlink is reached only when the file was just "
-                                                   "read, so it exists"),
+    **{f"{D}steps.x__put_back_slot_file__mutmut_{n}": ("equivalent: the unlink is reached only when the file "
+                                                       "was just read, so it exists")
+       for n in (31, 32)},
     **{f"{D}steps.x__put_back_slot_file__mutmut_{n}": ("the name of the fault-injection point (`revert-unit`) "
                                                        "that tests/system/test_crash.py kills at; over fakes no "
                                                        "fault is injected there") for n in (42, 45, 49, 50)},

@@ -15,34 +15,20 @@ from pathlib import Path
 import pytest
 
 from specd.deploy import intent as intents
-from specd.deploy.history import History
 from specd.deploy.preflight import Preflight
 from specd.deploy.seams import Seams
 from specd.deploy.switch import Switcher
 from specd.errors import HealthError, LockBusy, SwitchFailed
 from specd.gpu.gguf import GgufInfo
-from specd.paths import StateDir
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
 from tests.unit.test_rollback_walk import RecordingGate
-from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, FaultAt, World, unit_text
+from tests.unit.test_transaction import UNIT, FaultAt, World, make_world, unit_text
 
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    """test_transaction's world: profiles old and new, old installed and running."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    for name in ("old", "new"):
-        (profiles / f"{name}.toml").write_text(
-            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8080\n'
-            "health_timeout_s = 5\nstability_s = 0\n")
-    state = StateDir(tmp_path / "state" / "specd")
-    built = World(Deployment(UNIT, "user", profiles), FakeSystemdClient(), FakeGate(), History(state.db), state)
-    built.switcher().switch("old")
-    return built
+    return make_world(tmp_path, monkeypatch)
 
 
 def quick(world: World) -> World:

@@ -148,6 +148,11 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    """Profiles old and new, old installed and running, the FAKE systemd's calls cleared."""
     # The transaction gets its state directory from its seams: the environment's must stay untouched.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
