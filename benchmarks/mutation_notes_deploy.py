@@ -401,3 +401,9 @@ NOTES.update({
     **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": CAPACITY_INPUTS for n in (88, 89, 92, 93)},
     **{f"{D}switch.xǁSwitcherǁrollback__mutmut_{n}": CAPACITY_INPUTS for n in (94, 95)},
 })
+NOTES.update({
+    f"{D}switch.xǁSwitcherǁ_record_edit_locked__mutmut_24": (
+        BY_HAND + f"{WIRING}test_a_hand_edit_is_recorded_with_a_backup_of_what_specd_had_installed (its name)"),
+    f"{D}slots.x_read_pointer__mutmut_6": "equivalent: the pointer is ASCII JSON, read alike in any locale",
+    f"{D}transaction.xǁTransactionǁ__init____mutmut_2": "the message of a programming-error guard: text",
+})

@@ -156,6 +156,7 @@ def test_a_hand_edit_is_recorded_with_a_backup_of_what_specd_had_installed(world
     assert edit is not None and edit.kind == "external-edit" and edit.previous_id == active.id
     assert edit.detail == "the unit file was edited outside specd" and edit.profile == "old"
     assert edit.backup_path is not None and Path(edit.backup_path).read_text() == unit_text("old")
+    assert edit.backup_path.endswith("-old")  # named after the profile it held
     assert world.switcher().record_external_edit() is None  # recorded once: the file is now what history says
 
 
