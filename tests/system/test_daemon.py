@@ -14,7 +14,7 @@ from typing import Any, Self
 import httpx
 
 from specd.unit.render import profile_of_unit
-from tests.conftest import ONE_THREAD, Box
+from tests.conftest import Box
 from tests.fakes.proxy_fakes import read_stream
 from tests.system.daemon_rig import chat, real_stack
 
@@ -74,7 +74,6 @@ def traffic_requests(box: Box) -> int:
 
 @real_stack
 def test_switching_twice_and_rolling_back_under_load_fails_no_request(box: Box, start_daemon: Any) -> None:
-    box.edit_profile("base", threads=ONE_THREAD)  # decoding under load beside the other worker's tests
     box.specd("switch", "autoregressive", check=True)
     daemon = start_daemon()
     with Load(daemon.proxy_url) as load:

@@ -13,7 +13,7 @@ import pytest
 
 from specd.deploy.health import wait_healthy
 from specd.deploy.systemd import PydbusSystemd
-from tests.conftest import ONE_THREAD, Box
+from tests.conftest import Box
 
 pytestmark = [pytest.mark.systemd, pytest.mark.llama, pytest.mark.usefixtures("real_server")]
 
@@ -21,7 +21,6 @@ LONG_ANSWER = 300  # tokens: several seconds of decoding at one thread, far past
 
 
 def test_the_gate_waits_for_a_completion_queued_behind_a_clients_long_answer(box: Box) -> None:
-    box.edit_profile("base", threads=ONE_THREAD)
     box.specd("switch", "autoregressive", check=True)
     url = f"http://127.0.0.1:{box.port}"
     answered: list[dict[str, object]] = []

@@ -28,7 +28,7 @@ from specd.tune.verify import (
     unverified_warning,
     verify_profiles,
 )
-from tests.conftest import ONE_THREAD, REPO, Box
+from tests.conftest import REPO, Box
 
 WEATHER = ToolCall("get_weather", '{"city": "Paris", "unit": "c"}')
 
@@ -176,7 +176,6 @@ def test_switch_warning_and_guard_follow_the_stored_verification(tmp_path: Path,
 
 
 def test_verify_on_the_real_server_passes_twins_and_reports_drift(box: Box, real_server: None) -> None:
-    box.edit_profile("base", threads=ONE_THREAD)  # decoding for minutes beside the other worker's tests
     shutil.copy(box.profiles_dir / "autoregressive.toml", box.profiles_dir / "twin.toml")
     box.specd("switch", "autoregressive", check=True)
     target = DeploymentTarget(box.deployment, seams=seams_for, trigger="verify")

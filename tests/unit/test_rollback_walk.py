@@ -7,20 +7,18 @@ gate); the unit file, the content store and the history are real files in a tmp 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from specd.deploy.health import HealthResult
 from specd.deploy.history import History
 from specd.deploy.unitfiles import backup_name, write_backup
 from specd.errors import PreflightError, UsageError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment, ProxyConfig
-from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, World, unit_text
+from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, RecordingGate, World, unit_text
 
 
 @pytest.fixture
@@ -71,17 +69,6 @@ def test_after_a_rollback_to_a_generation_the_walk_goes_on_from_that_generation(
     generations = {name: world.switcher().switch(name).generation.id for name in ("a", "b", "c")}
     world.switcher().rollback(to=generations["b"])
     assert rolled_back_to(world) == "a"  # the state before generation b
-
-
-@dataclass
-class RecordingGate(FakeGate):
-    """The FAKE gate of test_transaction, noting the settings each call was given."""
-
-    asked: list[dict[str, Any]] = field(default_factory=list)
-
-    def __call__(self, base_url: str, alias: str, **settings: Any) -> HealthResult:
-        self.asked.append({"base_url": base_url, "alias": alias, **settings})
-        return super().__call__(base_url, alias, **settings)
 
 
 def test_without_history_a_rollback_installs_the_newest_differing_backup_gated_as_its_profile_says(

@@ -22,8 +22,7 @@ from specd.errors import HealthError, LockBusy, SwitchFailed
 from specd.gpu.gguf import GgufInfo
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
-from tests.unit.test_rollback_walk import RecordingGate
-from tests.unit.test_transaction import UNIT, FaultAt, World, make_world, unit_text
+from tests.unit.test_transaction import UNIT, FaultAt, RecordingGate, World, make_world, unit_text
 
 
 @pytest.fixture

@@ -99,6 +99,17 @@ class FakeGate:
         return HealthResult(True, "healthy", 0.1, 0.2)
 
 
+@dataclass
+class RecordingGate(FakeGate):
+    """The FAKE gate, noting the settings each call was given."""
+
+    asked: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, base_url: str, alias: str, **settings: Any) -> HealthResult:
+        self.asked.append({"base_url": base_url, "alias": alias, **settings})
+        return super().__call__(base_url, alias, **settings)
+
+
 class FaultAt:
     """A fault hook that raises at one named step (the way SIGKILL stops the process there)."""
 
