@@ -407,3 +407,91 @@ NOTES.update({
     f"{D}slots.x_read_pointer__mutmut_6": "equivalent: the pointer is ASCII JSON, read alike in any locale",
     f"{D}transaction.xǁTransactionǁ__init____mutmut_2": "the message of a programming-error guard: text",
 })
+# The eleventh session's review of the last 42 "to review" rows: a test for each that a user meets, checked by
+# hand against its mutation (/tmp/mcheck.py: applied, the named file run, restored), or why it is harmless.
+BG, PL, WALK = "test_bluegreen::", "test_plans::", "test_rollback_walk::"
+LOADED = (" (the FAKE systemd now runs what it loaded at its last daemon-reload, and every revert test asserts the "
+          "one server left runs the text in its unit file)")
+NOTES.update({
+    f"{D}bluegreen.x_choose__mutmut_21": (
+        "defence in depth: an old server on a Unix socket is caught again by `port_of`, whose error names the "
+        "socket, so auto still restarts in place and says why (checked by hand with "
+        f"{BG}test_auto_restarts_in_place_when_the_old_server_listens_on_a_unix_socket: the reason reads "
+        "\"port cannot be chosen (... Unix socket /run/tiny.sock ...)\")"),
+    f"{D}bluegreen.x_choose__mutmut_38": BY_HAND + f"{BG}test_a_forced_blue_green_without_a_proxy_section_is_refused",
+    **{f"{D}bluegreen.x_choose__mutmut_{n}": (
+        BY_HAND + f"{BG}test_with_no_server_running_a_switch_restarts_in_place_and_says_why (48, 51, 52 and 54 "
+        "applied; 53 raises TypeError the same way 51 fails)") for n in (48, 51, 52, 53, 54)},
+    f"{D}bluegreen.x_choose__mutmut_61": ("equivalent: the line runs only when the request is `auto` (the `if` "
+                                          "above it), and `_refuse_or_restart` refuses only `blue-green`"),
+    f"{D}candidate.x_recover_candidate__mutmut_8": ("equivalent: the shadow plan's revert (stop-new, write, "
+                                                    "reload) never gates"),
+    f"{D}switch.xǁSwitcherǁ_recover_locked__mutmut_5": ("equivalent: the shadow plan's revert (stop-new, write, "
+                                                         "reload) never gates"),
+    f"{D}switch.xǁSwitcherǁ_recover_locked__mutmut_9": (
+        "equivalent outside tests: a Switcher's fault hook is `checkpoint` unless a test passes another, and "
+        "`checkpoint` is recover_candidate's default"),
+    f"{D}candidate.x_start_candidate__mutmut_24": (
+        "equivalent in reachable states: the shadow bench refuses to start without a live server's unit file "
+        "(specd.tune.shadow `_live`: \"no live server runs\"), so `live` is never None here"),
+    **{f"{D}intent.x_clear__mutmut_{n}": (
+        BY_HAND + f"{PL}test_a_candidate_already_undone_by_a_switch_s_recovery_stops_quietly (2 applied; 1 passes "
+        "None, which pathlib takes as false, the same)") for n in (1, 2)},
+    f"{D}load.x_wait_until_idle__mutmut_19": (
+        BY_HAND + "test_load::test_a_server_busy_at_the_start_is_quiet_only_from_the_poll_that_finds_it_idle"),
+    **{f"{D}plan.x_target_from_text__mutmut_{n}": (
+        BY_HAND + f"{WALK}test_a_rollback_whose_profile_file_is_gone_is_gated_with_the_defaults") for n in (7, 8)},
+    f"{D}rollback.x_walk_position__mutmut_18": (
+        "not killed, and no history found where it matters: stopping the chain at its newest rollback leaves the "
+        "one before it to the fallback (`history.get(rollback.content_id)`, the generation it restored), which "
+        f"gave the same walk in every sequence tried ({WALK}test_toggling_between_two_profiles_walks_back_through_"
+        "each_toggle, a,b,a,b,c walked back four times; the docstring's A,B,rollback,C sequence walked three)"),
+    f"{D}rollback.x_walk_position__mutmut_27": (
+        "equivalent: for a switch or a hand edit `content_id` is the generation itself, and a rollback that names "
+        "what it restored always names its previous row (a restorable generation means an active one), so the "
+        "branch is reached only by rows whose restored generation was pruned with it"),
+    **{f"{D}rollback.x_walk_position__mutmut_{n}": (
+        BY_HAND + f"{WALK}test_a_rollback_to_an_older_generation_walks_on_from_that_generation_not_from_the_one_"
+        "before_it") for n in (39, 43, 44, 45)},
+    f"{D}slots.x_slot_of_unit__mutmut_3": BY_HAND + "test_ports_and_backups::test_each_slot_is_found_by_its_unit_"
+       "and_a_foreign_unit_by_none",
+       f"{D}slots.x_slots_of__mutmut_8": BY_HAND + "test_ports_and_backups::test_each_slot_is_found_by_its_unit_"
+       "and_a_foreign_unit_by_none",
+    **{f"{D}steps.x__undo_write__mutmut_{n}": (BY_HAND + f"{PL}test_every_revert_point_killed_is_finished_by_the_"
+                                               "next_recovery" + LOADED) for n in (8, 13)},
+    f"{D}steps.x__undo_write__mutmut_9": (
+        "equivalent: it differs only when the write step had not been recorded done, and then the reload step after "
+        "it had not run either: systemd still had the old text loaded, so the skipped reload changed nothing" + LOADED),
+    f"{D}steps.x__put_back_slot_file__mutmut_21": (
+        "the early return only spares rewriting a file that already holds its old text (or unlinking one already "
+        "gone) and one daemon-reload: the unit ends the same"),
+    f"{D}steps.x__put_back_slot_file__mutmut_36": (
+        "equivalent: the file's own text is returned early when it is already the old one (the `if` above), so "
+        "`previous_text` never finds the old text in `installed` from here"),
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": (
+        BY_HAND + f"{BG}test_the_first_install_names_no_backup_and_a_later_one_names_the_backup_it_wrote")
+       for n in (12, 34)},
+    f"{D}switch.xǁSwitcherǁ_install__mutmut_73": (
+        "on a first install only (no old unit): the intent's backup_path reads \"None\" instead of null; that "
+        "revert removes the file (nothing was there before) and never reads the backup"),
+    f"{D}switch.xǁSwitcherǁ_install__mutmut_54": (
+        "the intent's `unit` field is for a person reading the record: its path is keyed by the unit already and "
+        "no code reads the field back"),
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": (
+        BY_HAND + f"{BG}test_a_failed_switch_and_a_pending_one_say_what_was_being_installed") for n in (55, 57)},
+    f"{D}switch.xǁSwitcherǁ_record_edit_locked__mutmut_18": (
+        BY_HAND + f"{PL}test_a_hand_edit_is_recorded_even_when_the_unit_store_lost_the_text_it_replaced"),
+    f"{D}switch.xǁSwitcherǁrollback__mutmut_79": ("equivalent: `choose` plans a restart whenever there is no current "
+                                                  "unit, whatever `running` says"),
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": (
+        "equivalent but for a unit whose file was deleted while it runs: systemd reports a unit without a file as "
+        "not found, MainPID 0 and not running, the values None stands for (and for that one case the mutant's "
+        "answer, the running server's PID, is no worse)") for n in (9, 32)},
+})
+NOTES.update({
+    f"{D}transaction.xǁRunǁreload_once": (
+        "equivalent, and the function is gone since: `reload_once` had one caller, `_undo_write`, which "
+        "`run.undone` already runs once per revert, so its flag never stopped a second reload; the undo now "
+        "reloads directly (test_plans::test_a_revert_reloads_systemd_once_after_the_file_is_back_and_before_the_"
+        "restart)"),
+})

@@ -86,7 +86,7 @@ def _undo_write(run: Run) -> bool:
     if not _put_back_slot_file(run) and "write" not in run.intent.done:
         return False  # it had not begun
     run.passed("revert-write", "the previous unit is back in place")
-    run.reload_once()
+    run.seams.systemd.reload()  # once per revert: `run.undone` keeps this undo from running twice
     run.passed("revert-reload", "")
     return True
 

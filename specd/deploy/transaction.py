@@ -56,7 +56,6 @@ class Run:
     lowered: Lowered | str | None = None  # the new server's loading priority (blue-green)
     notes: list[str] = field(default_factory=list)
     acted: bool = False  # an undo changed something
-    reloaded: bool = False  # the revert has reloaded systemd's units
     restarted: bool = False  # the revert restarted the old server
     undone: set[str] = field(default_factory=set)  # steps an earlier undo of this revert undid already
 
@@ -75,12 +74,6 @@ class Run:
         if self.target is None:  # pragma: no cover - a plan that reads its target in an undo is a bug
             raise AssertionError("a step's action runs forward only; an undo has no target")
         return self.target
-
-    def reload_once(self) -> None:
-        """Reload systemd's units once per revert, whichever undo needs it first."""
-        if not self.reloaded:
-            self.seams.systemd.reload()
-            self.reloaded = True
 
 
 @dataclass(frozen=True)

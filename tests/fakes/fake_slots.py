@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specd.deploy.health import HealthResult
@@ -17,6 +18,8 @@ class FakeUnit:
     running: bool = False
     main_pid: int = 0
     enabled: bool = False
+    loaded: str | None = None  # the unit file's text at the last daemon-reload (what a restart runs)
+    started_from: str | None = None  # the loaded text the running server was started with
 
 
 @dataclass
@@ -28,6 +31,7 @@ class FakeSlotsSystemd:
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail: dict[tuple[str, str], BaseException] = field(default_factory=dict)
     next_pid: int = 100
+    unit_files: dict[str, Path] = field(default_factory=dict)  # read at each reload, as systemd does
 
     def _call(self, name: str, unit: str = "") -> FakeUnit:
         self.calls.append((name, unit))
@@ -38,11 +42,13 @@ class FakeSlotsSystemd:
 
     def reload(self) -> None:
         self._call("reload")
+        for unit, path in self.unit_files.items():
+            self.units.setdefault(unit, FakeUnit()).loaded = path.read_text() if path.exists() else None
 
     def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
         state = self._call("restart", unit)
         self.next_pid += 1
-        state.running, state.main_pid = True, self.next_pid
+        state.running, state.main_pid, state.started_from = True, self.next_pid, state.loaded
         return self.unit_state(unit)
 
     def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:

@@ -26,6 +26,7 @@ from specd.deploy.preflight import Preflight
 from specd.deploy.priority import Lowered
 from specd.deploy.seams import Seams
 from specd.deploy.slots import companion_unit, port_of, read_pointer, slot
+from specd.deploy.status import pending_note
 from specd.deploy.switch import Switcher
 from specd.deploy.unitfiles import list_backups
 from specd.errors import HealthError, PreflightError, SwitchFailed
@@ -187,7 +188,10 @@ class World:
         return self.systemd.units[slot(self.deployment, self.pointer()).unit].main_pid  # type: ignore[arg-type]
 
     def assert_one_server_named_by_the_pointer(self) -> None:
-        assert self.systemd.running() == [slot(self.deployment, self.pointer()).unit]  # type: ignore[arg-type]
+        """One server runs, the pointer's, and it runs what its unit file says (systemd reloaded the file)."""
+        serving = slot(self.deployment, self.pointer())  # type: ignore[arg-type]
+        assert self.systemd.running() == [serving.unit]
+        assert self.systemd.units[serving.unit].started_from == serving.unit_path.read_text()
 
 
 def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True,
@@ -204,6 +208,7 @@ def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool =
     deployment = Deployment(UNIT, "user", profiles, proxy=ProxyConfig(listen_port=8080) if proxy else None)
     world = World(deployment, FakeSlotsSystemd(), FakeGate(), History(state.db), state,
                   FakeProxyLink(state, deployment), FakeOldServerLoad())
+    world.systemd.unit_files = {UNIT: world.blue, GREEN: world.green}
     if first is not None:
         world.switcher().switch(first, "restart")
     world.systemd.calls.clear()
@@ -447,3 +452,50 @@ def test_an_old_server_that_died_on_its_own_during_a_failed_switch_is_brought_ba
         world.switcher(OldDiesThenBug()).switch("new")  # type: ignore[arg-type]
     assert world.pointer() == "blue" and world.blue.read_text() == unit_text("old")
     world.assert_one_server_named_by_the_pointer()  # the old one runs again, the new one is gone
+
+
+def test_a_forced_blue_green_without_a_proxy_section_is_refused(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    world = make_world(tmp_path, monkeypatch, proxy=False)
+    with pytest.raises(PreflightError, match="has no \\[proxy\\].*nothing was changed"):
+        world.switcher().switch("new", "blue-green")
+    assert world.blue.read_text() == unit_text("old") and world.systemd.calls == []
+
+
+@pytest.mark.parametrize("strategy", ["auto", "blue-green"])
+def test_with_no_server_running_a_switch_restarts_in_place_and_says_why(world: World, strategy: str) -> None:
+    world.systemd.stop(UNIT)  # the old server is down: there is nothing to keep serving beside
+    outcome = world.switcher().switch("new", strategy)  # type: ignore[arg-type]
+    assert (outcome.generation.strategy, outcome.generation.slot) == ("restart", "blue")
+    assert "strategy: restart, because no server runs now" in outcome.generation.detail
+    world.assert_one_server_named_by_the_pointer()
+    assert not world.green.exists()
+
+
+def test_auto_restarts_in_place_when_the_old_server_listens_on_a_unix_socket(world: World) -> None:
+    argv = ["/opt/llama-server", "-m", "/m/old.gguf", "--alias", "tiny", "--host", "/run/tiny.sock"]
+    world.blue.write_text(f"# specd-profile: old\n[Service]\nExecStart={exec_start_line(argv)}\n")
+    outcome = world.switcher().switch("new")
+    assert outcome.generation.strategy == "restart" and "Unix socket /run/tiny.sock" in outcome.generation.detail
+    assert not world.green.exists() and world.blue.read_text() == unit_text("new")
+
+
+def test_the_first_install_names_no_backup_and_a_later_one_names_the_backup_it_wrote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = make_world(tmp_path, monkeypatch, first=None)
+    first = world.switcher().switch("old").generation
+    assert first.backup_path is None and list_backups(world.blue) == []
+    second = world.switcher().switch("new", "restart").generation
+    assert second.backup_path is not None and Path(second.backup_path).read_text() == unit_text("old")
+    assert [Path(second.backup_path)] == [b.path for b in list_backups(world.blue)]
+
+
+@pytest.mark.parametrize("strategy", ["restart", "blue-green"])
+def test_a_failed_switch_and_a_pending_one_say_what_was_being_installed(world: World, strategy: str) -> None:
+    with pytest.raises(SwitchFailed) as raised:
+        world.switcher(FaultAt("gate", RuntimeError("bug"))).switch("new", strategy)  # type: ignore[arg-type]
+    assert str(raised.value).startswith("switch to new failed: ")
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt("gate")).switch("new", strategy)  # type: ignore[arg-type]
+    assert pending_note(world.seams()) == ("an interrupted switch to new (stopped after step 'gate') awaits "
+                                           "recovery: run `specd recover`")

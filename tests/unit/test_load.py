@@ -151,3 +151,10 @@ def test_waiting_uses_the_given_clock_only(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr("time.sleep", no_real_sleep)
     assert FakeServerTimeline([1, 0, 0, 0]).wait().idle is True
 
+
+
+def test_a_server_busy_at_the_start_is_quiet_only_from_the_poll_that_finds_it_idle() -> None:
+    timeline = FakeServerTimeline([1, 0])  # its last request ends before the first poll after the start
+    drained = timeline.wait()
+    assert drained.idle is True and drained.busy_at_start == 1
+    assert drained.waited_s == 0.375  # quiet from the poll at 0.125 s, for 0.25 s

@@ -414,3 +414,21 @@ def test_an_unreadable_intent_is_set_aside_not_acted_on(world: World) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('{"unit": "x"}')
     assert intents.load(path) is None and path.with_suffix(".corrupt").exists()
+
+
+def test_a_hand_edit_is_recorded_even_when_the_unit_store_lost_the_text_it_replaced(world: World) -> None:
+    for stored in (world.state.unit_store(world.deployment.name)).glob("*"):
+        stored.unlink()  # the store lost the active generation's text: no backup of it can be written
+    world.blue.write_text(unit_text("old") + "Environment=EDITED=1\n")
+    world.switcher().switch("new", "restart")
+    edit = world.history.list(UNIT)[1]
+    assert (edit.kind, edit.backup_path) == ("external-edit", None)
+
+
+def test_a_candidate_already_undone_by_a_switch_s_recovery_stops_quietly(world: World) -> None:
+    """The bench holds the lock only around start and stop: a switch between them recovers the candidate."""
+    with world.seams().lock("bench"):
+        candidate = start_candidate(world.seams(), candidate_target(), gate=world.gate, fault=FaultAt())
+    assert recover_candidate(world.seams(), gate=world.gate, fault=FaultAt()) is not None
+    candidate.stop()
+    assert world.systemd.running() == [UNIT] and not world.state.candidate_intent(UNIT).exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specd.deploy.history import History
-from specd.deploy.slots import port_beside, port_of, spare_port, with_port
+from specd.deploy.slots import companion_unit, port_beside, port_of, slot_of_unit, slots_of, spare_port, with_port
 from specd.deploy.unitfiles import backup_name, disk_free, list_backups, prune_backups, write_backup
 from specd.errors import UsageError
 from specd.profiles.config import Deployment, ProxyConfig
@@ -162,3 +162,11 @@ def test_backup_names_and_history_times_are_utc_whatever_the_boxs_time_zone(tmp_
 
 def test_free_disk_space_is_measured_where_a_file_will_be_written(tmp_path: Path) -> None:
     assert disk_free(tmp_path / "not-yet-written.service") == shutil.disk_usage(tmp_path).free
+
+
+def test_each_slot_is_found_by_its_unit_and_a_foreign_unit_by_none(tmp_path: Path) -> None:
+    deployment = Deployment("llama.service", "user", tmp_path)
+    blue, green = slots_of(deployment)
+    assert (blue.name, green.name) == ("blue", "green") and green.unit == companion_unit("llama.service")
+    assert slot_of_unit(deployment, "llama.service") == blue and slot_of_unit(deployment, green.unit) == green
+    assert slot_of_unit(deployment, "other.service") is None

@@ -132,3 +132,24 @@ def test_without_history_a_backup_that_is_the_installed_unit_is_passed_over(worl
     write_backup(world.unit_path, hand, None)  # newer, and the same as the unit now
     world.switcher().rollback()
     assert world.unit_path.read_text() == unit_text("a")
+
+
+def test_a_rollback_after_switching_back_to_an_earlier_profile_goes_to_the_one_before(world: World) -> None:
+    for name in ("a", "b", "a"):
+        world.switcher().switch(name)
+    assert [rolled_back_to(world) for _ in range(2)] == ["b", "a"]
+
+
+def test_toggling_between_two_profiles_walks_back_through_each_toggle(world: World) -> None:
+    for name in ("a", "b", "a", "b", "c"):
+        world.switcher().switch(name)
+    assert [rolled_back_to(world) for _ in range(4)] == ["b", "a", "b", "a"]
+
+
+def test_a_rollback_to_an_older_generation_walks_on_from_that_generation_not_from_the_one_before_it(
+        world: World) -> None:
+    profiles = world.deployment.profiles_dir
+    (profiles / "d.toml").write_text((profiles / "c.toml").read_text().replace("/m/c.gguf", "/m/d.gguf"))
+    generations = {name: world.switcher().switch(name).generation.id for name in ("a", "b", "c", "d")}
+    world.switcher().rollback(to=generations["b"])
+    assert rolled_back_to(world) == "a"  # the state before generation b, not the one before d
