@@ -245,3 +245,100 @@ NOTES: dict[str, str] = {
         "breaks_off_is_a_502, test_a_head_or_304_answer_keeps_the_backends_length_and_a_refused_unread_body_closes_"
         "the_connection, test_a_finished_stream_leaves_the_set_of_relays_a_shutdown_would_stop"),
 }
+# The eleventh session's review of the 39 rows left "to review" (proxy.py and relay.start_stream): a test for each
+# that a user meets, checked by hand against its mutation (applied to the source, the named file run, restored),
+# or why it is harmless.
+P = "specd.proxy.proxy.xǁProxyǁ"
+BY_HAND = "killed now (checked by hand): "
+EARLY_SEND = ("the send on arrival is a latency shortcut: without it `_forward` sends the request itself after the "
+              "gate, to the same server with the same bytes (benchmarks/results/proxy-overhead.md measures it)")
+OFF_LOOP = ("equivalent but slower: the shape is read on the reader's thread instead of on the loop; the same "
+            "`read_shape`, so the same shape")
+NOTES.update({
+    **{f"{P}{name}": (BY_HAND + "test_proxy::test_the_nightly_run_sees_each_request_the_proxy_accepted_also_one_"
+                      "already_answered") for name in ("__init____mutmut_34", "_handle__mutmut_30",
+                                                       "_handle__mutmut_31", "_handle__mutmut_32")},
+    **{f"{P}_handle__mutmut_{n}": (BY_HAND + "test_proxy::test_a_request_that_arrives_during_the_shutdown_s_grace_"
+                                   "is_answered_503_and_never_forwarded (3, 4 and 7 applied; 5 and 6 drop an "
+                                   "argument, a TypeError the same test sees)") for n in (3, 4, 5, 6, 7)},
+    f"{P}_handle__mutmut_2": ("the shortcut for a request that arrives during a shutdown: without it the gate's own "
+                              "check answers the same 503 (`_through_gate`), after recording the request "
+                              "(test_proxy::test_a_request_that_arrives_during_the_shutdown_s_grace_... passes)"),
+    **{f"{P}_handle__mutmut_{n}": ("which clock reading the exchange starts from: the request's arrival, or the "
+                                   "moment its task ran microseconds later; timings only") for n in (14, 19)},
+    **{f"{P}_handle__mutmut_{n}": OFF_LOOP for n in (20, 38)},
+    f"{P}_handle__mutmut_22": ("a request other than POST carries no body here (GET /v1/models, /health); "
+                               "`read_shape` of an empty body is the empty shape `RequestShape()` is"),
+    **{f"{P}_dropped_mid_stream__mutmut_{n}": (
+        BY_HAND + "test_proxy_poison::test_a_server_that_goes_down_mid_stream_is_reported_with_that_stream_as_the_"
+        "likely_cause (1, 5, 6, 7, 8, 9 and 10 applied; 3, 4, 11 and 12 drop an argument, a TypeError)")
+       for n in (1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)},
+    f"{P}_dropped_mid_stream__mutmut_2": ("equivalent: `companion_failed`'s answer is only compared with None "
+                                          "here, and the profile it is given only names the moved route"),
+    f"{P}_unhealthy__mutmut_3": ("equivalent: the moved route goes to the primary (url None), whose attempts take "
+                                 "the backend's profile (`_note_attempt`), never the route's"),
+    f"{P}_judge_drop__mutmut_11": (
+        "a GAP: a companion that drops a request on a reused connection while it still answers /health. A "
+        "companion restarted under a pooled connection is met before the send (test_proxy_routing::test_a_"
+        "companion_restarted_under_a_pooled_connection_keeps_its_requests passes with the mutant); the drop itself "
+        "needs a companion that takes a request and closes without answering while healthy, not built"),
+    **{f"{P}_read_off_loop__mutmut_{n}": (
+        BY_HAND + "test_proxy_bodies::test_a_client_that_leaves_while_its_big_body_is_read_frees_the_request_"
+        "already_sent (a FAKE sent request: a real client cannot leave inside the read's milliseconds)")
+       for n in (2, 3, 4, 5)},
+    **{f"{P}handle__mutmut_{n}": EARLY_SEND for n in (14, 17, 19)},
+    f"{P}handle__mutmut_16": EARLY_SEND + "; during a shutdown the gate is closed, so nothing is sent early then "
+                                          "either",
+    f"{P}server__mutmut_1": "the default grace only: the daemon passes its own (SHUTDOWN_GRACE_S, specd.daemon.app)",
+    "specd.proxy.relay.x_start_stream__mutmut_4": (
+        "equivalent for the engines here: llama-server's and vLLM's 503 while loading is JSON, never an event "
+        "stream, and neither streams a 504; the status test only matters for a 503 sent as a stream"),
+})
+H1 = "specd.proxy.http1."
+STALL_SOON = ("how soon a stall is seen (up to twice the idle timeout late, or 1 s early while the client reads "
+              "slowly): a timing bound the pass/fail suite does not assert; speed belongs to benchmarks/")
+NOTES.update({
+    **{f"{H1}response.xǁUpstreamResponseǁbroke__mutmut_{n}": (
+        BY_HAND + "test_upstream_response::test_a_body_that_broke_off_before_the_proxy_read_it_raises_the_break_"
+        "not_a_short_body") for n in (1, 2, 3)},
+    f"{H1}response.xǁUpstreamResponseǁbroke__mutmut_7": (
+        BY_HAND + "test_upstream_response::test_a_break_before_the_status_line_fails_the_attempt_naming_its_cause"),
+    f"{H1}response.xǁ_WholeBodyǁon_end__mutmut_4": (
+        BY_HAND + "test_upstream_response::test_a_body_that_came_in_several_reads_is_joined_byte_for_byte"),
+    f"{H1}response.xǁUpstreamResponseǁ_check_stall__mutmut_9": (
+        BY_HAND + "test_proxy_faults::test_a_stream_that_hangs_after_tokens_came_within_the_idle_timeout_is_still_"
+        "ended (the stream hung to the client's timeout)"),
+    **{f"{H1}response.xǁUpstreamResponseǁ_check_stall__mutmut_{n}": STALL_SOON for n in (11, 12, 13, 14)},
+    f"{H1}response.xǁUpstreamResponseǁ_check_stall__mutmut_17": (
+        "the exception's text: the client's error event and the traffic row say \"stalled\" from the proxy's own "
+        "words (test_proxy_faults asserts them), not from this message"),
+    **{f"{H1}server.xǁFrontConnectionǁ_answer_refusal__mutmut_{n}": (
+        BY_HAND + "test_http1_conformance::test_huge_headers_get_431_and_the_connection_closes (its error body)")
+       for n in (5, 8)},
+    f"{H1}server.xǁFrontConnectionǁ_refuse__mutmut_16": (
+        BY_HAND + "test_http1_conformance::test_huge_headers_get_431_and_the_connection_closes (its error body)"),
+    f"{H1}server.xǁFrontConnectionǁ_refuse__mutmut_9": (
+        BY_HAND + "test_http1_conformance::test_a_refusal_behind_a_request_in_progress_is_answered_in_its_turn_"
+        "with_its_error"),
+    f"{H1}responder.xǁResponderǁerror__mutmut_20": (
+        BY_HAND + "test_http1_conformance::test_huge_headers_get_431_and_the_connection_closes (its error body)"),
+    **{f"{H1}responder.xǁResponderǁerror__mutmut_{n}": (
+        "a header name's case: names are case-insensitive (RFC 9110 §5.1) and every client here reads them so")
+       for n in (5, 12)},
+    **{f"{H1}client.xǁUpstreamPoolǁhealthy__mutmut_{n}": (
+        "two guards on one bound: the probe's send has its own timeout and the block around it another; either "
+        "alone ends a probe that gets no answer at `timeout_s`") for n in (1, 8)},
+    **{f"specd.proxy.metrics.xǁProxyMetricsǁ__init____mutmut_{n}": (
+        BY_HAND + "test_proxy_metrics::test_every_series_is_on_the_proxys_own_registry_and_two_proxies_do_not_"
+        "collide") for n in (29, 46, 73, 85, 97)},
+    **{f"specd.proxy.metrics.xǁProxyMetricsǁ__init____mutmut_{n}": (
+        BY_HAND + "test_proxy_metrics::test_the_histograms_use_the_documented_buckets") for n in (33, 49, 63)},
+    **{f"specd.proxy.metrics.xǁProxyMetricsǁ__init____mutmut_{n}": (
+        "equivalent: `auto_describe` matters only for a collector without `describe()`; every series here is a "
+        "prometheus_client metric, which has one") for n in (3, 4)},
+    "specd.proxy.metrics.x_route_label__mutmut_2": (
+        BY_HAND + "test_proxy_metrics::test_a_path_outside_the_known_routes_is_labelled_other"),
+    "specd.proxy.crashes.xǁDroppedRequestǁof__mutmut_7": (
+        BY_HAND + "test_proxy_poison::test_a_server_that_goes_down_mid_stream_is_reported_with_that_stream_as_the_"
+        "likely_cause (its received_at)"),
+})

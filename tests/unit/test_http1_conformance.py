@@ -255,6 +255,19 @@ def test_huge_headers_get_431_and_the_connection_closes(port: int) -> None:
     result = talk(port, [b"GET /echo HTTP/1.1\r\nHost: example.org\r\nCookie: " + b"x" * 32 * 1024,
                          b"x" * 32 * 1024 + b"\r\n\r\n"], until_closed=True)
     assert result.answers[0].status == 431 and result.closed
+    assert result.answers[0].header(b"content-type") == b"application/json"
+    error = json.loads(result.answers[0].body)["error"]  # the OpenAI-style error a client's SDK reads
+    assert (error["type"], error["code"]) == ("invalid_request_error", 431) and "header" in error["message"]
+
+
+def test_a_refusal_behind_a_request_in_progress_is_answered_in_its_turn_with_its_error(port: int) -> None:
+    bad = b"GET /echo?q=" + b"a" * MAX_TARGET_BYTES + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    result = talk(port, b"GET /stream?n=3 HTTP/1.1\r\nHost: x\r\n\r\n" + bad, ["GET", "GET"], until_closed=True)
+    first, refused = result.answers
+    assert first.status == 200 and first.body == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    error = json.loads(refused.body)["error"]
+    assert refused.status == 414 and (error["type"], error["code"]) == ("invalid_request_error", 414)
+    assert result.closed
 
 
 def test_headers_just_under_the_limit_are_taken(port: int) -> None:

@@ -75,6 +75,16 @@ def test_the_status_the_control_socket_reports(rig: Rig) -> None:
     assert rig.front.call(lambda: rig.proxy.renew(30)) is False  # nothing left to renew
 
 
+def test_the_nightly_run_sees_each_request_the_proxy_accepted_also_one_already_answered(rig: Rig) -> None:
+    """The night's bench stops when `accepted` rises past where it began (specd.tune.night.TrafficWatch): a
+    request answered between two of its polls is seen only through this count."""
+    assert rig.front.call(lambda: rig.proxy.accepted) == 0
+    with httpx.Client(timeout=10) as client:
+        for _ in range(3):
+            assert client.post(f"{rig.url}/v1/chat/completions", json=chat_body()).status_code == 200
+    assert rig.front.call(lambda: (rig.proxy.accepted, rig.proxy.in_flight)) == (3, 0)
+
+
 def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
     with httpx.Client(timeout=10) as client:
         payloads = read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))
@@ -219,15 +229,38 @@ def test_shutdown_answers_held_and_unanswered_requests_503_at_once_not_500(tmp_p
         held = threading.Thread(target=send, args=("held", chat_body("held by the pause")))
         held.start()
         eventually(lambda: rig.front.call(lambda: rig.proxy.in_flight) >= 2, "the second request to be held")
-        started = time.monotonic()
         rig.front.call(lambda: rig.proxy.shutdown(1.0))
+        grace_ended = time.monotonic()  # the shutdown returns once its grace is over and the rest is cut
         held.join(10)
         waiting.join(10)
-        assert answers["held"][0] == 503 and answers["held"][1] - started < 0.5
-        assert answers["waiting"][0] == 503 and answers["waiting"][1] - started < 3.0
+        assert answers["held"][0] == 503 and answers["held"][1] < grace_ended  # at once, not after the grace
+        assert answers["waiting"][0] == 503  # cut at the grace's end, not left to the client's 30 s timeout
         assert len(rig.fake.requests) == 1  # the held request never reached the backend
         statuses = sorted((r.status, r.error) for r in rig.records())  # type: ignore[attr-defined]
         assert statuses == [(503, "specd proxy is shutting down")] * 2
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+
+
+def test_a_request_that_arrives_during_the_shutdown_s_grace_is_answered_503_and_never_forwarded(
+        tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    try:
+        assert httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body(), timeout=30).status_code == 200
+        hanging = threading.Thread(target=lambda: httpx.post(
+            f"{rig.url}/v1/chat/completions", json=chat_body(x_fake_hang_before_answer=True), timeout=30))
+        hanging.start()
+        eventually(lambda: len(rig.fake.requests) == 2, "the hanging request to reach the backend")
+        stopping = threading.Thread(target=lambda: rig.front.call(lambda: rig.proxy.shutdown(3.0)))
+        stopping.start()  # its grace waits for the request in flight
+        eventually(lambda: rig.front.call(lambda: rig.proxy.shutting_down), "the shutdown to begin")
+        late = httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body("late"), timeout=30)
+        assert late.status_code == 503 and late.json()["error"]["message"] == "specd proxy is shutting down"
+        assert len(rig.fake.requests) == 2  # not the late one, though a pooled connection to the backend was idle
+        stopping.join(30)
+        hanging.join(30)
     finally:
         rig.front.stop()
         rig.backend.stop()

@@ -10,6 +10,7 @@ tests/system/test_fault_hostile_bodies.py's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 
 from specd.proxy.http1.bodies import HeldBytes
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
+from specd.proxy.routes import Routed
 from specd.traffic.records import Recorder, TrafficRecord, fetch_records, open_db
 from specd.traffic.shape import MAX_READ_BYTES, MAX_READ_ITEMS
 from tests.fakes.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, eventually, free_port
@@ -194,3 +196,38 @@ def test_a_partial_upload_is_answered_408_and_its_bytes_come_back(tmp_path: Path
         assert rig.fake.requests == []
     finally:
         rig.close()
+
+
+class FakeSentRequest:
+    """FAKE: a request the proxy sent as it arrived (UpstreamResponse's part the abandon path uses); a real
+    client cannot be made to leave inside the milliseconds a big body's off-loop read takes."""
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("sent_at_once", [True, False], ids=["sent-at-once", "not-sent-yet"])
+def test_a_client_that_leaves_while_its_big_body_is_read_frees_the_request_already_sent(sent_at_once: bool) -> None:
+    async def scenario() -> tuple[bool, int]:
+        proxy = Proxy(ProxySettings(unit="t"), lambda: Backend("http://127.0.0.1:9", "plain"))
+        never = asyncio.Event()
+
+        async def read_forever(body: bytes) -> Any:
+            await never.wait()
+
+        proxy._reader.read = read_forever  # type: ignore[method-assign]
+        route, sent = Routed(None, "plain", b"{}"), FakeSentRequest()
+        if sent_at_once:
+            proxy._attempts.begin(route)  # as `handle` does when it sends at once
+        reading = asyncio.ensure_future(
+            proxy._read_off_loop(b"{}", sent if sent_at_once else None, route))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        reading.cancel()  # the client left
+        with pytest.raises(asyncio.CancelledError):  # the cancellation itself, for the handler that expects it
+            await reading
+        return sent.closed, proxy._attempts.active
+
+    # the backend's connection closed and the drain's count back to 0; nothing to undo when nothing was sent
+    assert asyncio.run(scenario()) == (sent_at_once, 0)

@@ -86,6 +86,19 @@ def test_a_stream_longer_than_the_idle_timeout_that_keeps_sending_is_not_cut(tmp
         rig.close()
 
 
+def test_a_stream_that_hangs_after_tokens_came_within_the_idle_timeout_is_still_ended(
+        make_rig: Callable[..., Rig]) -> None:
+    """The idle clock restarts at each read: the first check finds the stream recently active and looks again
+    later, and that later look ends it."""
+    rig = make_rig(stream_idle_timeout_s=1.0, token_delay_s=0.4)
+    with httpx.Client(timeout=10) as client:  # the stall is seen about 1 s after the last token
+        payloads = read_stream(client, chat_url(rig), chat_body(stream=True, x_fake_hang_after=2))
+    contents = [json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[:-1]]
+    assert contents == [None, "t0", "t1"]
+    error = json.loads(payloads[-1])["error"]
+    assert error["code"] == 504 and "stalled" in error["message"]
+
+
 def test_a_stream_that_hangs_midway_is_ended_and_other_streams_and_later_requests_go_on(
         make_rig: Callable[..., Rig]) -> None:
     rig = make_rig(stream_idle_timeout_s=1.0)

@@ -30,8 +30,9 @@ from tests.fakes.proxy_fakes import ServerThread, chat_body, eventually, free_po
 
 
 class FakeCrashingBackend:
-    """Answers like llama-server; "crashes" (drops the connection, then is down `down_s`) on POISON;
-    drops the connection on DROP and stays up (a handler that dies, a server that refuses a head)."""
+    """Answers like llama-server; "crashes" (drops the connection, then is down `down_s`) on POISON, and on
+    STREAM_THEN_POISON after the first event of a stream; drops the connection on DROP and stays up (a
+    handler that dies, a server that refuses a head)."""
 
     def __init__(self, down_s: float = 0.6) -> None:
         self.port = free_port()
@@ -68,6 +69,20 @@ class FakeCrashingBackend:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if b"STREAM_THEN_POISON" in body:  # a crash after the first event of a stream
+                    with backend._lock:
+                        backend.poison_seen += 1
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    event = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.close()
+                    threading.Thread(target=backend._crash_and_restart, daemon=True).start()
+                    return
                 if b"POISON" in body:
                     with backend._lock:
                         backend.poison_seen += 1
@@ -164,6 +179,25 @@ def test_a_poison_request_crashes_the_server_once_and_is_answered_502(rig: Rig,
     assert "UTC, dropped before answering): that request is the likely cause (request id = first 12 hex digits of " \
            "the body's sha256; answered 502, not re-sent)" in described
     assert described in caplog.text  # the journal line says the same
+
+
+def test_a_server_that_goes_down_mid_stream_is_reported_with_that_stream_as_the_likely_cause(rig: Rig) -> None:
+    backend, url, _, _, crashes = rig
+    body = json.dumps(chat_body("STREAM_THEN_POISON", stream=True)).encode()
+    sent_at = time.time()
+    with httpx.Client(timeout=30) as client, client.stream(
+            "POST", f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"}) as answer:
+        assert answer.status_code == 200
+        text = b"".join(answer.iter_bytes()).decode()
+    answered_at = time.time()
+    assert text.startswith('data: {"choices"') and "the backend dropped the stream" in text  # an event, then the error
+    eventually(lambda: crashes, "the crash report", timeout_s=GATHER_S + 20)
+    [crash] = crashes
+    [dropped] = crash.dropped
+    assert (dropped.request_id, dropped.phase, dropped.stream, dropped.profile) == (
+        hashlib.sha256(body).hexdigest()[:12], "mid-stream", True, "plain")
+    assert sent_at <= dropped.received_at <= answered_at  # the report's "received HH:MM:SS" is the request's
+    assert backend.poison_seen == 1
 
 
 def test_a_crash_with_several_requests_in_flight_lists_each_and_blames_none_for_sure() -> None:

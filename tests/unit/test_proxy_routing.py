@@ -193,3 +193,15 @@ def test_per_request_mode_stamps_the_class_settings_and_the_clients_own_win(rig:
     assert (first["speculative.n_max"], first["speculative.n_min"]) == (0, 0)
     assert (second["speculative.n_max"], second["speculative.n_min"]) == (5, 0)
     assert "speculative.n_max" not in third and rig.plain.requests == []
+
+
+def test_a_companion_restarted_under_a_pooled_connection_keeps_its_requests(rig: Rig) -> None:
+    """The stale-connection re-send holds for a companion too: it still answers /health, so the request is
+    sent again on a fresh connection to it, and it is not marked down."""
+    assert rig.ask(STORY).status_code == 200  # leaves a pooled connection to the companion
+    port = rig.plain_server.port
+    rig.plain_server.stop()
+    rig.plain_server = ServerThread(rig.plain.app, port).start()
+    assert rig.ask(STORY).status_code == 200
+    assert rig.profiles() == ["plain", "plain"] and rig.mtp.requests == []
+    assert rig.proxy.status()["routing"]["companions"][0]["up"] is True
