@@ -342,3 +342,46 @@ NOTES.update({
         BY_HAND + "test_proxy_poison::test_a_server_that_goes_down_mid_stream_is_reported_with_that_stream_as_the_"
         "likely_cause (its received_at)"),
 })
+RESPONDER = f"{H1}responder.xǁResponderǁ"
+NOTES.update({
+    **{f"{RESPONDER}answer__mutmut_{n}": BY_HAND + "test_responder::test_a_204_carries_no_content_length_even_when_"
+       "handed_one" for n in (7, 8)},
+    f"{RESPONDER}answer__mutmut_28": BY_HAND + "test_responder::test_an_error_to_a_head_request_sends_the_head_alone",
+    **{f"{RESPONDER}answer__mutmut_{n}": (
+        "equivalent for every caller: an answer with a body is never handed a Content-Length (the backend's is "
+        "dropped as hop-by-hop by `response_headers`, and `error` builds its own headers)") for n in (12, 13)},
+    f"{RESPONDER}answer__mutmut_25": "equivalent: `_head` has just set `_held`, so the `or` never takes its default",
+    **{f"{RESPONDER}end__mutmut_{n}": (BY_HAND + "test_responder::test_an_end_without_a_start_is_a_500_not_a_headless_"
+                                       "body (3, 4, 5 and 9 applied; 6, 7 and 8 drop an argument, a TypeError)")
+       for n in (3, 4, 5, 6, 7, 8, 9)},
+    f"{RESPONDER}end__mutmut_18": (
+        BY_HAND + "test_responder::test_a_stream_is_chunk_framed_for_http_1_1_and_raw_for_1_0"),
+    f"{RESPONDER}_flush_head__mutmut_1": (
+        BY_HAND + "test_responder::test_a_stream_is_chunk_framed_for_http_1_1_and_raw_for_1_0"),
+    **{f"{RESPONDER}start__mutmut_{n}": (
+        "a header name's or a transfer coding's case: both are case-insensitive (RFC 9110 §5.1, RFC 9112 §7)")
+       for n in (8, 10)},
+    **{f"{H1}response.xǁUpstreamResponseǁclose__mutmut_{n}": (
+        BY_HAND + "test_upstream_response::test_a_response_the_proxy_abandons_fails_its_waiters_with_a_connection_"
+        "abort") for n in (2, 3)},
+    **{f"{H1}server.xǁFrontConnectionǁenforce_deadlines__mutmut_{n}": (
+        "`>` or `>=` at the exact deadline: the loop's float clock does not land on it") for n in (2, 12, 19)},
+    f"{H1}server.xǁFrontConnectionǁenforce_deadlines__mutmut_3": (
+        "equivalent: on a closed connection closing again or refusing again does nothing (`close` and `_refuse` "
+        "check first), and the listener drops closed connections from its set"),
+    f"{H1}server.xǁFrontConnectionǁenforce_deadlines__mutmut_4": (
+        "reachable only by a client that pipelines a POST behind an answer that takes longer than the body timeout "
+        "(the deadline then runs while the first is answered); clients and SDKs do not pipeline; no test builds it"),
+})
+LISTENER = f"{H1}listener.xǁFrontServerǁ"
+NOTES.update({
+    **{f"{LISTENER}_close_connections__mutmut_{n}": (
+        BY_HAND + "test_http1_server::test_a_stopping_server_closes_idle_connections_at_once_and_lets_an_answer_in_"
+        "progress_finish") for n in (2, 6)},
+    f"{LISTENER}_close_connections__mutmut_4": "`<` or `<=` at the exact end of the grace: a float clock",
+    f"{LISTENER}_close_connections__mutmut_8": (
+        "equivalent: the connection is idle (no answer under way), and `close` on the next line ends it whatever "
+        "`keep_alive` says"),
+    f"{H1}server.xǁFrontConnectionǁenforce_deadlines__mutmut_21": (
+        "the 408's message: text (its status and the closed connection are asserted in test_proxy_faults)"),
+})

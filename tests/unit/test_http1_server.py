@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import select
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,3 +207,22 @@ def test_a_refused_request_right_after_an_answer_gets_its_413_in_turn(front: tup
     if not handler.finish.done():  # let the first handler end before the server stops
         handler.finish.set_result(None)
     assert first.startswith(b"HTTP/1.1 200 ") and [r.path for r in handler.seen] == ["/answer-then-finish-late"]
+
+
+def test_a_stopping_server_closes_idle_connections_at_once_and_lets_an_answer_in_progress_finish(
+        front: tuple[ServerThread, Any]) -> None:
+    server, handler = front
+    with connect(server) as idle, connect(server) as busy:
+        idle.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        assert idle.recv(65536).endswith(b"\r\n\r\nhi")  # answered; the connection stays open, idle
+        busy.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += busy.recv(65536)
+        stopping = threading.Thread(target=server.stop)
+        stopping.start()
+        assert idle.recv(65536) == b""  # closed at once, before the busy answer ended
+        handler.release.set_result(None)
+        rest = read_until_closed(busy)
+    stopping.join(15)
+    assert (head + rest).endswith(b"9\r\nlate part\r\n0\r\n\r\n")  # finished within the grace, then closed

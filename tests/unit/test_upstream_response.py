@@ -77,3 +77,21 @@ def test_a_body_that_came_in_several_reads_is_joined_byte_for_byte() -> None:
         return await reading
 
     assert run(scenario()) == b'{"a": "b", "c": 1}'
+
+
+def test_a_response_the_proxy_abandons_fails_its_waiters_with_a_connection_abort() -> None:
+    async def scenario() -> tuple[str, str]:
+        waiting_head = response_on()
+        waiting_head.close()  # the client left before the status line
+        with pytest.raises(UpstreamFailed) as failed:
+            await waiting_head.started()
+        reading_body = response_on()
+        reading_body.headers_done(200)
+        reading = asyncio.ensure_future(reading_body.read())
+        await asyncio.sleep(0)
+        reading_body.close()
+        with pytest.raises(ConnectionAbortedError) as aborted:
+            await reading
+        return failed.value.cause_name, str(aborted.value)
+
+    assert run(scenario()) == ("ConnectionAbortedError", "closed by the proxy")
