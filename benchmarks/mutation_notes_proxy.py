@@ -385,3 +385,42 @@ NOTES.update({
     f"{H1}server.xǁFrontConnectionǁenforce_deadlines__mutmut_21": (
         "the 408's message: text (its status and the closed connection are asserted in test_proxy_faults)"),
 })
+CLIENT = f"{H1}client.xǁ"
+NOTES.update({
+    f"{CLIENT}UpstreamPoolǁforget__mutmut_1": (
+        BY_HAND + "test_http1_upstream_conformance::test_connections_the_backend_closes_are_not_kept_by_the_pool"),
+    **{f"{CLIENT}UpstreamPoolǁforget__mutmut_{n}": (
+        "a closed connection left in its origin's idle list: the next `_take` for that origin pops it, sees it "
+        "closed and drops it, so the list does not grow") for n in (2, 3)},
+    f"{CLIENT}UpstreamPoolǁsend__mutmut_1": (
+        "the default only: the proxy's attempts always pass `fresh` (the re-send rule decides it); the /health "
+        "probe takes the default, and a probe on a new connection answers the same "
+        "(test_http1_upstream_conformance::test_consecutive_requests_share_one_backend_connection checks the reuse)"),
+    f"{CLIENT}UpstreamPoolǁsend__mutmut_12": (
+        "defence in depth: before a fresh re-send `_follow` discards the origin's idle connections, so `_take` "
+        "finds none and a new connection is made either way"),
+    **{f"{CLIENT}UpstreamPoolǁsend__mutmut_{n}": (
+        "reached only with a backend address that is not http://host:port: specd writes the address from the "
+        "unit's host and port, and the gate's probe of such an address fails first, holding every request")
+       for n in (4, 5, 6, 7)},
+    **{f"{CLIENT}BackendConnectionǁ__init____mutmut_{n}": (
+        "equivalent: `release` sets `idle_since` before a connection enters the pool, and `_take` reads it only "
+        "there") for n in (9, 10)},
+    f"{CLIENT}BackendConnectionǁ__init____mutmut_5": (
+        "equivalent: `connection_made` sets the transport before `create_connection` returns the connection, so "
+        "nothing reads the initial value"),
+    f"{CLIENT}BackendConnectionǁconnection_made__mutmut_2": "`cast` is for the type checker: the same object",
+    **{f"{CLIENT}BackendConnectionǁ{name}": (
+        "equivalent: `forget` has already taken the connection out of the pool, and pause or resume on a closing "
+        "transport does nothing; `connection_lost` sets `closed` a loop turn later anyway")
+       for name in ("close__mutmut_1", "close__mutmut_2", "connection_lost__mutmut_1", "connection_lost__mutmut_2")},
+    f"{CLIENT}BackendConnectionǁconnection_lost__mutmut_9": (
+        "equivalent: the errors a transport reports at its loss are connection errors (reset, broken pipe), which "
+        "the re-send rule reads as a drop exactly as it reads the ConnectionResetError put in their place"),
+    f"{CLIENT}BackendConnectionǁconnection_lost__mutmut_11": "the exception's message: text",
+    f"{LISTENER}_close_connections__mutmut_3": (
+        BY_HAND + "test_http1_server::test_a_server_with_no_connection_left_stops_at_once_not_at_the_end_of_its_grace"),
+    f"{LISTENER}_close_connections__mutmut_10": (
+        "how often a stopping server looks for finished answers (every 0.05 s or 1.05 s): how soon it stops, "
+        "not whether an answer finishes"),
+})

@@ -9,6 +9,7 @@ it read, so a test sees exactly what the proxy forwarded.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import socketserver
 import threading
@@ -135,6 +136,8 @@ class FakeScriptedBackend:
     def __init__(self) -> None:
         self.scripts: dict[bytes, Script] = {}
         self.requests: list[bytes] = []  # every raw request, head and body, as read
+        self.connection_of_request: list[int] = []  # for each of `requests`, the number of its connection
+        self._connections = itertools.count(1)
         backend = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -158,6 +161,7 @@ class FakeScriptedBackend:
         self._server.server_close()
 
     def _serve(self, sock: socket.socket) -> None:
+        connection = next(self._connections)
         buffer = b""
         while True:
             read = read_head(sock, buffer)
@@ -179,6 +183,7 @@ class FakeScriptedBackend:
                              b'{"status":"ok"}')
                 continue
             self.requests.append(request)
+            self.connection_of_request.append(connection)
             script = self.scripts.get(path, b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
             answer = script(request) if callable(script) else script
             close = answer.endswith(self.CLOSE)

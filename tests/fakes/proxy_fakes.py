@@ -44,17 +44,17 @@ class ServerThread:
     `Proxy`, or anything else with its `server(grace_s)`), as the daemon runs it, or uvicorn
     (given an ASGI app)."""
 
-    def __init__(self, app: Any, port: int, *, header_timeout_s: float = 30.0) -> None:
-        self.app, self.port, self.header_timeout_s = app, port, header_timeout_s
+    def __init__(self, app: Any, port: int, *, header_timeout_s: float = 30.0, grace_s: float = 5.0) -> None:
+        self.app, self.port, self.header_timeout_s, self.grace_s = app, port, header_timeout_s, grace_s
         self.server: Server | None = None
         self.thread: threading.Thread | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> ServerThread:
         if hasattr(self.app, "server"):
-            self.server = self.app.server(grace_s=5)
+            self.server = self.app.server(grace_s=self.grace_s)
         else:
-            self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=5,
+            self.server = make_server(self.app, host="127.0.0.1", port=self.port, grace_s=self.grace_s,
                                       header_timeout_s=self.header_timeout_s)
         ready = threading.Event()
 

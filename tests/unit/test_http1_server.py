@@ -226,3 +226,13 @@ def test_a_stopping_server_closes_idle_connections_at_once_and_lets_an_answer_in
         rest = read_until_closed(busy)
     stopping.join(15)
     assert (head + rest).endswith(b"9\r\nlate part\r\n0\r\n\r\n")  # finished within the grace, then closed
+
+
+def test_a_server_with_no_connection_left_stops_at_once_not_at_the_end_of_its_grace() -> None:
+    running = ServerThread(HandlerForFrontTests(), free_port(), grace_s=600).start()
+    with connect(running) as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        assert sock.recv(65536).endswith(b"hi")
+    thread = running.thread
+    running.stop()  # joins for 15 s at most
+    assert thread is not None and not thread.is_alive()

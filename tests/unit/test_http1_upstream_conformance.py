@@ -21,7 +21,7 @@ import pytest
 from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.traffic.records import Recorder, fetch_records, open_db
 from tests.fakes.http1_raw import FakeScriptedBackend, talk
-from tests.fakes.proxy_fakes import ServerThread, free_port
+from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
 
 CLOSE = FakeScriptedBackend.CLOSE
 
@@ -198,3 +198,23 @@ def test_an_ambiguous_request_never_reaches_the_backend(through: Through) -> Non
            b"0\r\n\r\nGET /smuggle HTTP/1.1\r\nHost: x\r\n\r\n")
     result = talk(through.port, raw, until_closed=True)
     assert result.answers[0].status == 400 and through.forwarded(path) == []
+
+
+def test_consecutive_requests_share_one_backend_connection(through: Through) -> None:
+    path = through.script(b"/kept", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    result = talk(through.port, get(path) * 3, ["GET"] * 3)
+    assert [a.body for a in result.answers] == [b"ok"] * 3
+    connections = [c for r, c in zip(through.backend.requests, through.backend.connection_of_request, strict=True)
+                   if r.split(b" ", 2)[1] == path]
+    assert len(connections) == 3 and len(set(connections)) == 1  # kept alive, not a connection per request
+
+
+def test_connections_the_backend_closes_are_not_kept_by_the_pool(through: Through) -> None:
+    """The pool's set of open connections (what it closes at shutdown) lets go of each closed one: over a
+    day of a backend that closes after every answer it stays small."""
+    path = through.script(b"/closing", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok" + CLOSE)
+    for _ in range(6):
+        assert talk(through.port, get(path), ["GET"]).answers[0].body == b"ok"
+    assert len(through.forwarded(path)) == 6
+    eventually(lambda: through.front.call(lambda: len(through.proxy._upstream._open)) <= 2,
+               "the pool to let go of the closed connections")
