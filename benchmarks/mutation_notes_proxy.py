@@ -424,3 +424,32 @@ NOTES.update({
         "how often a stopping server looks for finished answers (every 0.05 s or 1.05 s): how soon it stops, "
         "not whether an answer finishes"),
 })
+NOTES.update({
+    f"{CLIENT}BackendConnectionǁon_message_complete__mutmut_10": (
+        BY_HAND + "test_http1_upstream_conformance::test_after_an_answer_that_says_connection_close_the_next_request_"
+        "goes_on_a_new_connection"),
+    f"{CLIENT}BackendConnectionǁon_message_complete__mutmut_8": (
+        "equivalent: `served` is read only as `served > 0` (was the connection used before)"),
+    f"{CLIENT}UpstreamPoolǁ_connect__mutmut_5": (
+        BY_HAND + "test_http1_upstream_conformance::test_a_backend_on_another_loopback_address_is_reached_there"),
+    f"{CLIENT}UpstreamPoolǁ_connect__mutmut_16": (
+        "the cause's name goes to the log line and the drop's judgement text, not to a decision"),
+    f"{CLIENT}UpstreamPoolǁ_connect__mutmut_2": (
+        "a GAP: a backend that never completes the TCP handshake (a black hole). On loopback a closed port "
+        "refuses at once and a listening one accepts, so no test builds one; the gate's /health probe, bounded "
+        "on its own, meets such a backend first"),
+    **{f"{CLIENT}UpstreamPoolǁsend__mutmut_{n}": (
+        "a new connection instead of an idle one: one more connect, the same answer. The first attempt takes an "
+        "idle connection in `send_now` (test_consecutive_requests_share_one_backend_connection); `send` runs when "
+        "none was idle, or for a held request") for n in (13, 14)},
+    f"{CLIENT}UpstreamPoolǁsend__mutmut_29": (
+        "the stream is relayed from the request's task instead of the connection's callback (`respond` calls "
+        "`start_stream` itself): the same bytes, a loop turn later"),
+    f"{H1}listener.x_connection_budget__mutmut_4": (
+        "reached only without /proc/self/fd, which Linux always has (specd runs under systemd on Linux)"),
+    **{f"{H1}listener.x_connection_budget__mutmut_{n}": (
+        "reached only with an unlimited open-files limit, which Linux does not allow (RLIMIT_NOFILE is capped by "
+        "fs.nr_open)") for n in (6, 7, 8, 9)},
+    f"{H1}listener.x_connection_budget__mutmut_14": (
+        "a float cap compares with the connection count the same; only the cap's warning would print it as 512.0"),
+})

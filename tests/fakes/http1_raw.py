@@ -133,7 +133,8 @@ class FakeScriptedBackend:
 
     CLOSE = b"<close>"
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.scripts: dict[bytes, Script] = {}
         self.requests: list[bytes] = []  # every raw request, head and body, as read
         self.connection_of_request: list[int] = []  # for each of `requests`, the number of its connection
@@ -148,13 +149,13 @@ class FakeScriptedBackend:
             daemon_threads = True
             allow_reuse_address = True
 
-        self._server = Server(("127.0.0.1", 0), Handler)
+        self._server = Server((host, 0), Handler)
         self.port = int(self._server.server_address[1])
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -218,3 +218,28 @@ def test_connections_the_backend_closes_are_not_kept_by_the_pool(through: Throug
     assert len(through.forwarded(path)) == 6
     eventually(lambda: through.front.call(lambda: len(through.proxy._upstream._open)) <= 2,
                "the pool to let go of the closed connections")
+
+
+def test_after_an_answer_that_says_connection_close_the_next_request_goes_on_a_new_connection(
+        through: Through) -> None:
+    path = through.script(b"/last", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+    for _ in range(2):  # the backend (a FAKE) keeps reading the socket all the same: the proxy must not
+        assert talk(through.port, get(path), ["GET"]).answers[0].body == b"ok"
+    connections = [c for r, c in zip(through.backend.requests, through.backend.connection_of_request, strict=True)
+                   if r.split(b" ", 2)[1] == path]
+    assert len(connections) == 2 and connections[0] != connections[1]
+
+
+def test_a_backend_on_another_loopback_address_is_reached_there(tmp_path: Path) -> None:
+    backend = FakeScriptedBackend(host="127.0.0.2")  # a server bound to one address, as `--host 10.0.0.5` binds
+    backend.scripts[b"/here"] = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nhere"
+    recorder = Recorder(tmp_path / "state.db")
+    proxy = Proxy(ProxySettings(health_poll_s=0.05, unit="t", hold_timeout_s=10), lambda: Backend(backend.url, "p"),
+                  recorder=recorder)
+    front = ServerThread(proxy, free_port()).start()
+    try:
+        assert talk(front.port, get(b"/here"), ["GET"]).answers[0].body == b"here"
+    finally:
+        front.stop()
+        backend.stop()
+        recorder.close()
