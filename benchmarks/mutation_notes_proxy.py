@@ -453,3 +453,26 @@ NOTES.update({
     f"{H1}listener.x_connection_budget__mutmut_14": (
         "a float cap compares with the connection count the same; only the cap's warning would print it as 512.0"),
 })
+SERVE = f"{LISTENER}serve__mutmut_"
+NOTES.update({
+    f"{H1}bodies.xǁHeldBytesǁ__init____mutmut_5": (
+        "the peak's start value (1 byte, not 0): `max` gives the same once a byte is held (test_body_shape reads it)"),
+    f"{LISTENER}__init____mutmut_12": (
+        "the count of refused connections had no reader: removed since (its refusals are asserted by their 503, "
+        "test_proxy_limits)"),
+    f"{LISTENER}__init____mutmut_6": "equivalent: the loop's clock is far past 1.0 s at start, so the first sweep is "
+                                    "due at once either way",
+    f"{LISTENER}__init____mutmut_8": (
+        "whether the first cap warning may be logged in the first minute after boot (the clock is monotonic "
+        "since boot): the journal's volume"),
+    **{f"{SERVE}{n}": ("the listen backlog (511, 512 or asyncio's 100): how many connections may wait to be "
+                       "accepted; test_proxy_faults' 300 clients at once are each answered with any of them")
+       for n in (12, 14, 19, 23, 24)},
+    **{f"{SERVE}{n}": ("the host-and-port branch had no caller (the daemon and the tests hand the server a bound "
+                       "socket): removed since, a missing socket is now a ValueError")
+       for n in (2, 15, 16, 17, 18, 20, 21, 22)},
+    **{f"{SERVE}{n}": ("how often the deadlines are swept (a quarter of the shortest timeout, at most 1 s): how late "
+                       "past its deadline a slow client is closed, not whether") for n in (28, 32, 33, 34, 35, 36)},
+    "specd.proxy.warmup.xǁRecentRequestsǁ__init____mutmut_4": (
+        "the kept bytes' start count (1, not 0): the bound on remembered bodies is reached one byte sooner"),
+})

@@ -63,7 +63,6 @@ class FrontServer:
         self._next_sweep = 0.0
         self._warned_at = -WARN_EVERY_S
         self.evicted = 0  # idle connections closed to make room
-        self.refused = 0  # connections answered 503 at the cap
         self.started = False
         self.should_exit = False
 
@@ -71,15 +70,15 @@ class FrontServer:
     def open_connections(self) -> int:
         return len(self._connections)
 
-    async def serve(self, sockets: list[socket.socket] | None = None, *, host: str = "127.0.0.1",
-                    port: int = 0) -> None:
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on `sockets`' one listening socket (specd.daemon.service.bind_tcp makes it) until
+        `should_exit`; None is uvicorn's spelling of "no socket given", which a proxy always has."""
+        if not sockets:
+            raise ValueError("the proxy's server needs its listening socket (bind_tcp)")
         loop = asyncio.get_running_loop()
         if self.max_connections is None:
             self.max_connections = connection_budget()
-        if sockets:
-            server = await loop.create_server(self._connection, sock=sockets[0], backlog=511)
-        else:
-            server = await loop.create_server(self._connection, host, port, backlog=511)
+        server = await loop.create_server(self._connection, sock=sockets[0], backlog=511)
         self.started = True
         sweep_s = min(self._limits.header_timeout_s, self._limits.body_timeout_s, 4.0) / 4
         try:
@@ -110,7 +109,6 @@ class FrontServer:
         if len(self._connections) >= cap:
             self._evict_idle(len(self._connections) - cap + 1)
             if len(self._connections) >= cap:
-                self.refused += 1
                 self._warn(f"{len(self._connections)} client connections open (the limit), all busy: "
                            "a new one was answered 503")
                 return False
