@@ -476,3 +476,33 @@ NOTES.update({
     "specd.proxy.warmup.xǁRecentRequestsǁ__init____mutmut_4": (
         "the kept bytes' start count (1, not 0): the bound on remembered bodies is reached one byte sooner"),
 })
+RESPONSE = f"{H1}response.xǁUpstreamResponseǁ"
+NOTES.update({
+    f"{CLIENT}BackendConnectionǁbegin__mutmut_1": "an assertion of the pool's own invariant: it holds either way",
+    f"{CLIENT}BackendConnectionǁbegin__mutmut_14": (
+        "a GAP: a drop on a connection that had served exactly one answer, met before the pool saw it close. The "
+        "tests' backends close visibly before the next send, so the pool takes a new connection instead; the "
+        "re-send rule itself is unit-tested (test_resend)"),
+    f"{CLIENT}BackendConnectionǁdata_received__mutmut_5": (
+        BY_HAND + "test_http1_upstream_conformance::test_an_answer_that_is_not_valid_http_is_a_502_sent_once"
+        "[bad-chunk-after-the-head]"),
+    f"{CLIENT}BackendConnectionǁdata_received__mutmut_6": "the exception's message: text",
+    **{f"{CLIENT}BackendConnectionǁon_headers_complete__mutmut_{n}": (
+        "equivalent: llhttp ends a 204 or 304 at its head whatever its headers (it knows they carry no body), so "
+        "`close_delimited` is never read for them (test_a_204_or_304_without_a_length_ends_at_its_head_not_at_"
+        "the_backends_close)") for n in (15, 16)},
+    **{f"{CLIENT}UpstreamPoolǁ_begin__mutmut_{n}": (
+        "which requests carry `content-length: 0`: a bodiless GET may (RFC 9110 §8.6), and a POST without one "
+        "has no body (RFC 9112 §6.3); llama-server reads both alike") for n in (3, 7, 8)},
+    f"{CLIENT}UpstreamPoolǁ_begin__mutmut_17": "codec names are case-insensitive: \"ASCII\" is \"ascii\"",
+    f"{CLIENT}UpstreamPoolǁ_begin__mutmut_18": (
+        "`<=` or `<` at the exact size where the body goes in its own write: the same bytes on the wire"),
+    f"{SERVE}43": "how often the serving loop wakes (0.1 s or the sweep's period): how soon `should_exit` is seen",
+    f"{SERVE}45": "`>=` or `>` at the exact sweep time: a float clock",
+    f"{SERVE}47": "a sweep on every wake instead of every period: more work, the same deadlines",
+    f"{RESPONSE}attach__mutmut_5": (
+        BY_HAND + "test_upstream_response::test_a_body_that_broke_off_before_the_proxy_read_it_raises_the_break_"
+        "not_a_short_body"),
+    **{f"{RESPONSE}headers_done__mutmut_{n}": (
+        BY_HAND + "test_proxy::test_a_request_held_while_the_backend_loads_logs_no_error") for n in (2, 3)},
+})

@@ -108,6 +108,7 @@ class FakeBackendForProxyTests:
         self.loading_answers = 0  # 503 "Loading model" answers given (health or chat)
         self.events_sent = 0  # streamed token events sent, over all streams
         self.abandoned = 0  # requests stalled on purpose whose client (the proxy) hung up
+        self.health_polls = 0  # /health requests answered
         self.app = Starlette(routes=[
             Route("/health", self.health),
             Route("/v1/models", self.models),
@@ -116,6 +117,7 @@ class FakeBackendForProxyTests:
         ])
 
     async def health(self, request: Request) -> Response:
+        self.health_polls += 1
         if self.loading:
             return self._loading()
         return JSONResponse({"status": "ok"})

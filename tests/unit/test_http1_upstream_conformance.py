@@ -151,6 +151,7 @@ INVALID_ANSWERS = {
     "not-http": b"I am no HTTP\r\n\r\n",
     "obs-fold": b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded: smuggled\r\ncontent-length: 0\r\n\r\n",
     "length-and-chunked": b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+    "bad-chunk-after-the-head": b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
 }
 
 
@@ -160,6 +161,16 @@ def test_an_answer_that_is_not_valid_http_is_a_502_sent_once(through: Through, n
     result = talk(through.port, get(path))
     assert result.answers[0].status == 502 and b"smuggled" not in result.raw
     assert len(through.forwarded(path)) == 1
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 204 No Content\r\nx-a: 1\r\n\r\n",
+                                    b"HTTP/1.1 304 Not Modified\r\netag: \"v1\"\r\n\r\n"], ids=["204", "304"])
+def test_a_204_or_304_without_a_length_ends_at_its_head_not_at_the_backends_close(through: Through,
+                                                                                   answer: bytes) -> None:
+    """RFC 9112 §6.3: these answers have no body, whatever framing they lack; the backend keeps the connection."""
+    path = through.script(b"/bare-" + answer[9:12], answer)
+    result = talk(through.port, get(path) + get(b"/health"), ["GET", "GET"])
+    assert [a.status for a in result.answers] == [int(answer[9:12]), 200] and not result.closed
 
 
 def test_header_values_from_the_backend_pass_byte_for_byte(through: Through) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -83,6 +84,22 @@ def test_the_nightly_run_sees_each_request_the_proxy_accepted_also_one_already_a
         for _ in range(3):
             assert client.post(f"{rig.url}/v1/chat/completions", json=chat_body()).status_code == 200
     assert rig.front.call(lambda: (rig.proxy.accepted, rig.proxy.in_flight)) == (3, 0)
+
+
+def test_a_request_held_while_the_backend_loads_logs_no_error(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """The gate polls /health until the backend has loaded; each poll's answer passes the status-line hook
+    that streams use, which must not log "proxy error" for a probe."""
+    rig.fake.loading = True
+    answers: list[int] = []
+    with caplog.at_level(logging.ERROR, logger="specd"):
+        held = threading.Thread(target=lambda: answers.append(httpx.post(
+            f"{rig.url}/v1/chat/completions", json=chat_body(), timeout=30).status_code))
+        held.start()
+        eventually(lambda: rig.fake.health_polls >= 2, "the gate to poll /health while the backend loads")
+        rig.fake.loading = False
+        held.join(30)
+    assert answers == [200]
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
