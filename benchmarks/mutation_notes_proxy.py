@@ -480,9 +480,8 @@ RESPONSE = f"{H1}response.xǁUpstreamResponseǁ"
 NOTES.update({
     f"{CLIENT}BackendConnectionǁbegin__mutmut_1": "an assertion of the pool's own invariant: it holds either way",
     f"{CLIENT}BackendConnectionǁbegin__mutmut_14": (
-        "a GAP: a drop on a connection that had served exactly one answer, met before the pool saw it close. The "
-        "tests' backends close visibly before the next send, so the pool takes a new connection instead; the "
-        "re-send rule itself is unit-tested (test_resend)"),
+        BY_HAND + "test_http1_upstream_conformance::test_a_request_dropped_on_a_kept_alive_connection_is_sent_once_"
+        "more_on_a_new_one"),
     f"{CLIENT}BackendConnectionǁdata_received__mutmut_5": (
         BY_HAND + "test_http1_upstream_conformance::test_an_answer_that_is_not_valid_http_is_a_502_sent_once"
         "[bad-chunk-after-the-head]"),

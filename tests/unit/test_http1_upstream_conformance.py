@@ -254,3 +254,20 @@ def test_a_backend_on_another_loopback_address_is_reached_there(tmp_path: Path) 
         front.stop()
         backend.stop()
         recorder.close()
+
+
+def test_a_request_dropped_on_a_kept_alive_connection_is_sent_once_more_on_a_new_one(through: Through) -> None:
+    """The keep-alive race: the backend closes a pooled connection as the next request goes out on it. The
+    re-send rule (specd.proxy.resend) sends it again, once, on a fresh connection, and the client never knows."""
+    calls: list[int] = []
+
+    def first_answers_second_drops(request: bytes) -> bytes:
+        calls.append(len(calls))
+        return CLOSE if len(calls) == 2 else b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+    path = through.script(b"/race", first_answers_second_drops)
+    assert talk(through.port, get(path), ["GET"]).answers[0].body == b"ok"  # leaves the connection in the pool
+    assert talk(through.port, get(path), ["GET"]).answers[0].body == b"ok"  # dropped, then sent again
+    connections = [c for r, c in zip(through.backend.requests, through.backend.connection_of_request, strict=True)
+                   if r.split(b" ", 2)[1] == path]
+    assert len(connections) == 3 and connections[0] == connections[1] != connections[2]
