@@ -505,3 +505,13 @@ NOTES.update({
     **{f"{RESPONSE}headers_done__mutmut_{n}": (
         BY_HAND + "test_proxy::test_a_request_held_while_the_backend_loads_logs_no_error") for n in (2, 3)},
 })
+NOTES.update({
+    f"{RESPONSE}__init____mutmut_1": "the default only: `BackendConnection.begin`, its one maker, passes `reused`",
+    f"{RESPONSE}__init____mutmut_15": "equivalent: `set_read_timeout` at the end of `__init__` sets it again",
+    f"{RESPONSE}__init____mutmut_22": (
+        "reached only when an early-sent request's status line arrives before its task sets the hook (a backend "
+        "answering within one loop turn): then one logged \"proxy error\" line, and `respond` relays the same answer"),
+    f"{RESPONSE}__init____mutmut_5": (
+        "the early send's time, where the recorded hold ends: with None the hold ends when the task runs, "
+        "microseconds later (timings only)"),
+})
