@@ -515,3 +515,30 @@ NOTES.update({
         "the early send's time, where the recorded hold ends: with None the hold ends when the task runs, "
         "microseconds later (timings only)"),
 })
+GONE = ("equivalent: the request's task then ends cancelled instead of returning, and the server treats both alike "
+        "(`_handled` logs only an exception); a shutdown's own cancellation is turned into its 503 before it reaches "
+        "here (`_cut`, `_ShutDownWhileWaiting`)")
+NOTES.update({
+    "specd.proxy.attempts.xǁAttemptsǁend__mutmut_1": (
+        BY_HAND + "test_proxy_routing::test_after_requests_to_both_servers_the_drain_finds_the_primary_idle"),
+    **{f"{CLIENT}UpstreamPoolǁsend_now__mutmut_{n}": EARLY_SEND for n in (1, 2, 3, 4)},
+    f"{RESPONSE}_stop_timer__mutmut_2": (
+        "equivalent in the sequences the proxy makes: the read timeout is set once after the send and the response "
+        "ends once, so no `_stop_timer` follows one that found a timer"),
+    **{f"{P}_handle__mutmut_{n}": (
+        "a GAP in the wiring only: `_read_off_loop`'s abandon path is tested alone (test_proxy_bodies::test_a_"
+        "client_that_leaves_while_its_big_body_is_read_...); a client leaving inside the read's milliseconds "
+        "through the whole proxy is not built") for n in (42, 43)},
+    **{f"{P}_handle__mutmut_{n}": (
+        BY_HAND + "test_proxy::test_a_client_that_leaves_before_the_answer_is_recorded_as_gone_without_an_error")
+       for n in (74, 76)},
+    **{f"{P}_handle__mutmut_{n}": GONE for n in (80, 81, 82, 83, 84, 85, 86)},
+    **{f"{P}_handle__mutmut_{n}": (
+        "the record of a request whose task raised (a proxy bug): its status and text; no test can raise a bug "
+        "inside `_forward` without a FAKE of the proxy itself, and the error is logged either way")
+       for n in (87, 88, 89, 90, 91)},
+    f"{P}_remember__mutmut_1": BY_HAND + "test_proxy::test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
+    **{f"specd.proxy.relay.xǁClientWatchǁclose__mutmut_{n}": (
+        "equivalent: `close` runs in `_handle`'s `finally`, after which the connection no longer reports a leave "
+        "to this watch (its responder has ended)") for n in (1, 2)},
+})

@@ -102,6 +102,16 @@ def test_a_request_held_while_the_backend_loads_logs_no_error(rig: Rig, caplog: 
     assert [r.getMessage() for r in caplog.records] == []
 
 
+def test_a_chat_request_is_remembered_for_the_next_flips_warm_up(rig: Rig) -> None:
+    body = json.dumps(chat_body("remember me")).encode()
+    with httpx.Client(timeout=10) as client:
+        assert client.post(f"{rig.url}/v1/chat/completions", content=body,
+                           headers={"content-type": "application/json"}).status_code == 200
+        assert client.get(f"{rig.url}/v1/models").status_code == 200  # not a generation: not remembered
+    recent = rig.front.call(rig.proxy.recent.newest)
+    assert [(r.path, r.body) for r in recent] == [("/v1/chat/completions", body)]
+
+
 def test_stream_arrives_whole_and_in_order_and_its_shape_is_recorded(rig: Rig) -> None:
     with httpx.Client(timeout=10) as client:
         payloads = read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))
@@ -191,6 +201,16 @@ def test_a_client_that_hangs_up_mid_stream_frees_the_backend(tmp_path: Path) -> 
         rig.front.stop()
         rig.backend.stop()
         rig.recorder.close()
+
+
+def test_a_client_that_leaves_before_the_answer_is_recorded_as_gone_without_an_error(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="specd"):
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up while the backend is silent
+            httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body(x_fake_hang_before_answer=True), timeout=0.5)
+        eventually(lambda: rig.front.call(lambda: rig.proxy.in_flight) == 0, "the proxy to let the request go")
+    assert [(r.status, r.error) for r in rig.records()] == [(499, "client went away")]  # type: ignore[attr-defined]
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def test_a_stream_the_backend_drops_is_ended_cleanly_and_not_resent(rig: Rig) -> None:

@@ -205,3 +205,12 @@ def test_a_companion_restarted_under_a_pooled_connection_keeps_its_requests(rig:
     assert rig.ask(STORY).status_code == 200
     assert rig.profiles() == ["plain", "plain"] and rig.mtp.requests == []
     assert rig.proxy.status()["routing"]["companions"][0]["up"] is True
+
+
+def test_after_requests_to_both_servers_the_drain_finds_the_primary_idle(rig: Rig) -> None:
+    """A switch's drain waits for the primary's attempts; with a router in the proxy (the daemon always has
+    one) each ended attempt must come off the right server's count."""
+    assert rig.ask(CODE).status_code == 200 and rig.ask(STORY).status_code == 200
+    assert rig.profiles() == ["mtp", "plain"]
+    assert rig.front.call(lambda: rig.proxy.wait_idle(5.0)) is True
+    assert rig.front.call(rig.proxy.status)["active"] == 0
