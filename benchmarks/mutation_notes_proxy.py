@@ -542,3 +542,25 @@ NOTES.update({
         "equivalent: `close` runs in `_handle`'s `finally`, after which the connection no longer reports a leave "
         "to this watch (its responder has ended)") for n in (1, 2)},
 })
+FWD = f"{P}_forward__mutmut_"
+NOTES.update({
+    f"{FWD}5": (BY_HAND + "test_proxy_faults::test_a_non_streamed_answer_slower_than_the_stream_idle_timeout_is_"
+                "waited_for"),
+    **{f"{FWD}{n}": BY_HAND + "test_proxy::test_held_past_the_hold_timeout_while_loading_the_client_gets_the_backends_"
+       "own_503" for n in (15, 85, 87, 88, 90)},
+    f"{FWD}89": ("a companion's 503 body kept as the primary's: it shows only when a companion answered \"Loading "
+                 "model\" and the primary's hold then expired, and both say the same"),
+    **{f"{FWD}{n}": ("defence in depth: before a fresh re-send `_follow` discards the server's idle connections, "
+                     "so the next attempt gets a new connection whatever `fresh` says") for n in (31, 32, 39)},
+    f"{FWD}9": "a first attempt on a new connection instead of an idle one: one more connect, the same answer",
+    **{f"{FWD}{n}": (BY_HAND + "test_proxy::test_a_request_held_while_the_backend_loads_logs_no_error (its stream: the "
+                     "hook's error was logged; 47, 48 and 49 drop an argument the same way as 46)")
+       for n in (43, 46, 47, 48, 49)},
+    **{f"{FWD}{n}": (BY_HAND + "test_proxy_poison::test_a_server_that_goes_down_mid_stream_is_reported_with_that_"
+                     "stream_as_the_likely_cause (79 and 80 drop an argument as 78 does)")
+       for n in (74, 75, 76, 77, 78, 79, 80)},
+    f"{FWD}93": ("equivalent: the re-send rule reads `answers_health_now` only after a drop, and a drop's value comes "
+                 "from `_judge_drop`"),
+    f"{P}_remember__mutmut_3": BY_HAND + "test_proxy::test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
+    f"{P}_remember__mutmut_17": BY_HAND + "test_proxy::test_a_captured_body_carries_the_concurrency_it_arrived_at",
+})

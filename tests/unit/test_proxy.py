@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -98,6 +99,8 @@ def test_a_request_held_while_the_backend_loads_logs_no_error(rig: Rig, caplog: 
         eventually(lambda: rig.fake.health_polls >= 2, "the gate to poll /health while the backend loads")
         rig.fake.loading = False
         held.join(30)
+        with httpx.Client(timeout=10) as client:  # and a stream, relayed from the status line's hook
+            assert read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))[-1] == "[DONE]"
     assert answers == [200]
     assert [r.getMessage() for r in caplog.records] == []
 
@@ -165,6 +168,20 @@ def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
         assert rig.records()[0].status == 503  # type: ignore[attr-defined]
     finally:
         rig.front.stop()
+        rig.recorder.close()
+
+
+def test_held_past_the_hold_timeout_while_loading_the_client_gets_the_backends_own_503(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, hold_timeout_s=1.0)
+    try:
+        rig.fake.loading = True
+        response = httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body(), timeout=30)
+        assert response.status_code == 503
+        assert response.json()["error"]["message"] == "Loading model"  # what llama-server says, not the proxy
+        assert rig.records()[0].error == "held past the hold timeout: the backend still answered 503"  # type: ignore[attr-defined]
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
         rig.recorder.close()
 
 
@@ -355,6 +372,30 @@ def test_captured_bodies_are_private_and_bounded(tmp_path: Path) -> None:
         rig.front.stop()
         rig.backend.stop()
         rig.recorder.close()
+
+
+def test_a_captured_body_carries_the_concurrency_it_arrived_at(tmp_path: Path) -> None:
+    """Replay rebuilds the traffic's concurrency from this (specd.traffic.capture: "concurrency")."""
+    capture = BodyCapture(tmp_path / "capture", max_bytes=1 << 20)
+    rig = make_rig(tmp_path, capture=capture)
+    try:
+        def first() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # cut when the rig stops: its answer is not the point
+                httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body("first", x_fake_hang_before_answer=True),
+                           timeout=30)
+
+        waiting = threading.Thread(target=first)
+        waiting.start()
+        eventually(lambda: rig.fake.requests, "the first request to reach the backend")
+        assert httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body("second"), timeout=10).status_code == 200
+        capture.flush()
+        assert [(b["messages"][0]["content"], b["specd"]["concurrency"]) for b in capture.read_all()] == [
+            ("first", 1), ("second", 2)]
+    finally:
+        rig.front.stop()
+        rig.backend.stop()
+        rig.recorder.close()
+        waiting.join(30)
 
 
 def test_metrics_count_every_request_and_traffic_only_completions(rig: Rig) -> None:

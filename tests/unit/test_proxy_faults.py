@@ -86,6 +86,13 @@ def test_a_stream_longer_than_the_idle_timeout_that_keeps_sending_is_not_cut(tmp
         rig.close()
 
 
+def test_a_non_streamed_answer_slower_than_the_stream_idle_timeout_is_waited_for(make_rig: Callable[..., Rig]) -> None:
+    """llama-server sends nothing of a non-streamed answer until it is whole: the idle bound is for streams."""
+    rig = make_rig(stream_idle_timeout_s=1.0, token_delay_s=0.25)  # the answer takes 6 x 0.25 = 1.5 s
+    response = httpx.post(chat_url(rig), json=chat_body(), timeout=30)
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "x" * 6
+
+
 def test_a_stream_that_hangs_after_tokens_came_within_the_idle_timeout_is_still_ended(
         make_rig: Callable[..., Rig]) -> None:
     """The idle clock restarts at each read: the first check finds the stream recently active and looks again
