@@ -564,3 +564,19 @@ NOTES.update({
     f"{P}_remember__mutmut_3": BY_HAND + "test_proxy::test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
     f"{P}_remember__mutmut_17": BY_HAND + "test_proxy::test_a_captured_body_carries_the_concurrency_it_arrived_at",
 })
+GATE = f"{P}_through_gate__mutmut_"
+NOTES.update({
+    f"{GATE}8": BY_HAND + "test_proxy::test_metrics_count_every_request_and_traffic_only_completions (the hold sum)",
+    f"{GATE}23": BY_HAND + "test_proxy::test_requests_sent_while_the_backend_restarts_are_held_not_failed (hold count)",
+    **{f"{GATE}{n}": (BY_HAND + "test_proxy::test_held_past_the_hold_timeout_while_loading_the_client_gets_the_"
+                      "backends_own_503 (30, 31, 38, 39 and 40 drop an argument, a TypeError)")
+       for n in (28, 29, 30, 31, 32, 35, 36, 37, 38, 39, 40, 41, 42)},
+    f"{GATE}43": "a header name's case: case-insensitive (RFC 9110 §5.1)",
+    **{f"{GATE}{n}": ("the early send's time, where the recorded hold ends: without it the hold ends when the task "
+                      "runs, microseconds later (timings only)") for n in (13, 16, 17)},
+    f"{FWD}100": "the cause's name in the drop's judgement text: text",
+    **{f"{FWD}{n}": ("which server's idle connections `_follow` discards before a fresh re-send: defence in depth, "
+                     "the re-send asks for a fresh connection itself") for n in (113, 114, 123)},
+    **{f"{FWD}{n}": ("defence in depth: `_follow` discards the server's idle connections before this re-send, so it "
+                     "gets a new connection whatever `fresh` says") for n in (130, 131)},
+})

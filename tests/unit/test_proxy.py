@@ -154,6 +154,8 @@ def test_requests_sent_while_the_backend_restarts_are_held_not_failed(rig: Rig) 
     assert sorted(map(str, results)) == sorted(["200"] * 3 + ["[DONE]"] * 3)
     records = rig.records()
     assert len(records) == 6 and all(r.held_ms > 0 and r.status == 200 for r in records)  # type: ignore[attr-defined]
+    held = rig.metrics.registry.get_sample_value
+    assert held("specd_proxy_hold_seconds_count") >= 6 and held("specd_proxy_hold_seconds_sum") > 0  # each hold timed
 
 
 def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
@@ -178,7 +180,9 @@ def test_held_past_the_hold_timeout_while_loading_the_client_gets_the_backends_o
         response = httpx.post(f"{rig.url}/v1/chat/completions", json=chat_body(), timeout=30)
         assert response.status_code == 503
         assert response.json()["error"]["message"] == "Loading model"  # what llama-server says, not the proxy
-        assert rig.records()[0].error == "held past the hold timeout: the backend still answered 503"  # type: ignore[attr-defined]
+        assert response.headers["content-type"] == "application/json"
+        assert [(r.status, r.error) for r in rig.records()] == [  # type: ignore[attr-defined]
+            (503, "held past the hold timeout: the backend still answered 503")]
     finally:
         rig.front.stop()
         rig.backend.stop()
@@ -407,6 +411,8 @@ def test_metrics_count_every_request_and_traffic_only_completions(rig: Rig) -> N
     assert 'specd_proxy_requests_total{endpoint="/v1/chat/completions",status="200"} 3.0' in text
     assert 'specd_proxy_requests_total{endpoint="/v1/models",status="200"} 1.0' in text
     assert len(rig.records()) == 3
+    held = rig.metrics.registry.get_sample_value
+    assert (held("specd_proxy_hold_seconds_count"), held("specd_proxy_hold_seconds_sum")) == (4.0, 0.0)  # none held
 
 
 def test_llama_server_timings_from_the_emulator_reach_the_traffic_table(tmp_path: Path) -> None:
