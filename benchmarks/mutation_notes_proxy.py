@@ -580,3 +580,29 @@ NOTES.update({
     **{f"{FWD}{n}": ("defence in depth: `_follow` discards the server's idle connections before this re-send, so it "
                      "gets a new connection whatever `fresh` says") for n in (130, 131)},
 })
+NA, SU = f"{P}_note_attempt__mutmut_", f"{P}_send_upstream__mutmut_"
+NOTES.update({
+    "specd.proxy.attempts.xǁAttemptsǁbegin__mutmut_1": (
+        BY_HAND + "test_proxy_routing::test_after_requests_to_both_servers_the_drain_finds_the_primary_idle"),
+    f"{NA}3": ("equivalent: a route to the primary is made with the primary's profile (`route_now`, `_pick`, "
+               "`companion_failed`), so reading it from the route or from the backend gives the same name"),
+    **{f"{NA}{n}": ("the count of attempts per request had no reader: removed since (the re-send rule keeps its own, "
+                    "`resend.Resends`)") for n in (5, 6, 7)},
+    **{f"{NA}{n}": (BY_HAND + "test_proxy::test_requests_sent_while_the_backend_restarts_are_held_not_failed (a hold "
+                    "is never longer than the request)") for n in (9, 11)},
+    f"{NA}10": "a 0.1% scale on the recorded hold (1001 for 1000 ms per second): timings only",
+    f"{NA}13": ("the early send's time, where the recorded hold ends: without it the hold ends when the task runs, "
+                "microseconds later (timings only)"),
+    f"{SU}1": "the default only: `_forward`, its one caller, always passes `fresh`",
+    **{f"{SU}{n}": ("defence in depth: before a fresh re-send `_follow` discards the server's idle connections, so "
+                    "a new connection is made whatever `fresh` says") for n in (13, 21)},
+    **{f"{SU}{n}": ("the stream is relayed from the request's task instead of the connection's callback (`respond` "
+                    "calls `start_stream` itself): the same bytes, a loop turn later") for n in (12, 20, 24)},
+    f"{SU}29": BY_HAND + "test_proxy::test_requests_sent_while_the_backend_restarts_are_held_not_failed (nothing "
+                         "kept per request)",
+    f"{SU}30": "equivalent: `_cut` holds tasks only once a shutdown cut them, and the proxy ends then",
+    **{f"{GATE}{n}": (BY_HAND + "test_proxy::test_held_past_the_hold_timeout_while_loading_the_client_gets_the_"
+                      "backends_own_503 (its content type; media types are case-insensitive, so 45 is stricter "
+                      "than a client)") for n in (44, 45)},
+    **{f"{GATE}{n}": BY_HAND + "test_proxy::test_hold_timeout_answers_503_instead_of_hanging" for n in (49, 56)},
+})

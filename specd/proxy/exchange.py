@@ -45,7 +45,6 @@ class Exchange:
         self.usage: dict[str, Any] = {}
         self.timings: dict[str, Any] = {}
         self.profile: str | None = None
-        self.attempts = 0
         self.error: str | None = None
         self.failed_status: int | None = None  # set when a started stream ends in error
         self.recorded = True  # goes into the traffic table (proxied POSTs; metrics count everything)

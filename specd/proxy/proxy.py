@@ -372,7 +372,6 @@ class Proxy:
     def _note_attempt(self, exchange: Exchange, route: Routed, sent_at: float | None = None) -> None:
         """An attempt is under way: held from arrival until sent (`sent_at`, or now)."""
         exchange.profile = route.profile if route.url is not None else self.backend.profile
-        exchange.attempts += 1
         exchange.held_ms = 1000.0 * ((time.perf_counter() if sent_at is None else sent_at) - exchange.started)
 
     @staticmethod

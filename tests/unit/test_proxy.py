@@ -154,20 +154,24 @@ def test_requests_sent_while_the_backend_restarts_are_held_not_failed(rig: Rig) 
     assert sorted(map(str, results)) == sorted(["200"] * 3 + ["[DONE]"] * 3)
     records = rig.records()
     assert len(records) == 6 and all(r.held_ms > 0 and r.status == 200 for r in records)  # type: ignore[attr-defined]
+    assert all(r.held_ms <= r.total_ms for r in records)  # type: ignore[attr-defined]  # the hold is part of the whole
+    assert rig.front.call(lambda: (len(rig.proxy._waiting), len(rig.proxy._cut))) == (0, 0)  # nothing kept per request
     held = rig.metrics.registry.get_sample_value
     assert held("specd_proxy_hold_seconds_count") >= 6 and held("specd_proxy_hold_seconds_sum") > 0  # each hold timed
 
 
-def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path) -> None:
+def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rig = make_rig(tmp_path, hold_timeout_s=0.5)
     try:
         rig.backend.stop()
-        with httpx.Client(timeout=10) as client:
+        with caplog.at_level(logging.ERROR, logger="specd"), httpx.Client(timeout=10) as client:
             response = client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
         assert response.status_code == 503
-        assert response.json()["error"]["type"] == "unavailable_error"
+        assert response.json()["error"] == {"message": "backend not healthy after 0.5 s", "type": "unavailable_error",
+                                             "code": 503}
         assert response.headers["retry-after"] == "5" and response.headers["content-type"] == "application/json"
         assert rig.records()[0].status == 503  # type: ignore[attr-defined]
+        assert [r.getMessage() for r in caplog.records] == []  # answered once, then let go: no proxy error
     finally:
         rig.front.stop()
         rig.recorder.close()
