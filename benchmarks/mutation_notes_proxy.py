@@ -606,3 +606,32 @@ NOTES.update({
                       "than a client)") for n in (44, 45)},
     **{f"{GATE}{n}": BY_HAND + "test_proxy::test_hold_timeout_answers_503_instead_of_hanging" for n in (49, 56)},
 })
+REC = "specd.proxy.exchange.xǁRecordingǁ__call____mutmut_"
+NOTES.update({
+    "specd.proxy.attempts.xǁAttemptsǁroute_now__mutmut_11": (
+        "equivalent: a route to the primary (url None) is recorded with the backend's profile (`_note_attempt`), "
+        "never the route's"),
+    **{f"specd.proxy.attempts.xǁAttemptsǁroute_now__mutmut_{n}": (
+        "the request still goes to the primary: with routing off `pick` finds no companion and no stamp, and an "
+        "empty body has no messages to route by; only a task-class label on the route differs, unused for the "
+        "primary") for n in (2, 3)},
+    "specd.proxy.exchange.xǁExchangeǁfinish__mutmut_1": (
+        BY_HAND + "test_exchange::test_an_exchange_is_recorded_once_however_often_it_is_finished"),
+    **{f"specd.proxy.exchange.xǁExchangeǁof_request__mutmut_{n}": (
+        BY_HAND + "test_exchange::test_an_exchange_starts_when_its_request_was_whole_not_when_it_was_made")
+       for n in (5, 9)},
+    **{f"{REC}{n}": "the traffic log line's error suffix: the journal's text" for n in (6, 16, 17)},
+    **{f"{REC}{n}": ("the cache of labelled metric children: without it `labels()` is called each time, the same "
+                     "series") for n in (22, 23)},
+    f"{REC}31": BY_HAND + "test_proxy::test_metrics_count_every_request_and_traffic_only_completions (latency label)",
+    f"{REC}37": BY_HAND + "test_proxy::test_metrics_count_every_request_and_traffic_only_completions (TTFT in s)",
+    f"{REC}38": "a 0.1% scale on the TTFT histogram (1001 for 1000 ms per second): timings only",
+    "specd.proxy.http1.client.x_forwarded_headers__mutmut_14": (
+        "header names and content codings are case-insensitive (RFC 9110 §5.1, §8.4.1)"),
+    "specd.proxy.http1.client.x_hop_by_hop__mutmut_9": (
+        BY_HAND + "test_http1_upstream_conformance::test_headers_named_in_connection_stay_on_their_hop_both_ways "
+        "(now with a list written without spaces)"),
+    "specd.proxy.relay.xǁClientWatchǁ__init____mutmut_6": GONE,
+    **{f"specd.proxy.warmup.xǁRecentRequestsǁnote__mutmut_{n}": (
+        "`<` or `<=` at the exact byte bound of remembered bodies: one body of exactly that size") for n in (5, 16)},
+})

@@ -72,3 +72,20 @@ def test_a_streams_output_length_comes_from_usage_else_timings_else_its_token_ev
     assert streamed(*tokens) == 3  # then the token events counted
     whole = Exchange("/v1/chat/completions", 1, lambda *_: None)  # not a stream, no usage: not known
     assert whole.to_record("u", 200, 1.0, None).completion_tokens is None
+
+
+def test_an_exchange_is_recorded_once_however_often_it_is_finished() -> None:
+    """Several paths may end one request (a reject, then the client's leave): the traffic row and the
+    in-flight count must be told once."""
+    told: list[tuple[int, str | None]] = []
+    exchange = Exchange.of_request("POST", "/v1/chat/completions", 0, lambda _, status, __, error: told.append(
+        (status, error)))
+    exchange.finish(503, "held too long")
+    exchange.finish(499, "client went away")
+    assert told == [(503, "held too long")]
+
+
+def test_an_exchange_starts_when_its_request_was_whole_not_when_it_was_made() -> None:
+    received = time.perf_counter() - 0.5
+    exchange = Exchange.of_request("POST", "/v1/completions", 0, lambda *_: None, started=received)
+    assert exchange.started == received

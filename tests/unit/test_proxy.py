@@ -415,8 +415,12 @@ def test_metrics_count_every_request_and_traffic_only_completions(rig: Rig) -> N
     assert 'specd_proxy_requests_total{endpoint="/v1/chat/completions",status="200"} 3.0' in text
     assert 'specd_proxy_requests_total{endpoint="/v1/models",status="200"} 1.0' in text
     assert len(rig.records()) == 3
-    held = rig.metrics.registry.get_sample_value
-    assert (held("specd_proxy_hold_seconds_count"), held("specd_proxy_hold_seconds_sum")) == (4.0, 0.0)  # none held
+    value = rig.metrics.registry.get_sample_value
+    assert (value("specd_proxy_hold_seconds_count"), value("specd_proxy_hold_seconds_sum")) == (4.0, 0.0)  # none held
+    assert value("specd_proxy_request_seconds_count", {"endpoint": "/v1/chat/completions"}) == 3
+    with httpx.Client(timeout=10) as client:
+        assert read_stream(client, f"{rig.url}/v1/chat/completions", chat_body(stream=True))[-1] == "[DONE]"
+    assert value("specd_proxy_ttft_seconds_count") == 1 and 0 < value("specd_proxy_ttft_seconds_sum") < 30  # seconds
 
 
 def test_llama_server_timings_from_the_emulator_reach_the_traffic_table(tmp_path: Path) -> None:
