@@ -635,3 +635,28 @@ NOTES.update({
     **{f"specd.proxy.warmup.xǁRecentRequestsǁnote__mutmut_{n}": (
         "`<` or `<=` at the exact byte bound of remembered bodies: one body of exactly that size") for n in (5, 16)},
 })
+EX = "specd.proxy.exchange.xǁExchangeǁ"
+NOTES.update({
+    f"{EX}__init____mutmut_14": (
+        "a request never sent keeps its start value (1 ms for 0); a held one now records its hold when refused "
+        "(test_proxy::test_hold_timeout_answers_503_instead_of_hanging: held_ms >= the timeout)"),
+    **{f"{EX}__init____mutmut_{n}": ("a falsy start value (\"\" for None) of a field set before it is read, or "
+                                     "read only for truth") for n in (20, 23, 24)},
+    f"{EX}__init____mutmut_22": "the count of attempts had no reader: removed since",
+    **{f"{EX}__init____mutmut_{n}": ("equivalent: `of_request`, the proxy's one maker, sets `recorded` from the "
+                                     "method at once") for n in (25, 26)},
+    f"{EX}__init____mutmut_9": "equivalent: `take` sets `stream` from the body's shape before anything reads it",
+    f"{EX}finish__mutmut_11": BY_HAND + "test_proxy::test_non_streaming_request_passes_through_with_auth_and_is_"
+                                        "recorded (total_ms)",
+    f"{EX}finish__mutmut_2": BY_HAND + "test_exchange::test_an_exchange_is_recorded_once_however_often_it_is_finished",
+    f"{H1}bodies.xǁBodyBufferǁadd__mutmut_2": BY_HAND + "test_proxy::test_bad_bodies_do_not_wedge_the_proxy (a body "
+                                                        "of exactly the limit is taken)",
+    **{f"{CLIENT}UpstreamPoolǁ_take__mutmut_{n}": (
+        "equivalent: a closed connection is taken out of the idle list when it closes (`forget`), so `_take` meets "
+        "only open ones; and `<` or `<=` at the exact keep time") for n in (5, 8)},
+    f"{H1}server.xǁFrontConnectionǁ_handled__mutmut_4": (
+        "equivalent: `_next` sets `_request` to the next request before that request's task can end"),
+    **{f"{H1}server.xǁFrontConnectionǁ_handled__mutmut_{n}": (
+        BY_HAND + "test_http1_server::test_a_handler_that_raises_answers_500_logs_the_error_and_keeps_the_connection "
+        "(6 calls `exception()` on a cancelled task, which raises the same way)") for n in (5, 6, 7, 8)},
+})

@@ -326,6 +326,7 @@ class Proxy:
         try:
             await self.gate.pass_through(deadline, self.settings.hold_timeout_s, self._metrics)
         except HoldExpired as expired:
+            exchange.held_ms = 1000.0 * (time.perf_counter() - exchange.started)  # held all along, then refused
             if loading is not None:  # the backend's own 503 ("Loading model") says most
                 exchange.finish(503, "held past the hold timeout: the backend still answered 503")
                 responder.answer(503, [(b"content-type", b"application/json")], loading)
@@ -333,6 +334,7 @@ class Proxy:
                 self._reject(responder, exchange, 503, str(expired))
             return False
         if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
+            exchange.held_ms = 1000.0 * (time.perf_counter() - exchange.started)
             self._reject(responder, exchange, 503, SHUTTING_DOWN)
             return False
         self._attempts.begin(route)

@@ -104,6 +104,8 @@ class HandlerForFrontTests:
         path = request.path
         if path == "/echo":
             responder.answer(200, [(b"content-type", b"application/octet-stream")], request.body)
+        elif path == "/raise":  # a handler's bug before any answer
+            raise RuntimeError("a bug in the handler")
         elif path == "/late":
             responder.start(200, [(b"content-type", b"text/plain")])
             await asyncio.wrap_future(self.release)

@@ -3,6 +3,8 @@ handler instead of the proxy: what any HTTP client relies on, checked byte by by
 
 from __future__ import annotations
 
+import json
+import logging
 import select
 import socket
 import threading
@@ -13,6 +15,7 @@ import httpx
 import pytest
 
 from tests.fakes.front_handler import HandlerForFrontTests
+from tests.fakes.http1_raw import talk
 from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
 
 
@@ -236,3 +239,17 @@ def test_a_server_with_no_connection_left_stops_at_once_not_at_the_end_of_its_gr
     thread = running.thread
     running.stop()  # joins for 15 s at most
     assert thread is not None and not thread.is_alive()
+
+
+def test_a_handler_that_raises_answers_500_logs_the_error_and_keeps_the_connection(
+        front: tuple[ServerThread, Any], caplog: pytest.LogCaptureFixture) -> None:
+    server, _ = front
+    with caplog.at_level(logging.ERROR, logger="specd"):
+        result = talk(server.port, b"GET /raise HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok", ["GET", "POST"])
+    failed, after = result.answers
+    assert failed.status == 500 and json.loads(failed.body)["error"]["message"] == "specd proxy error"
+    assert after.status == 200 and after.body == b"ok"
+    [logged] = caplog.records
+    assert logged.getMessage() == "proxy error" and logged.exc_info is not None
+    assert str(logged.exc_info[1]) == "a bug in the handler"

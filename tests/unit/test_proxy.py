@@ -60,6 +60,7 @@ def test_non_streaming_request_passes_through_with_auth_and_is_recorded(rig: Rig
     assert record.task_class == "code" and record.profile == "plain"  # type: ignore[attr-defined]
     assert (record.prompt_tokens, record.completion_tokens) == (10, 8)  # type: ignore[attr-defined]
     assert (record.draft_n, record.draft_n_accepted, record.predicted_n) == (4, 3, 8)  # type: ignore[attr-defined]
+    assert 0 < record.held_ms <= record.total_ms < 60_000  # type: ignore[attr-defined]  # ms, from arrival to the end
     conn = open_db(rig.db)
     dumped = json.dumps([dict(row) for row in conn.execute("SELECT * FROM traffic")])
     conn.close()
@@ -170,7 +171,8 @@ def test_hold_timeout_answers_503_instead_of_hanging(tmp_path: Path, caplog: pyt
         assert response.json()["error"] == {"message": "backend not healthy after 0.5 s", "type": "unavailable_error",
                                              "code": 503}
         assert response.headers["retry-after"] == "5" and response.headers["content-type"] == "application/json"
-        assert rig.records()[0].status == 503  # type: ignore[attr-defined]
+        [record] = rig.records()
+        assert record.status == 503 and record.held_ms >= 500  # type: ignore[attr-defined]  # held the whole timeout
         assert [r.getMessage() for r in caplog.records] == []  # answered once, then let go: no proxy error
     finally:
         rig.front.stop()
@@ -203,6 +205,12 @@ def test_bad_bodies_do_not_wedge_the_proxy(tmp_path: Path) -> None:
             fine = client.post(f"{rig.url}/v1/chat/completions", json=chat_body())
         assert malformed.status_code == 400  # the backend's own answer, passed through
         assert huge.status_code == 413
+        at_the_limit = json.dumps(chat_body("x")).encode()
+        at_the_limit = json.dumps(chat_body("x" * (1 + 1000 - len(at_the_limit)))).encode()
+        assert len(at_the_limit) == 1000
+        with httpx.Client(timeout=10) as client:
+            assert client.post(f"{rig.url}/v1/chat/completions", content=at_the_limit,
+                               headers={"content-type": "application/json"}).status_code == 200  # the limit is allowed
         assert fine.status_code == 200
         assert rig.proxy.in_flight == 0
     finally:
