@@ -664,3 +664,13 @@ NOTES.update({
         "does (it turns a client's leave into a return, a shutdown's cut into a 503); `exception()` of a cancelled "
         "task would raise in the callback"),
 })
+HANDLED = f"{H1}server.xǁFrontConnectionǁ_handled__mutmut_"
+NOTES.update({
+    f"{HANDLED}20": (BY_HAND + "test_http1_server::test_a_stream_its_handler_breaks_off_ends_with_the_connection_not_a_"
+                     "clean_last_chunk"),
+    **{f"{HANDLED}{n}": ("equivalent: the handler's task has ended, so nothing writes to this responder again, and "
+                         "the connection closes (`keep_alive` is false)") for n in (21, 22)},
+    **{f"{HANDLED}{n}": (BY_HAND + "test_http1_server::test_a_handler_that_raises_answers_500_logs_the_error_and_keeps_"
+                         "the_connection (its error body; 26 and 27 drop an argument as 28 does)")
+       for n in (23, 24, 25, 26, 27, 28)},
+})

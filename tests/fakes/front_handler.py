@@ -99,13 +99,23 @@ class HandlerForFrontTests:
     async def _stopped(self) -> None:
         pass
 
+    @staticmethod
+    async def _bug(path: str, responder: Responder) -> None:
+        """A handler's bug: before any answer (/raise), or after its answer began (/raise-mid-stream)."""
+        if path == "/raise-mid-stream":
+            responder.start(200, [(b"content-type", b"text/event-stream")])
+            responder.write(b"data: 0\n\n")
+            await asyncio.sleep(0)
+            raise RuntimeError("a bug in the middle of a stream")
+        raise RuntimeError("a bug in the handler")
+
     async def handle(self, request: ClientRequest, responder: Responder) -> None:
         self.seen.append(request)
         path = request.path
         if path == "/echo":
             responder.answer(200, [(b"content-type", b"application/octet-stream")], request.body)
-        elif path == "/raise":  # a handler's bug before any answer
-            raise RuntimeError("a bug in the handler")
+        elif path in ("/raise", "/raise-mid-stream"):
+            await self._bug(path, responder)
         elif path == "/late":
             responder.start(200, [(b"content-type", b"text/plain")])
             await asyncio.wrap_future(self.release)

@@ -248,8 +248,20 @@ def test_a_handler_that_raises_answers_500_logs_the_error_and_keeps_the_connecti
         result = talk(server.port, b"GET /raise HTTP/1.1\r\nHost: x\r\n\r\n"
                                    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok", ["GET", "POST"])
     failed, after = result.answers
-    assert failed.status == 500 and json.loads(failed.body)["error"]["message"] == "specd proxy error"
+    assert failed.status == 500 and json.loads(failed.body)["error"] == {
+        "message": "specd proxy error", "type": "api_error", "code": 500}
     assert after.status == 200 and after.body == b"ok"
     [logged] = caplog.records
     assert logged.getMessage() == "proxy error" and logged.exc_info is not None
     assert str(logged.exc_info[1]) == "a bug in the handler"
+
+
+def test_a_stream_its_handler_breaks_off_ends_with_the_connection_not_a_clean_last_chunk(
+        front: tuple[ServerThread, Any]) -> None:
+    """A cut answer must look cut: only closing the connection says so (no last chunk, no next answer on it)."""
+    server, _ = front
+    with connect(server) as sock:
+        sock.sendall(b"GET /raise-mid-stream HTTP/1.1\r\nHost: x\r\n\r\n" + b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = read_until_closed(sock)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n") and b"data: 0" in received
+    assert not received.endswith(b"0\r\n\r\n") and received.count(b"HTTP/1.1 ") == 1
