@@ -265,3 +265,15 @@ def test_a_stream_its_handler_breaks_off_ends_with_the_connection_not_a_clean_la
         received = read_until_closed(sock)
     assert received.startswith(b"HTTP/1.1 200 OK\r\n") and b"data: 0" in received
     assert not received.endswith(b"0\r\n\r\n") and received.count(b"HTTP/1.1 ") == 1
+
+
+
+def test_every_body_s_bytes_are_given_back_once_answered(front: tuple[ServerThread, Any]) -> None:
+    """The daemon-wide budget of request bytes held for clients (FrontLimits.held) returns to 0."""
+    server, _ = front
+    result = talk(server.port, b"".join(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nbody%d" % n
+                                        for n in range(3)), ["POST"] * 3)
+    assert [a.body for a in result.answers] == [b"body0", b"body1", b"body2"]
+    assert server.server is not None
+    eventually(lambda: server.call(lambda: server.server._limits.held.held) == 0, "the held bytes to be given back")
+    assert server.call(lambda: server.server._limits.held.held) == 0
