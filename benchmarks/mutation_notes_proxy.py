@@ -683,3 +683,28 @@ NOTES.update({
         "reading, so it learns of the leave only from a failed write, and `_next` may run first either way; no "
         "test makes that order certain (clients and SDKs do not pipeline)"),
 })
+FC = f"{H1}server.xǁFrontConnectionǁ"
+NOTES.update({
+    f"{H1}bodies.xǁBodyBufferǁtake__mutmut_3": (
+        "equivalent: every request's head empties the buffer again before its body (`on_message_begin` drops it)"),
+    f"{H1}responder.xǁResponderǁ_finish__mutmut_3": (
+        "equivalent: `client_left` calls the hook only while the answer has not ended, and `_finish` has ended it"),
+    **{f"{FC}_next__mutmut_{n}": (BY_HAND + "test_http1_server::test_a_handler_that_fails_before_its_task_answers_500_"
+                                  "and_closes_the_connection (34, 35 and 36 drop an argument as 31 to 33 change one)")
+       for n in (27, 28, 30, 31, 32, 33, 34, 35, 36, 37)},
+    **{f"{FC}connection_lost__mutmut_{n}": (
+        "a GAP with `_next` 1's: what `closed` stops after a client left is the handling of requests it pipelined, "
+        "which no test can order; the handler hears of the leave by `client_left`, called here all the same")
+       for n in (1, 2)},
+    f"{FC}on_message_complete__mutmut_10": (
+        "equivalent: an empty `_owes` matches neither \"headers\" nor \"body\" in the deadline sweep, as None does"),
+    f"{FC}on_message_complete__mutmut_16": (
+        "reading is not paused while an answer is under way: the next requests are parsed early and queued, still "
+        "bounded by the head and body limits and the held-bytes budget"),
+    f"{FC}on_message_complete__mutmut_4": "one byte more counted against the next request's head limit: at the bound",
+    **{f"{FC}on_message_complete__mutmut_{n}": (
+        "equivalent: a closed connection gets no more data, and a request is None here only when it was refused")
+       for n in (5, 6)},
+    f"{FC}on_message_complete__mutmut_9": (
+        "the request's arrival time: without it the exchange starts when its task runs, microseconds later"),
+})

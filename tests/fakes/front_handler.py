@@ -7,7 +7,8 @@ import asyncio
 import concurrent.futures
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from specd.proxy.http1.listener import FrontServer
 from specd.proxy.http1.responder import Responder
@@ -94,7 +95,14 @@ class HandlerForFrontTests:
         self.resumed = 0
 
     def server(self, grace_s: float) -> FrontServer:
-        return FrontServer(self.handle, self.limits, grace_s=grace_s, on_stop=self._stopped)
+        return FrontServer(self.take, self.limits, grace_s=grace_s, on_stop=self._stopped)
+
+    def take(self, request: ClientRequest, responder: Responder) -> Coroutine[Any, Any, None]:
+        """What the server calls, as it calls the proxy's `handle`: the coroutine of the answer, made at once;
+        /raise-at-once is a bug in that call itself, before any coroutine."""
+        if request.path == "/raise-at-once":
+            raise RuntimeError("a bug before the handler's task")
+        return self.handle(request, responder)
 
     async def _stopped(self) -> None:
         pass

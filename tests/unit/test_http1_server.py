@@ -277,3 +277,16 @@ def test_every_body_s_bytes_are_given_back_once_answered(front: tuple[ServerThre
     assert server.server is not None
     eventually(lambda: server.call(lambda: server.server._limits.held.held) == 0, "the held bytes to be given back")
     assert server.call(lambda: server.server._limits.held.held) == 0
+
+
+def test_a_handler_that_fails_before_its_task_answers_500_and_closes_the_connection(
+        front: tuple[ServerThread, Any], caplog: pytest.LogCaptureFixture) -> None:
+    server, _ = front
+    with caplog.at_level(logging.ERROR, logger="specd"):
+        result = talk(server.port, b"GET /raise-at-once HTTP/1.1\r\nHost: x\r\n\r\n", until_closed=True)
+    [failed] = result.answers
+    assert failed.status == 500 and json.loads(failed.body)["error"] == {
+        "message": "specd proxy error", "type": "api_error", "code": 500}
+    assert result.closed and failed.header(b"connection") == b"close"
+    assert [r.getMessage() for r in caplog.records] == ["proxy error"]
+    eventually(lambda: server.call(lambda: server.server._limits.held.held) == 0, "the held bytes to be given back")
