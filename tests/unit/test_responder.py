@@ -76,3 +76,9 @@ def test_a_stream_is_chunk_framed_for_http_1_1_and_raw_for_1_0() -> None:
     raw = wire(stream, chunked_ok=False)
     assert raw == (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
                    b"data: 1\n\ndata: 2\n\n")
+
+
+def test_a_304_keeps_the_length_it_was_handed_and_sends_no_body() -> None:
+    """RFC 9110 §15.4.5: a 304's Content-Length is the one the GET would have had (the backend's, passed on)."""
+    sent = wire(lambda r: r.answer(304, [(b"etag", b'"v1"'), (b"content-length", b"7")], b""))
+    assert sent == b'HTTP/1.1 304 Not Modified\r\netag: "v1"\r\ncontent-length: 7\r\n\r\n'
