@@ -718,3 +718,25 @@ NOTES.update({
     f"{FC}connection_lost__mutmut_8": (
         "equivalent: after the connection is lost nothing pauses or resumes its writing again"),
 })
+NOTES.update({
+    **{f"{H1}responder.xǁResponderǁ_head__mutmut_{n}": (
+        BY_HAND + "test_responder::test_a_status_without_a_standard_reason_goes_out_with_an_empty_reason")
+       for n in (8, 9)},
+    f"{FC}on_headers_complete__mutmut_10": (
+        "equivalent: llhttp accepts only token characters in a method, so strict ASCII decoding never fails"),
+    f"{FC}on_headers_complete__mutmut_4": (
+        "a GAP: a request refused inside its head (431, 414) would go on to its body's checks, and with `Expect: "
+        "100-continue` a 100 could follow the refusal on the wire; the connection closes after the refusal, and no "
+        "test sends that combination"),
+    f"{FC}response_ended__mutmut_1": (
+        "not killed: after a throttled stream, a later whole answer that fills the socket buffer would meet an empty "
+        "string as its throttle in `pause_writing` (asyncio logs the failed callback; the bytes still go out); no "
+        "test sends that sequence"),
+    f"{FC}response_ended__mutmut_3": (
+        "equivalent: when an answer ends, `_responder` is set only while the handler's task is still running "
+        "(`_handled` and the failure paths clear it first)"),
+    f"{FC}response_ended__mutmut_12": "equivalent: resuming reading on a closed transport does nothing",
+    **{f"{FC}send__mutmut_{n}": (
+        "equivalent: there is a transport from `connection_made` on, and asyncio drops writes to a closing one")
+       for n in (1, 2)},
+})

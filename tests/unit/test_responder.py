@@ -82,3 +82,9 @@ def test_a_304_keeps_the_length_it_was_handed_and_sends_no_body() -> None:
     """RFC 9110 §15.4.5: a 304's Content-Length is the one the GET would have had (the backend's, passed on)."""
     sent = wire(lambda r: r.answer(304, [(b"etag", b'"v1"'), (b"content-length", b"7")], b""))
     assert sent == b'HTTP/1.1 304 Not Modified\r\netag: "v1"\r\ncontent-length: 7\r\n\r\n'
+
+
+def test_a_status_without_a_standard_reason_goes_out_with_an_empty_reason() -> None:
+    """A backend's own status (Cloudflare-style 520, nginx's 499) passes with an empty reason phrase (RFC 9112 §4)."""
+    sent = wire(lambda r: r.answer(520, [], b"{}"))
+    assert sent == b"HTTP/1.1 520 \r\ncontent-length: 2\r\n\r\n{}"
