@@ -740,3 +740,21 @@ NOTES.update({
         "equivalent: there is a transport from `connection_made` on, and asyncio drops writes to a closing one")
        for n in (1, 2)},
 })
+NOTES.update({
+    **{f"{LISTENER}admit__mutmut_{n}": (
+        "equivalent: `_evict_idle` closes at least EVICT_BATCH idle connections, more than the one or two the count "
+        "is off by") for n in (5, 7)},
+    f"{LISTENER}admit__mutmut_9": "the count of refused connections had no reader: removed since",
+    f"{H1}responder.xǁResponderǁ__init____mutmut_10": (
+        "equivalent for the proxy: every request's responder gets its leave hook at once (`ClientWatch`), "
+        "replacing the start value"),
+    f"{H1}responder.xǁResponderǁ__init____mutmut_5": "equivalent: `_head` sets the held head before anything reads it",
+    f"{FC}on_url__mutmut_1": (
+        "not killed: the target counted per piece instead of in total. llhttp hands it over in pieces only when it "
+        "arrives in separate reads; test_http1_conformance::test_a_target_over_the_limit_in_pieces_each_under_it_"
+        "gets_414_... sends two writes, which reach the server as one read here (a 32 KiB head limit still bounds it)"),
+    **{f"{FC}on_url__mutmut_{n}": (BY_HAND + "test_http1_conformance::test_a_target_over_the_limit_in_pieces_each_"
+                                   "under_it_gets_414_and_one_at_the_limit_is_taken") for n in (3, 5)},
+    f"{FC}on_url__mutmut_9": (
+        "equivalent: a refused request is never handled, and `_partial` is made afresh at each request's start"),
+})

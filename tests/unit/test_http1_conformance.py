@@ -282,6 +282,15 @@ def test_a_target_over_the_limit_gets_414(port: int) -> None:
     assert result.answers[0].status == 414 and result.closed
 
 
+def test_a_target_over_the_limit_in_pieces_each_under_it_gets_414_and_one_at_the_limit_is_taken(port: int) -> None:
+    piece = b"a" * (MAX_TARGET_BYTES * 3 // 4)
+    result = talk(port, [b"GET /echo?q=" + piece, piece + b" HTTP/1.1\r\nHost: x\r\n\r\n"], until_closed=True)
+    assert result.answers[0].status == 414 and result.closed
+    assert "target" in json.loads(result.answers[0].body)["error"]["message"]
+    at_the_limit = b"/echo?q=" + b"a" * (MAX_TARGET_BYTES - len(b"/echo?q="))
+    assert talk(port, b"GET " + at_the_limit + b" HTTP/1.1\r\nHost: x\r\n\r\n").answers[0].status == 200
+
+
 def test_a_target_over_the_limit_sent_without_end_gets_414_not_a_wait(port: int) -> None:
     """A request line that never ends is refused once it passes the head limit: the parser is not
     fed (and does not buffer) what comes after."""
