@@ -758,3 +758,8 @@ NOTES.update({
     f"{FC}on_url__mutmut_9": (
         "equivalent: a refused request is never handled, and `_partial` is made afresh at each request's start"),
 })
+NOTES.update({
+    **{f"{LISTENER}admit__mutmut_{n}": "the count of refused connections had no reader: removed since"
+       for n in (10, 11)},
+    f"{LISTENER}admit__mutmut_12": "the cap's warning text (`_warn` logs it): the journal's wording",
+})
