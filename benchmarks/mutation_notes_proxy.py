@@ -763,3 +763,9 @@ NOTES.update({
        for n in (10, 11)},
     f"{LISTENER}admit__mutmut_12": "the cap's warning text (`_warn` logs it): the journal's wording",
 })
+NOTES.update({
+    **{f"{FC}__init____mutmut_{n}": (
+        "equivalent: a start value set again before anything reads it (`connection_made`: the transport; "
+        "`on_message_begin`: the partial request, its headers and the target's size; `_next`: the request and "
+        "its task)") for n in (5, 6, 7, 13, 19, 22)},
+})
