@@ -749,10 +749,6 @@ NOTES.update({
         "equivalent for the proxy: every request's responder gets its leave hook at once (`ClientWatch`), "
         "replacing the start value"),
     f"{H1}responder.xǁResponderǁ__init____mutmut_5": "equivalent: `_head` sets the held head before anything reads it",
-    f"{FC}on_url__mutmut_1": (
-        "not killed: the target counted per piece instead of in total. llhttp hands it over in pieces only when it "
-        "arrives in separate reads; test_http1_conformance::test_a_target_over_the_limit_in_pieces_each_under_it_"
-        "gets_414_... sends two writes, which reach the server as one read here (a 32 KiB head limit still bounds it)"),
     **{f"{FC}on_url__mutmut_{n}": (BY_HAND + "test_http1_conformance::test_a_target_over_the_limit_in_pieces_each_"
                                    "under_it_gets_414_and_one_at_the_limit_is_taken") for n in (3, 5)},
     f"{FC}on_url__mutmut_9": (
@@ -768,4 +764,14 @@ NOTES.update({
         "equivalent: a start value set again before anything reads it (`connection_made`: the transport; "
         "`on_message_begin`: the partial request, its headers and the target's size; `_next`: the request and "
         "its task)") for n in (5, 6, 7, 13, 19, 22)},
+})
+NOTES.update({
+    f"{FC}connection_made__mutmut_2": "`cast` is for the type checker: the same object",
+    **{f"{FC}connection_made__mutmut_{n}": (
+        "equivalent: the transport is closed two lines on, and `connection_lost` marks the connection closed before "
+        "anything else reads it") for n in (8, 9)},
+    **{f"{FC}data_received__mutmut_{n}": (BY_HAND + "test_http1_conformance::test_headers_over_the_limit_in_pieces_"
+                                          "each_under_it_get_431") for n in (5, 7)},
+    f"{FC}data_received__mutmut_13": (BY_HAND + "test_http1_conformance::test_huge_headers_get_431_and_the_"
+                                      "connection_closes (its message)"),
 })
