@@ -198,6 +198,7 @@ def test_an_upgrade_request_is_answered_as_plain_http(port: int, upgrade: bytes)
     result = talk(port, b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: %b\r\n"
                         b"Sec-WebSocket-Version: 11\r\n\r\n" % upgrade, until_closed=True)
     assert result.answers[0].status == 200
+    assert result.answers[0].header(b"connection") == b"close" and result.closed  # nothing after it is read
 
 
 @pytest.mark.parametrize("request_line", [b"G?T / HTTP/1.1", b"GET /?x=y z HTTP/1.1", b"GET / HTTP1.1"],
