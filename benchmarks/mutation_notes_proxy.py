@@ -784,3 +784,13 @@ NOTES.update({
         "when a big upload yields the loop (one read per turn, others' turns between): fairness between "
         "connections, measured in benchmarks/results/hostile-bodies.md, not asserted") for n in (31, 32, 35, 36)},
 })
+NOTES.update({
+    f"{H1}bodies.xǁBodyBufferǁ__init____mutmut_2": (
+        "equivalent: an empty body is only tested for truth before the first part replaces it, and every request's "
+        "start empties it again (`drop`)"),
+    f"{FC}on_message_begin__mutmut_12": (BY_HAND + "test_http1_conformance::test_a_target_over_the_limit_in_pieces_"
+                                         "each_under_it_gets_414_and_one_at_the_limit_is_taken (the one at the limit)"),
+    **{f"{FC}on_message_begin__mutmut_{n}": (
+        "equivalent: the method is set from the parser at the end of the head, before anything reads it")
+       for n in (2, 8)},
+})
