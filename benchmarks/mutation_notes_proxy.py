@@ -1,6 +1,7 @@
 """Why each surviving mutant of specd/proxy/ is harmless, or which test now kills it (read by
 benchmarks/mutation_report.py --layer proxy). Keys: a mutant's name, a function's, or a `..._mutmut_` prefix."""
 
+REQ = "test_proxy_requests::"  # the tests of what the proxy answers and records per request
 NOTES: dict[str, str] = {
     "specd.proxy.warmup.x_warm_up__mutmut_8": ("the empty warm-up's counts: `Warmed.describe` reads only "
                                                "`sent`, which is falsy either way"),
@@ -255,15 +256,15 @@ EARLY_SEND = ("the send on arrival is a latency shortcut: without it `_forward` 
 OFF_LOOP = ("equivalent but slower: the shape is read on the reader's thread instead of on the loop; the same "
             "`read_shape`, so the same shape")
 NOTES.update({
-    **{f"{P}{name}": (BY_HAND + "test_proxy::test_the_nightly_run_sees_each_request_the_proxy_accepted_also_one_"
+    **{f"{P}{name}": (BY_HAND + REQ + "test_the_nightly_run_sees_each_request_the_proxy_accepted_also_one_"
                       "already_answered") for name in ("__init____mutmut_34", "_handle__mutmut_30",
                                                        "_handle__mutmut_31", "_handle__mutmut_32")},
-    **{f"{P}_handle__mutmut_{n}": (BY_HAND + "test_proxy::test_a_request_that_arrives_during_the_shutdown_s_grace_"
+    **{f"{P}_handle__mutmut_{n}": (BY_HAND + REQ + "test_a_request_that_arrives_during_the_shutdown_s_grace_"
                                    "is_answered_503_and_never_forwarded (3, 4 and 7 applied; 5 and 6 drop an "
                                    "argument, a TypeError the same test sees)") for n in (3, 4, 5, 6, 7)},
     f"{P}_handle__mutmut_2": ("the shortcut for a request that arrives during a shutdown: without it the gate's own "
                               "check answers the same 503 (`_through_gate`), after recording the request "
-                              "(test_proxy::test_a_request_that_arrives_during_the_shutdown_s_grace_... passes)"),
+                              "(test_proxy_requests::test_a_request_that_arrives_during_the_... passes)"),
     **{f"{P}_handle__mutmut_{n}": ("which clock reading the exchange starts from: the request's arrival, or the "
                                    "moment its task ran microseconds later; timings only") for n in (14, 19)},
     **{f"{P}_handle__mutmut_{n}": OFF_LOOP for n in (20, 38)},
@@ -503,7 +504,7 @@ NOTES.update({
         BY_HAND + "test_upstream_response::test_a_body_that_broke_off_before_the_proxy_read_it_raises_the_break_"
         "not_a_short_body"),
     **{f"{RESPONSE}headers_done__mutmut_{n}": (
-        BY_HAND + "test_proxy::test_a_request_held_while_the_backend_loads_logs_no_error") for n in (2, 3)},
+        BY_HAND + REQ + "test_a_request_held_while_the_backend_loads_logs_no_error") for n in (2, 3)},
 })
 NOTES.update({
     f"{RESPONSE}__init____mutmut_1": "the default only: `BackendConnection.begin`, its one maker, passes `reused`",
@@ -530,14 +531,14 @@ NOTES.update({
         "client_that_leaves_while_its_big_body_is_read_...); a client leaving inside the read's milliseconds "
         "through the whole proxy is not built") for n in (42, 43)},
     **{f"{P}_handle__mutmut_{n}": (
-        BY_HAND + "test_proxy::test_a_client_that_leaves_before_the_answer_is_recorded_as_gone_without_an_error")
+        BY_HAND + REQ + "test_a_client_that_leaves_before_the_answer_is_recorded_as_gone_without_an_error")
        for n in (74, 76)},
     **{f"{P}_handle__mutmut_{n}": GONE for n in (80, 81, 82, 83, 84, 85, 86)},
     **{f"{P}_handle__mutmut_{n}": (
         "the record of a request whose task raised (a proxy bug): its status and text; no test can raise a bug "
         "inside `_forward` without a FAKE of the proxy itself, and the error is logged either way")
        for n in (87, 88, 89, 90, 91)},
-    f"{P}_remember__mutmut_1": BY_HAND + "test_proxy::test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
+    f"{P}_remember__mutmut_1": BY_HAND + REQ + "test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
     **{f"specd.proxy.relay.xǁClientWatchǁclose__mutmut_{n}": (
         "equivalent: `close` runs in `_handle`'s `finally`, after which the connection no longer reports a leave "
         "to this watch (its responder has ended)") for n in (1, 2)},
@@ -546,14 +547,14 @@ FWD = f"{P}_forward__mutmut_"
 NOTES.update({
     f"{FWD}5": (BY_HAND + "test_proxy_faults::test_a_non_streamed_answer_slower_than_the_stream_idle_timeout_is_"
                 "waited_for"),
-    **{f"{FWD}{n}": BY_HAND + "test_proxy::test_held_past_the_hold_timeout_while_loading_the_client_gets_the_backends_"
+    **{f"{FWD}{n}": BY_HAND + REQ + "test_held_past_the_hold_timeout_while_loading_the_client_gets_the_backends_"
        "own_503" for n in (15, 85, 87, 88, 90)},
     f"{FWD}89": ("a companion's 503 body kept as the primary's: it shows only when a companion answered \"Loading "
                  "model\" and the primary's hold then expired, and both say the same"),
     **{f"{FWD}{n}": ("defence in depth: before a fresh re-send `_follow` discards the server's idle connections, "
                      "so the next attempt gets a new connection whatever `fresh` says") for n in (31, 32, 39)},
     f"{FWD}9": "a first attempt on a new connection instead of an idle one: one more connect, the same answer",
-    **{f"{FWD}{n}": (BY_HAND + "test_proxy::test_a_request_held_while_the_backend_loads_logs_no_error (its stream: the "
+    **{f"{FWD}{n}": (BY_HAND + REQ + "test_a_request_held_while_the_backend_loads_logs_no_error (its stream: the "
                      "hook's error was logged; 47, 48 and 49 drop an argument the same way as 46)")
        for n in (43, 46, 47, 48, 49)},
     **{f"{FWD}{n}": (BY_HAND + "test_proxy_poison::test_a_server_that_goes_down_mid_stream_is_reported_with_that_"
@@ -561,14 +562,14 @@ NOTES.update({
        for n in (74, 75, 76, 77, 78, 79, 80)},
     f"{FWD}93": ("equivalent: the re-send rule reads `answers_health_now` only after a drop, and a drop's value comes "
                  "from `_judge_drop`"),
-    f"{P}_remember__mutmut_3": BY_HAND + "test_proxy::test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
-    f"{P}_remember__mutmut_17": BY_HAND + "test_proxy::test_a_captured_body_carries_the_concurrency_it_arrived_at",
+    f"{P}_remember__mutmut_3": BY_HAND + REQ + "test_a_chat_request_is_remembered_for_the_next_flips_warm_up",
+    f"{P}_remember__mutmut_17": BY_HAND + REQ + "test_a_captured_body_carries_the_concurrency_it_arrived_at",
 })
 GATE = f"{P}_through_gate__mutmut_"
 NOTES.update({
     f"{GATE}8": BY_HAND + "test_proxy::test_metrics_count_every_request_and_traffic_only_completions (the hold sum)",
     f"{GATE}23": BY_HAND + "test_proxy::test_requests_sent_while_the_backend_restarts_are_held_not_failed (hold count)",
-    **{f"{GATE}{n}": (BY_HAND + "test_proxy::test_held_past_the_hold_timeout_while_loading_the_client_gets_the_"
+    **{f"{GATE}{n}": (BY_HAND + REQ + "test_held_past_the_hold_timeout_while_loading_the_client_gets_the_"
                       "backends_own_503 (30, 31, 38, 39 and 40 drop an argument, a TypeError)")
        for n in (28, 29, 30, 31, 32, 35, 36, 37, 38, 39, 40, 41, 42)},
     f"{GATE}43": "a header name's case: case-insensitive (RFC 9110 §5.1)",
@@ -601,7 +602,7 @@ NOTES.update({
     f"{SU}29": BY_HAND + "test_proxy::test_requests_sent_while_the_backend_restarts_are_held_not_failed (nothing "
                          "kept per request)",
     f"{SU}30": "equivalent: `_cut` holds tasks only once a shutdown cut them, and the proxy ends then",
-    **{f"{GATE}{n}": (BY_HAND + "test_proxy::test_held_past_the_hold_timeout_while_loading_the_client_gets_the_"
+    **{f"{GATE}{n}": (BY_HAND + REQ + "test_held_past_the_hold_timeout_while_loading_the_client_gets_the_"
                       "backends_own_503 (its content type; media types are case-insensitive, so 45 is stricter "
                       "than a client)") for n in (44, 45)},
     **{f"{GATE}{n}": BY_HAND + "test_proxy::test_hold_timeout_answers_503_instead_of_hanging" for n in (49, 56)},

@@ -73,6 +73,14 @@ def parse_answers(raw: bytes, methods: list[str], closed: bool) -> list[Answer]:
     return answers
 
 
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes its side (the socket's timeout fails one that never does)."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
 def talk(port: int, raw: bytes | list[bytes], methods: list[str] | None = None, *, timeout_s: float = 20.0,
          until_closed: bool = False) -> Talk:
     """Send `raw` (a list: each part in its own write) and read until one answer per entry of

@@ -22,7 +22,7 @@ import pytest
 
 from specd.proxy.http1.server import MAX_HEAD_BYTES, MAX_TARGET_BYTES
 from tests.fakes.front_handler import HandlerForFrontTests
-from tests.fakes.http1_raw import talk
+from tests.fakes.http1_raw import read_until_closed, talk
 from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
 
 GET = b"GET /echo HTTP/1.1\r\nHost: example.org\r\n\r\n"
@@ -297,14 +297,8 @@ def in_separate_reads(port: int, parts: list[bytes]) -> bytes:
         for part in parts:
             sock.sendall(part)
             time.sleep(0.2)
-        return read_to_close(sock)
+        return read_until_closed(sock)
 
-
-def read_to_close(sock: socket.socket) -> bytes:
-    received = b""
-    while chunk := sock.recv(65536):
-        received += chunk
-    return received
 
 
 def test_a_target_over_the_limit_in_pieces_each_under_it_gets_414_and_one_at_the_limit_is_taken(port: int) -> None:

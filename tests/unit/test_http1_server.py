@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.fakes.front_handler import HandlerForFrontTests
-from tests.fakes.http1_raw import talk
+from tests.fakes.http1_raw import read_until_closed, talk
 from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
 
 
@@ -30,12 +30,6 @@ def front() -> Iterator[tuple[ServerThread, HandlerForFrontTests]]:
 def connect(server: ServerThread) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.port), timeout=10)
 
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    received = b""
-    while chunk := sock.recv(65536):
-        received += chunk
-    return received
 
 
 def test_a_whole_answer_leaves_in_one_write_with_its_length(front: tuple[ServerThread, Any]) -> None:

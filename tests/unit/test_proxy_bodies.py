@@ -25,6 +25,7 @@ from specd.proxy.proxy import Backend, Proxy, ProxySettings
 from specd.proxy.routes import Routed
 from specd.traffic.records import Recorder, TrafficRecord, fetch_records, open_db
 from specd.traffic.shape import MAX_READ_BYTES, MAX_READ_ITEMS
+from tests.fakes.http1_raw import read_until_closed
 from tests.fakes.proxy_fakes import FakeBackendForProxyTests, ServerThread, chat_body, eventually, free_port
 
 HELD_LIMIT = 1 << 20
@@ -88,13 +89,6 @@ def head(size: int, path: str = "/v1/chat/completions") -> bytes:
             f"Content-Length: {size}\r\n\r\n").encode()
 
 
-def until_closed(sock: socket.socket) -> bytes:
-    """Everything the proxy sends until it closes its side (the socket's timeout fails a proxy that never does)."""
-    received = b""
-    while chunk := sock.recv(65536):
-        received += chunk
-    return received
-
 
 # ---- what is read of a body and what is recorded ----------------------------------------------------
 
@@ -140,7 +134,7 @@ def test_a_body_the_backend_refuses_and_nobody_could_read_ends_its_connection(ri
     nest = b"[" * 200_000 + b"]" * 200_000  # no JSON object: the backend answers 400, as llama-server does
     with socket.create_connection(("127.0.0.1", rig.fronts[0].port), timeout=30) as sock:
         sock.sendall(head(len(nest)) + nest)
-        answer = until_closed(sock)
+        answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 400") and b"connection: close\r\n" in answer.lower()
     readable_400 = json.dumps(chat_body(x_fake_status=400, x_fake_raw="{}")).encode()
     with socket.create_connection(("127.0.0.1", rig.fronts[0].port), timeout=30) as sock:
@@ -156,7 +150,7 @@ def test_a_request_the_proxy_refuses_is_answered_and_its_connection_closed(rig: 
     sent = head(32 << 20) if "413" in case else b"GARBAGE / HTTP/1.1\r\n\r\n"
     with socket.create_connection(("127.0.0.1", rig.fronts[0].port), timeout=30) as sock:
         sock.sendall(sent)
-        answer = until_closed(sock)
+        answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 413" if "413" in case else b"HTTP/1.1 400")
     assert b"connection: close\r\n" in answer.lower()
 
@@ -170,7 +164,7 @@ def test_past_the_daemon_wide_bound_a_request_gets_503_and_the_bytes_come_back(r
         eventually(lambda: rig.held.held == HELD_LIMIT * 3 // 4, "the partial upload to be held")
         with socket.create_connection(("127.0.0.1", rig.fronts[1].port), timeout=30) as declared:
             declared.sendall(head(HELD_LIMIT // 2))  # the other proxy: the bound is the daemon's
-            answer = until_closed(declared)
+            answer = read_until_closed(declared)
         assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 5\r\n" in answer.lower()
         assert f"limit of {HELD_LIMIT} bytes".encode() in answer and b"connection: close\r\n" in answer.lower()
         with httpx.Client(timeout=30) as client:  # no Content-Length: refused at the byte past the bound
@@ -190,7 +184,7 @@ def test_a_partial_upload_is_answered_408_and_its_bytes_come_back(tmp_path: Path
         with socket.create_connection(("127.0.0.1", rig.fronts[0].port), timeout=30) as stalled:
             stalled.sendall(head(600_000) + b"x" * 300_000)
             eventually(lambda: rig.held.held == 300_000, "the partial body to be held")
-            answer = until_closed(stalled)
+            answer = read_until_closed(stalled)
         assert answer.startswith(b"HTTP/1.1 408")
         eventually(lambda: rig.held.held == 0, "its bytes to come back")
         assert rig.fake.requests == []
