@@ -59,6 +59,10 @@ class Exchange:
         exchange.recorded = method == "POST"  # GET /v1/models, /health polls are not traffic
         return exchange
 
+    def hold_ended(self, at: float | None = None) -> None:
+        """The request's wait before it was sent (or refused) ended `at` (time.perf_counter(); None: now)."""
+        self.held_ms = 1000.0 * ((time.perf_counter() if at is None else at) - self.started)
+
     def take(self, shape: RequestShape) -> None:
         """The body's shape, once read."""
         self.shape, self.stream = shape, shape.stream

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -326,7 +325,7 @@ class Proxy:
         try:
             await self.gate.pass_through(deadline, self.settings.hold_timeout_s, self._metrics)
         except HoldExpired as expired:
-            exchange.held_ms = 1000.0 * (time.perf_counter() - exchange.started)  # held all along, then refused
+            exchange.hold_ended()  # held all along, then refused
             if loading is not None:  # the backend's own 503 ("Loading model") says most
                 exchange.finish(503, "held past the hold timeout: the backend still answered 503")
                 responder.answer(503, [(b"content-type", b"application/json")], loading)
@@ -334,7 +333,7 @@ class Proxy:
                 self._reject(responder, exchange, 503, str(expired))
             return False
         if self.shutting_down:  # checked after the gate: a shutdown lets held requests go, to a 503
-            exchange.held_ms = 1000.0 * (time.perf_counter() - exchange.started)
+            exchange.hold_ended()
             self._reject(responder, exchange, 503, SHUTTING_DOWN)
             return False
         self._attempts.begin(route)
@@ -374,7 +373,7 @@ class Proxy:
     def _note_attempt(self, exchange: Exchange, route: Routed, sent_at: float | None = None) -> None:
         """An attempt is under way: held from arrival until sent (`sent_at`, or now)."""
         exchange.profile = route.profile if route.url is not None else self.backend.profile
-        exchange.held_ms = 1000.0 * ((time.perf_counter() if sent_at is None else sent_at) - exchange.started)
+        exchange.hold_ended(sent_at)
 
     @staticmethod
     def _reject(responder: Responder, exchange: Exchange, status: int, message: str,
