@@ -53,8 +53,8 @@ NOTES: dict[str, str] = {
                                                "during_a_failed_switch_is_brought_back")
        for n in (11, 12, 13, 14, 19, 20, 21)},
     # steps
-    f"{D}steps.x__start__mutmut_4": ("a GAP left: the restart's seconds in history (sign); the fakes' clock stands "
-                                     "still, so restart_s is 0 either way; the system tier's history rows show it"),
+    f"{D}steps.x__start__mutmut_4": ("killed now (checked by hand): test_bluegreen::test_history_records_how_long_"
+                                     "each_part_of_a_switch_and_a_rollback_took (its blue-green switch)"),
     **{f"{D}steps.x__start__mutmut_{n}": ("a GAP left: lowering the priority of MainPID 0 or 1; the fakes' units "
                                           "always have a PID, and a started llama-server unit always has one")
        for n in (7, 10, 11)},
@@ -230,8 +230,9 @@ NOTES.update({
 })
 PRIVATE = ("a GAP left: the file's 0600 mode (`mode=385` is 0o601, the same for reading); nothing the tests read "
            "depends on who else may read it; the unit's own mode is tested for backups (test_ports_and_backups)")
-TIMES = ("a GAP left: the timings recorded in history (preflight, restart, health, total seconds); the fakes' "
-         "clock stands still, so the unit tests cannot tell them; `specd history` shows them from the system tier")
+TIMES = ("killed now (checked by hand): test_bluegreen::test_history_records_how_long_each_part_of_a_switch_and_a_"
+         "rollback_took (a restart that moves the seams' clock 2 s; _restart 5, _install 110, 111, 112 and 124, "
+         "rollback 101 and 114, switch 101 applied; the others drop the same arguments to history.finish)")
 NOTES.update({
     f"{D}capacity.x_text_fits__mutmut_7": WHERE,
     **{f"{D}capacity.x_threads_of__mutmut_{n}": "equivalent: -1 and -2 both mean llama-server's default"
@@ -359,9 +360,9 @@ NOTES.update({
                                                     "whose_previous_row_was_pruned_stands_for_what_it_restored")
        for n in (15, 30, 31, 32)},
 })
-CAPACITY_INPUTS = ("a GAP left: what the Switcher hands its capacity check (the new unit text or preflight, the "
-                   "running unit); the unit tests' capacity is a fake that ignores its arguments, and "
-                   "tests/unit/test_capacity.py tests the check itself")
+CAPACITY_INPUTS = ("killed now (checked by hand): test_bluegreen::test_the_capacity_check_weighs_the_new_unit_beside_"
+                   "the_running_one (_text_capacity 1, 2, 5, rollback 94, 95, switch 88, 92 applied; 89 drops the same "
+                   "argument as 88; 6 and 93 would parse a missing unit, but `choose` asks only beside a running one)")
 NOTES.update({
     **{f"{D}bluegreen.x_choose__mutmut_{n}": WHERE for n in (72, 77, 86, 87, 100)},
     **{f"{D}bluegreen.x_choose__mutmut_{n}": ("a GAP left: the refusal when the new server's port cannot be chosen "

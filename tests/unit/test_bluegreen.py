@@ -14,6 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -152,6 +153,7 @@ class World:
     priority: FakePriority = field(default_factory=FakePriority)
     fits: Capacity = field(default_factory=lambda: Capacity(True, "fits (fake)"))
     ports_held: set[int] = field(default_factory=set)
+    capacity_asked: list[tuple[Any, Any]] = field(default_factory=list)  # (new, running) per capacity check
 
     @property
     def blue(self) -> Path:
@@ -178,8 +180,12 @@ class World:
 
         return Switcher(seams or self.seams(), trigger=trigger, gate=self.gate,
                         journal=lambda unit, scope: "(fake journal)", fault=fault or FaultAt(),
-                        preflight=fake_preflight, capacity=lambda new, old: self.fits,
+                        preflight=fake_preflight, capacity=self.capacity,
                         ports_in_use=lambda port: {4242} if port in self.ports_held else set())
+
+    def capacity(self, new: Any, running: Any) -> Capacity:
+        self.capacity_asked.append((new, running))
+        return self.fits
 
     def intent(self) -> intents.Intent | None:
         return intents.load(self.state.intent(UNIT))
@@ -499,3 +505,34 @@ def test_a_failed_switch_and_a_pending_one_say_what_was_being_installed(world: W
         world.switcher(FaultAt("gate")).switch("new", strategy)  # type: ignore[arg-type]
     assert pending_note(world.seams()) == ("an interrupted switch to new (stopped after step 'gate') awaits "
                                            "recovery: run `specd recover`")
+
+
+def test_history_records_how_long_each_part_of_a_switch_and_a_rollback_took(world: World) -> None:
+    """`specd history`'s timing columns: the restart, the gate and the whole, from the seams' clock."""
+    seams = world.seams()
+    clock = seams.clock
+    restart = world.systemd.restart
+
+    def restart_taking_two_seconds(unit: str, *, timeout_s: float = 90.0) -> Any:
+        clock.now += 2.0  # type: ignore[attr-defined]
+        return restart(unit, timeout_s=timeout_s)
+
+    world.systemd.restart = restart_taking_two_seconds  # type: ignore[method-assign]
+    switched = world.switcher(seams=seams).switch("new", "restart").generation
+    health = world.gate(unit_state=lambda: world.systemd.unit_state(UNIT), base_url="u", alias="a")
+    assert (switched.preflight_s, switched.restart_s, switched.health_s) == (0.0, 2.0, health.total_s)
+    assert switched.total_s == 2.0  # the restart's 2 s; nothing else moved the clock
+    rolled = world.switcher(seams=seams).rollback().generation
+    assert (rolled.preflight_s, rolled.restart_s, rolled.total_s) == (0.0, 2.0, 2.0)  # a rollback has no preflight
+    beside = world.switcher(seams=seams).switch("third", "blue-green").generation
+    assert (beside.strategy, beside.restart_s) == ("blue-green", 2.0)  # the new server's start, beside the old
+
+
+def test_the_capacity_check_weighs_the_new_unit_beside_the_running_one(world: World) -> None:
+    world.switcher().switch("new", "blue-green")
+    [(new, running)] = world.capacity_asked
+    assert new.unit_text == unit_text("new") and running.option("-m") == "/m/old.gguf"  # a switch: its preflight
+    world.capacity_asked.clear()
+    world.switcher().rollback(strategy="blue-green")
+    [(text, running)] = world.capacity_asked
+    assert text == unit_text("old") and running.option("-m") == "/m/new.gguf"  # a rollback: the unit text it restores
