@@ -496,3 +496,18 @@ NOTES.update({
         "reloads directly (test_plans::test_a_revert_reloads_systemd_once_after_the_file_is_back_and_before_the_"
         "restart)"),
 })
+NOTES.update({
+    **{f"{D}load.x_wait_until_idle__mutmut_{n}": (
+        BY_HAND + "test_load::test_every_poll_of_a_wait_carries_the_api_key (7 and 50 applied; 10 and 53 drop the "
+        "same argument)") for n in (7, 10, 50, 53)},
+    **{f"{D}steps.x__gate__mutmut_{n}": (
+        BY_HAND + "test_bluegreen::test_a_profile_with_an_api_key_is_gated_with_it (8 applied; 14 drops the same "
+        "argument)") for n in (8, 14)},
+    **{f"{D}switch.xǁSwitcherǁswitch__mutmut_{n}": (
+        BY_HAND + "test_bluegreen::test_a_profile_with_an_api_key_is_gated_with_it (64 applied; 72 drops the same "
+        "argument)") for n in (64, 72)},
+    f"{D}switch.xǁSwitcherǁswitch__mutmut_73": (
+        "a GAP left: the key file's content the real preflight renders (`pre.secrets`), written 0600 before the unit; "
+        "the unit tests' preflight is a fake that renders none; tests/system/test_profile_kinds.py switches to a "
+        "profile with a key for real"),
+})

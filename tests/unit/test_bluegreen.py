@@ -536,3 +536,12 @@ def test_the_capacity_check_weighs_the_new_unit_beside_the_running_one(world: Wo
     world.switcher().rollback(strategy="blue-green")
     [(text, running)] = world.capacity_asked
     assert text == unit_text("old") and running.option("-m") == "/m/new.gguf"  # a rollback: the unit text it restores
+
+
+@pytest.mark.parametrize("strategy", ["restart", "blue-green"])
+def test_a_profile_with_an_api_key_is_gated_with_it(world: World, strategy: str) -> None:
+    (world.deployment.profiles_dir / "keyed.toml").write_text(
+        'binary = "/opt/llama-server"\nmodel = "/m/keyed.gguf"\nalias = "tiny"\nport = 8081\napi_key = "sk-test"\n'
+        "health_timeout_s = 5\nstability_s = 0\n")
+    world.switcher().switch("keyed", strategy)  # type: ignore[arg-type]
+    assert world.gate.asked[-1]["api_key"] == "sk-test"

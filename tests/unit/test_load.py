@@ -158,3 +158,12 @@ def test_a_server_busy_at_the_start_is_quiet_only_from_the_poll_that_finds_it_id
     drained = timeline.wait()
     assert drained.idle is True and drained.busy_at_start == 1
     assert drained.waited_s == 0.375  # quiet from the poll at 0.125 s, for 0.25 s
+
+
+def test_every_poll_of_a_wait_carries_the_api_key() -> None:
+    seen: list[httpx.Request] = []
+    client = fake_server(slots(False), (200, LLAMA_METRICS.format(processing=0, deferred=0)), seen)
+    drained = wait_until_idle(client, "http://s", api_key="sk-old", timeout_s=1.0, quiet_s=0.25, poll_s=0.125,
+                              clock=iter([0.0, 0.0, 0.125, 0.125, 0.25, 0.25, 0.375]).__next__, sleep=lambda _: None)
+    assert drained.idle is True and len(seen) >= 2
+    assert {r.headers.get("authorization") for r in seen} == {"Bearer sk-old"}
