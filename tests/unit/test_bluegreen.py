@@ -10,6 +10,7 @@ history says which slot serves and how each switch replaced the server.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -545,3 +546,14 @@ def test_a_profile_with_an_api_key_is_gated_with_it(world: World, strategy: str)
         "health_timeout_s = 5\nstability_s = 0\n")
     world.switcher().switch("keyed", strategy)  # type: ignore[arg-type]
     assert world.gate.asked[-1]["api_key"] == "sk-test"
+
+
+def test_the_switch_s_state_files_are_readable_by_their_owner_only(world: World) -> None:
+    """The intent, the slot pointer and the unit store may hold a unit with an API key: 0600, as specd writes keys."""
+    world.switcher().switch("new", "blue-green")  # a pointer to the green slot, a unit in the store
+    with pytest.raises(SimulatedKill):
+        world.switcher(FaultAt("gate")).switch("third", "blue-green")  # an intent left for recovery
+    files = [world.state.intent(UNIT), world.state.slot_pointer(UNIT),
+             *world.state.unit_store(world.deployment.name).glob("*")]
+    assert len(files) >= 4 and all(f.exists() for f in files)
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
