@@ -53,7 +53,7 @@ def mutmut(*args: str) -> str:
 
 def diff_of(name: str) -> list[str]:
     """The mutant's changed lines, as `mutmut show` prints them (read in this process: one `mutmut show` per
-    survivor starts mutmut each time, which took half an hour for 600 survivors)."""
+    survivor starts mutmut each time, slow over hundreds of survivors)."""
     try:
         from mutmut.mutation.diff_apply import get_diff_for_mutant
     except ImportError:  # a mutmut without that module: ask the command
