@@ -521,3 +521,52 @@ NOTES.update({
         "intent file's 0600 and passes with these mutants too (the file it finds is 0600 either way); why was not "
         "found this session") for n in (3, 6, 13)},
 })
+# The twelfth session: the GAP rows closed by tests (each checked by hand: the mutation applied to the file,
+# the named test file run, restored).
+GUARDS, CAP, PRIO = "test_switch_guards::", "test_capacity::", "test_priority::"
+NOTES.update({
+    **{f"{D}intent.x_save__mutmut_{n}": (
+        BY_HAND + f"{BG}test_the_switch_s_state_files_are_readable_by_their_owner_only, once it compared the files "
+        "by path: the intent and the slot pointer share the name llama-test.service.json, so the pointer's mode "
+        "had stood for the intent's (3 and 13 applied; 6 omits the argument, the same as None)") for n in (3, 6, 13)},
+    f"{D}steps.x__write__mutmut_11": (
+        BY_HAND + f"{GUARDS}test_a_profiles_api_key_is_written_to_its_own_file_readable_by_its_owner_only (the "
+        "world's preflight renders the key file as the real one does, `secret_files`)"),
+    f"{D}switch.xǁSwitcherǁswitch__mutmut_73": (
+        BY_HAND + f"{GUARDS}test_a_profiles_api_key_is_written_to_its_own_file_readable_by_its_owner_only"),
+    **{f"{D}bluegreen.x__drain_old__mutmut_{n}": (
+        BY_HAND + f"{GUARDS}test_the_old_server_is_drained_with_its_api_key (the fake old server answers 401 "
+        "without the key, as llama-server does)") for n in (16, 22)},
+    **{f"{D}bluegreen.x_choose__mutmut_{n}": (
+        BY_HAND + f"{GUARDS}test_a_rollback_to_a_unit_specd_did_not_render_cannot_start_beside_on_the_same_port")
+       for n in range(101, 107)},
+    **{f"{D}switch.xǁSwitcherǁ_install__mutmut_{n}": (
+        BY_HAND + f"{GUARDS}test_a_switch_needs_room_for_the_backup_and_the_new_unit_on_the_units_disk (one byte "
+        "below the room asked for, and exactly it)") for n in range(21, 27)},
+    **{f"{D}steps.x__start__mutmut_{n}": (
+        BY_HAND + f"{GUARDS}test_a_server_systemd_names_no_main_pid_for_is_not_lowered (PID 0 names the caller "
+        "to setpriority(2))") for n in (7, 10)},
+    f"{D}steps.x__start__mutmut_11": (
+        "harmless: it differs only for MainPID 1, which no service has (PID 1 is the manager of its PID "
+        "namespace; a unit's processes are its descendants)"),
+    f"{D}seams.xǁSeamsǁlock__mutmut_11": BY_HAND + f"{GUARDS}test_each_deployment_has_its_own_lock",
+    f"{D}slots.x_port_beside__mutmut_16": (
+        BY_HAND + "test_ports_and_backups::test_a_second_server_takes_its_own_port_unless_the_serving_one_holds_it "
+        "(a [proxy] spare_port the user set)"),
+    **{f"{D}capacity.x_fits_beside__mutmut_{n}": (
+        BY_HAND + f"{CAP}test_on_a_gpu_the_new_servers_environment_and_draft_count_in_its_vram") for n in (30, 32)},
+    f"{D}capacity.x_fits_beside__mutmut_41": (
+        BY_HAND + f"{CAP}test_beside_the_running_server_its_vram_is_not_counted_as_freed"),
+    f"{D}capacity.x_fits_beside__mutmut_39": (
+        "equivalent: `vram_check`'s `current_main_pid` defaults to 0, the value the call passes (beside the running "
+        "server nothing is freed; test_capacity::test_beside_the_running_server_its_vram_is_not_counted_as_freed "
+        "checks that meaning)"),
+    f"{D}capacity.x_fits_beside__mutmut_53": (
+        BY_HAND + f"{CAP}test_on_the_cpu_a_draft_held_on_the_cpu_by_ngld_0_counts_in_host_memory"),
+    **{f"{D}priority.x__threads__mutmut_{n}": (
+        BY_HAND + f"{PRIO}test_a_server_two_launchers_below_the_units_main_process_is_lowered_too (False applied; "
+        "None is falsy the same way)") for n in (4, 5)},
+    f"{D}rollback.x_walk_position__mutmut_18": (
+        BY_HAND + f"{WALK}test_after_two_rollbacks_and_a_switch_the_walk_goes_back_through_every_state_in_order "
+        "(a, b, c, rollback, rollback, d: the mutant's third rollback from d went to a instead of c)"),
+})

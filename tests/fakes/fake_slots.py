@@ -32,6 +32,7 @@ class FakeSlotsSystemd:
     fail: dict[tuple[str, str], BaseException] = field(default_factory=dict)
     next_pid: int = 100
     unit_files: dict[str, Path] = field(default_factory=dict)  # read at each reload, as systemd does
+    without_main_pid: set[str] = field(default_factory=set)  # started, but systemd names no main PID (yet)
 
     def _call(self, name: str, unit: str = "") -> FakeUnit:
         self.calls.append((name, unit))
@@ -48,7 +49,8 @@ class FakeSlotsSystemd:
     def restart(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:
         state = self._call("restart", unit)
         self.next_pid += 1
-        state.running, state.main_pid, state.started_from = True, self.next_pid, state.loaded
+        state.running, state.started_from = True, state.loaded
+        state.main_pid = 0 if unit in self.without_main_pid else self.next_pid
         return self.unit_state(unit)
 
     def stop(self, unit: str, *, timeout_s: float = 90.0) -> UnitState:

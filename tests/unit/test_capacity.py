@@ -4,6 +4,7 @@ bench act on (specd.deploy.capacity): host memory and thread pools on the CPU, f
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -224,3 +225,37 @@ def test_the_draft_model_and_the_environments_settings_count_in_host_memory(tmp_
     text = f"[Service]\nExecStart=llama-server -m {path} -md {path} -ngl 0 -t 1 -c 2048\n"
     assert not text_fits(text, None, resources=box(ram=just_enough)).fits
     assert text_fits(text.replace(f"-md {path} ", ""), None, resources=box(ram=just_enough)).fits
+
+
+def one_b(tmp_path: Path) -> tuple[Path, GgufInfo]:
+    """A 1B-shaped header (2.3 GiB of f16 weights): big enough that a draft or a long context shows in GiB."""
+    path = tmp_path / "1b.gguf"
+    return path, write_header(path, "llama", 16, 2048, 32, 8, 8192, 64, 128256, True, F16)
+
+
+def test_on_a_gpu_the_new_servers_environment_and_draft_count_in_its_vram(tmp_path: Path) -> None:
+    path, big = one_b(tmp_path)
+    argv = ["llama-server", "-m", str(path), "-ngl", "99", "-c", "2048"]
+    gpu = FakeNvml([card(0, 4.0)])  # the target alone fits; twice its weights, or its default cache, do not
+    assert fits_beside(argv, {}, big, None, running(), nvml=gpu).fits
+    assert not fits_beside(argv, {}, big, big, running(), nvml=gpu).fits  # + a draft of the same size
+    assert not fits_beside(argv[:-2], {}, big, None, running(), nvml=gpu).fits  # the model's own context
+    assert fits_beside(argv[:-2], {"LLAMA_ARG_CTX_SIZE": "2048"}, big, None, running(), nvml=gpu).fits  # [env]
+
+
+def test_beside_the_running_server_its_vram_is_not_counted_as_freed(tmp_path: Path) -> None:
+    """A switch's preflight counts the old server's VRAM as freed (it will be stopped); beside it, it is not.
+    NVML lists the old server's VRAM under this test's own PID, a real process below every PID tree's root."""
+    path, big = one_b(tmp_path)
+    argv = ["llama-server", "-m", str(path), "-ngl", "99", "-c", "2048"]
+    held = FakeNvml([card(0, 1.0)], processes={0: [(os.getpid(), 20 << 30)]})  # 20 GiB held by the old server
+    verdict = fits_beside(argv, {}, big, None, running(), nvml=held)
+    assert not verdict.fits and verdict.reason.startswith("VRAM beside the running server: ")
+
+
+def test_on_the_cpu_a_draft_held_on_the_cpu_by_ngld_0_counts_in_host_memory(tmp_path: Path) -> None:
+    path, big = one_b(tmp_path)
+    argv = ["llama-server", "-m", str(path), "-ngl", "0", "-t", "1", "-c", "2048"]
+    just_enough = host_bytes(big, None, argv, {}) + HEADROOM  # the target alone fits, exactly
+    with_draft = [*argv, "-md", str(path), "-ngld", "0"]
+    assert not fits_beside(with_draft, {}, big, big, None, resources=box(ram=just_enough)).fits

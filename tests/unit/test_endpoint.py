@@ -22,7 +22,7 @@ from specd.errors import ConfigError, PreflightError, ProfileError, UsageError
 from specd.profiles.load import load_profile
 from specd.unit.parse import parse_unit
 from specd.unit.render import exec_start_line, render_unit
-from tests.unit.test_bluegreen import UNIT, World, make_world
+from tests.fakes.switch_world import UNIT, World, make_world
 
 
 def test_a_socket_is_an_absolute_path_ending_in_sock_as_llama_server_reads_its_host() -> None:

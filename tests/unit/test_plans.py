@@ -25,7 +25,7 @@ from specd.deploy.plans import PLANS, fault_points
 from specd.deploy.switch import Switcher
 from specd.deploy.transaction import Plan, Run, Step
 from specd.errors import SwitchFailed
-from tests.unit.test_bluegreen import GREEN, UNIT, FaultAt, SimulatedKill, World, make_world, unit_text
+from tests.fakes.switch_world import GREEN, UNIT, FaultAt, SimulatedKill, World, make_world, unit_text
 
 SWITCHES = [(plan, step.name) for plan in ("restart", "blue-green") for step in PLANS[plan].steps]
 SHADOW = [step.name for step in PLANS["shadow"].steps]

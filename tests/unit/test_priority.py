@@ -73,6 +73,31 @@ def test_every_thread_loads_lowered_and_gets_its_priority_back(server: subproces
     assert set(thread_nices(server.pid).values()) == {nice}
 
 
+def test_a_server_two_launchers_below_the_units_main_process_is_lowered_too() -> None:
+    """ExecStart= names a wrapper that runs a shell that runs the server: the server is a grandchild of
+    the unit's MainPID, and its threads are the ones that load."""
+    launcher = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {CHILD!r}])"
+    wrapper = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {launcher!r}])"
+    with subprocess.Popen([sys.executable, "-c", wrapper], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as main:
+        try:
+            assert main.stdout is not None and main.stdout.readline().strip() == "ready"
+            [server] = [p for p in psutil.Process(main.pid).children(recursive=True) if not p.children()]
+            assert server.ppid() != main.pid  # two levels below
+            nice = os.getpriority(os.PRIO_PROCESS, 0)
+            lowered = ThreadNice().lower(main.pid)
+            if os.geteuid() != 0:  # as in the test above: a user without the privilege sees the refusal
+                assert isinstance(lowered, str) and set(thread_nices(server.pid).values()) == {nice}
+                return
+            assert isinstance(lowered, Lowered)
+            assert set(thread_nices(server.pid).values()) == {lowered.loading_nice}
+            assert ThreadNice().restore(lowered) is None
+            assert set(thread_nices(server.pid).values()) == {nice}
+        finally:
+            for process in (*psutil.Process(main.pid).children(recursive=True), psutil.Process(main.pid)):
+                process.kill()
+
+
 def test_a_server_gone_before_its_priority_is_given_back_is_reported(server: subprocess.Popen[str]) -> None:
     server.kill()
     server.wait()

@@ -153,3 +153,15 @@ def test_a_rollback_to_an_older_generation_walks_on_from_that_generation_not_fro
     generations = {name: world.switcher().switch(name).generation.id for name in ("a", "b", "c", "d")}
     world.switcher().rollback(to=generations["b"])
     assert rolled_back_to(world) == "a"  # the state before generation b, not the one before d
+
+
+def test_after_two_rollbacks_and_a_switch_the_walk_goes_back_through_every_state_in_order(world: World) -> None:
+    """The unit was a, b, c, then (rolled back) b, a, then d: walking back from d passes each state once,
+    newest first: a, b, c, b, a."""
+    profiles = world.deployment.profiles_dir
+    (profiles / "d.toml").write_text((profiles / "c.toml").read_text().replace("/m/c.gguf", "/m/d.gguf"))
+    for name in ("a", "b", "c"):
+        world.switcher().switch(name)
+    assert [rolled_back_to(world) for _ in range(2)] == ["b", "a"]
+    world.switcher().switch("d")
+    assert [rolled_back_to(world) for _ in range(5)] == ["a", "b", "c", "b", "a"]

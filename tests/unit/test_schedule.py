@@ -28,7 +28,7 @@ from specd.tune.pins import (
     set_pin,
 )
 from specd.tune.schedule import Move, ScheduleJob, Seen, chosen_outside, next_move
-from tests.unit.test_bluegreen import UNIT, World, make_world
+from tests.fakes.switch_world import UNIT, World, make_world
 
 
 def local(hour: int, minute: int = 0) -> float:
