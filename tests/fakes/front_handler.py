@@ -67,6 +67,15 @@ async def _write_after_end(request: ClientRequest, responder: Responder) -> None
     responder.end(b"twice")
 
 
+async def _cancelled(request: ClientRequest, responder: Responder) -> None:
+    """A handler whose task is cancelled from outside before it answered (what the proxy's request task does
+    when a cancel it does not expect reaches it: it re-raises, and the task ends cancelled)."""
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    await asyncio.sleep(0)
+
+
 async def _unicode_header(request: ClientRequest, responder: Responder) -> None:
     responder.answer(200, [(b"key", "<\t µ>".encode())], b"Hello, world")
 
@@ -75,7 +84,7 @@ EXTRA: dict[str, Callable[[ClientRequest, Responder], Awaitable[None]]] = {
     "/raise": _raise, "/raise-mid-stream": _raise_mid_stream, "/no-answer": _no_answer,
     "/start-only": _start_only, "/double-start": _double_start, "/no-content": _no_content,
     "/no-content-stream": _no_content_stream, "/write-after-end": _write_after_end,
-    "/unicode-header": _unicode_header,
+    "/unicode-header": _unicode_header, "/cancelled": _cancelled,
 }
 
 

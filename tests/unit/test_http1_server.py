@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from specd.proxy.http1.server import FrontLimits
 from tests.fakes.front_handler import HandlerForFrontTests
 from tests.fakes.http1_raw import read_until_closed, talk
 from tests.fakes.proxy_fakes import ServerThread, eventually, free_port
@@ -284,3 +285,43 @@ def test_a_handler_that_fails_before_its_task_answers_500_and_closes_the_connect
     assert result.closed and failed.header(b"connection") == b"close"
     assert [r.getMessage() for r in caplog.records] == ["proxy error"]
     eventually(lambda: server.call(lambda: server.server._limits.held.held) == 0, "the held bytes to be given back")
+
+
+def test_a_handler_cancelled_before_it_answered_gets_the_client_a_500_and_the_connection_goes_on(
+        front: tuple[ServerThread, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """However a handler's task ends, the client gets an answer: a cancelled one (no exception to report)
+    is a 500 like a bug, and the request pipelined behind it is answered on the same connection."""
+    server, _ = front
+    with caplog.at_level(logging.ERROR):
+        result = talk(server.port, b"GET /cancelled HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok", ["GET", "POST"],
+                      timeout_s=10)
+    failed, after = result.answers
+    assert failed.status == 500 and json.loads(failed.body)["error"]["type"] == "api_error"
+    assert after.status == 200 and after.body == b"ok" and not result.closed
+    assert [r.getMessage() for r in caplog.records] == []  # a cancel is no bug: nothing for the journal
+
+
+def test_a_big_whole_answer_to_a_slow_reader_after_a_stream_arrives_whole_and_logs_no_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A whole answer bigger than the socket buffers (8 MiB: the kernel holds 4 at most) pauses the
+    connection's writing until the client reads. After a streamed answer on the same connection (its producer
+    was the one a pause stopped) that pause must find nothing left of the stream: the answer arrives whole and
+    neither the server nor asyncio logs an error."""
+    handler = HandlerForFrontTests(FrontLimits(max_body_bytes=16 << 20, body_timeout_s=10.0, header_timeout_s=10.0))
+    server = ServerThread(handler, free_port()).start()
+    body = bytes(range(256)) * (8 << 12)
+    try:
+        with caplog.at_level(logging.ERROR), connect(server) as sock:
+            sock.sendall(b"GET /stream?n=3 HTTP/1.1\r\nHost: x\r\n\r\n")
+            streamed = b""
+            while not streamed.endswith(b"0\r\n\r\n"):
+                streamed += sock.recv(65536)
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b"
+                         % (len(body), body))
+            received = read_until_closed(sock)
+    finally:
+        server.stop()
+    head, _, echoed = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and echoed == body
+    assert [r.getMessage() for r in caplog.records] == []
