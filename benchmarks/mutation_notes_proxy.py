@@ -795,3 +795,36 @@ NOTES.update({
         "equivalent: the method is set from the parser at the end of the head, before anything reads it")
        for n in (2, 8)},
 })
+# The twelfth session: the GAP and "not killed" rows answered (each checked by hand: the mutation applied to
+# the file, the named test run, restored).
+VANISH, LEAVES, SERVER = "test_proxy_vanishing_peers::", "test_http1_client_leaves::", "test_http1_server::"
+NOTES.update({
+    f"{CLIENT}UpstreamPoolǁ_connect__mutmut_2": (
+        BY_HAND + f"{VANISH}test_a_backend_that_never_accepts_is_answered_503_at_the_hold_timeout_not_left_hanging "
+        "(a real black hole on loopback: a listener with listen(0) and its accept queue filled drops the SYN)"),
+    f"{FC}_next__mutmut_1": (
+        BY_HAND + f"{LEAVES}test_requests_pipelined_behind_one_in_progress_are_dropped_with_their_bytes_when_the_"
+        "client_leaves (the connection driven as the asyncio protocol it is, on a FAKE transport, so the order "
+        "of the leave and the first answer's end is certain)"),
+    **{f"{FC}connection_lost__mutmut_{n}": (
+        BY_HAND + f"{LEAVES}test_requests_pipelined_behind_one_in_progress_are_dropped_with_their_bytes_when_the_"
+        "client_leaves") for n in (1, 2, 4, 5)},
+    **{f"{P}_handle__mutmut_{n}": (
+        BY_HAND + f"{VANISH}test_a_client_that_leaves_while_its_big_body_is_read_frees_the_backend_it_was_already_"
+        "sent_to (through the whole proxy; a FAKE slow shape reader holds the read while the client leaves)")
+       for n in (42, 43)},
+    f"{P}_judge_drop__mutmut_11": (
+        BY_HAND + f"{VANISH}test_a_companion_that_drops_a_request_on_a_kept_alive_connection_while_healthy_gets_it_"
+        "once_more"),
+    f"{H1}server.xǁFrontConnectionǁ_handled__mutmut_6": (
+        BY_HAND + f"{SERVER}test_a_handler_cancelled_before_it_answered_gets_the_client_a_500_and_the_connection_"
+        "goes_on"),
+    f"{FC}response_ended__mutmut_1": (
+        BY_HAND + f"{SERVER}test_a_big_whole_answer_to_a_slow_reader_after_a_stream_arrives_whole_and_logs_no_error"),
+    f"{FC}on_headers_complete__mutmut_4": (
+        "equivalent on the wire: a 431 is raised while the head is incomplete, so `on_headers_complete` never runs "
+        "for it; for a 414 the refusal is already written and the write side shut (`write_eof`), so the mutant's "
+        "100 Continue raises RuntimeError in the parser's callback, which `data_received` turns into a refusal of "
+        "an already refused request: nothing more is sent or logged (seen with an instrumented run; asyncio's own "
+        "transports refuse a write after write_eof the same way)"),
+})
