@@ -124,6 +124,8 @@ class SteppedClock:
 
 
 class FaultAt:
+    """A fault hook that raises at one named step (the way SIGKILL stops the process there)."""
+
     def __init__(self, step: str | None = None, error: BaseException | None = None) -> None:
         self.step, self.error, self.seen = step, error or SimulatedKill(), []  # type: list[str]
 

@@ -31,13 +31,10 @@ from specd.gpu.gguf import GgufInfo
 from specd.paths import StateDir
 from specd.profiles.config import Deployment
 from specd.profiles.load import load_profile
+from tests.fakes.switch_world import FaultAt, SimulatedKill
 
 UNIT = "llama-test.service"
 AFTER_INTENT = [s for s in STEPS if s not in ("preflight", "commit")]
-
-
-class SimulatedKill(BaseException):
-    """Stands for SIGKILL at a fault point: nothing after it runs, no handler sees it as an Exception."""
 
 
 @dataclass
@@ -108,18 +105,6 @@ class RecordingGate(FakeGate):
     def __call__(self, base_url: str, alias: str, **settings: Any) -> HealthResult:
         self.asked.append({"base_url": base_url, "alias": alias, **settings})
         return super().__call__(base_url, alias, **settings)
-
-
-class FaultAt:
-    """A fault hook that raises at one named step (the way SIGKILL stops the process there)."""
-
-    def __init__(self, step: str | None = None, error: BaseException | None = None) -> None:
-        self.step, self.error, self.seen = step, error or SimulatedKill(), []  # type: list[str]
-
-    def __call__(self, step: str) -> None:
-        self.seen.append(step)
-        if step == self.step:
-            raise self.error
 
 
 def unit_text(profile: str) -> str:
