@@ -203,16 +203,24 @@ class World:
         assert self.systemd.units[serving.unit].started_from == serving.unit_path.read_text()
 
 
-def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True,
-               first: str | None = "old") -> World:
+def profiles_dir_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...],
+                      port: int = 8081) -> Path:
+    """A profiles directory with one test profile per name (model /m/NAME.gguf, alias tiny, `port`), and the
+    environment's state and config dirs (where rendered units name key files) inside `tmp_path`."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    for name in ("old", "new", "third"):
+    for name in names:
         (profiles / f"{name}.toml").write_text(
-            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8081\n'
+            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = {port}\n'
             "health_timeout_s = 5\nstability_s = 0\n")
+    return profiles
+
+
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, proxy: bool = True,
+               first: str | None = "old") -> World:
+    profiles = profiles_dir_with(tmp_path, monkeypatch, ("old", "new", "third"))
     state = StateDir(tmp_path / "state" / "specd")
     deployment = Deployment(UNIT, "user", profiles, proxy=ProxyConfig(listen_port=8080) if proxy else None)
     world = World(deployment, FakeSlotsSystemd(), FakeGate(), History(state.db), state,

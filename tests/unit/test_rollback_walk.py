@@ -18,19 +18,13 @@ from specd.deploy.unitfiles import backup_name, write_backup
 from specd.errors import PreflightError, UsageError
 from specd.paths import StateDir
 from specd.profiles.config import Deployment, ProxyConfig
+from tests.fakes.switch_world import profiles_dir_with
 from tests.unit.test_transaction import UNIT, FakeGate, FakeSystemdClient, RecordingGate, World, unit_text
 
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the unit file: this test's own
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    for name in ("a", "b", "c"):
-        (profiles / f"{name}.toml").write_text(
-            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8080\n'
-            "health_timeout_s = 5\nstability_s = 0\n")
+    profiles = profiles_dir_with(tmp_path, monkeypatch, ("a", "b", "c"), port=8080)  # the unit file: this test's own
     state = StateDir(tmp_path / "state" / "specd")
     return World(Deployment(UNIT, "user", profiles), FakeSystemdClient(), FakeGate(), History(state.db), state)
 

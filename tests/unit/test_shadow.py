@@ -29,6 +29,7 @@ from specd.tune.shadow import LoadMark, ShadowTarget, clean_only, load_notes
 from specd.tune.workloads import Workload, WorkloadRequest
 from specd.unit.render import exec_start_line
 from tests.fakes.fake_slots import FakeGate, FakeSlotsSystemd
+from tests.fakes.switch_world import profiles_dir_with
 
 UNIT = "llama-test.service"
 GREEN = companion_unit(UNIT)
@@ -98,14 +99,7 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "environment-state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    for name in ("live", "fast", "slow"):
-        (profiles / f"{name}.toml").write_text(
-            f'binary = "/opt/llama-server"\nmodel = "/m/{name}.gguf"\nalias = "tiny"\nport = 8081\n'
-            "health_timeout_s = 5\nstability_s = 0\n")
+    profiles = profiles_dir_with(tmp_path, monkeypatch, ("live", "fast", "slow"))
     state = StateDir(tmp_path / "state" / "specd")
     deployment = Deployment(UNIT, "user", profiles, proxy=ProxyConfig(listen_port=8080))
     world = World(deployment, state, History(state.db), FakeSlotsSystemd(), FakeServers())
