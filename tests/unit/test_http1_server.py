@@ -304,7 +304,7 @@ def test_a_handler_cancelled_before_it_answered_gets_the_client_a_500_and_the_co
 
 def test_a_big_whole_answer_to_a_slow_reader_after_a_stream_arrives_whole_and_logs_no_error(
         caplog: pytest.LogCaptureFixture) -> None:
-    """A whole answer bigger than the socket buffers (8 MiB: the kernel holds 4 at most) pauses the
+    """A whole answer bigger than the socket buffers (8 MiB, above Linux's default tcp_wmem maximum) pauses the
     connection's writing until the client reads. After a streamed answer on the same connection (its producer
     was the one a pause stopped) that pause must find nothing left of the stream: the answer arrives whole and
     neither the server nor asyncio logs an error."""
